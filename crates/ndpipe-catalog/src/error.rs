@@ -1,0 +1,38 @@
+/// Errors of catalog operations.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CatalogError {
+    /// The database failed or refused the operation.
+    #[error("catalog database error during {op}: {source}")]
+    Database {
+        /// What the catalog was doing.
+        op: &'static str,
+        /// The driver's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A referenced row does not exist.
+    #[error("{what} not found")]
+    NotFound {
+        /// The missing thing, e.g. "photo 12".
+        what: String,
+    },
+    /// The row exists already.
+    #[error("{what} already exists")]
+    Conflict {
+        /// The duplicate thing.
+        what: String,
+    },
+    /// The database holds a value this code cannot interpret.
+    #[error("catalog holds an invalid value: {0}")]
+    Invalid(String),
+}
+
+impl CatalogError {
+    pub(crate) fn db(op: &'static str) -> impl FnOnce(rusqlite::Error) -> CatalogError {
+        move |e| CatalogError::Database {
+            op,
+            source: Box::new(e),
+        }
+    }
+}

@@ -1,0 +1,450 @@
+//! The embedded SQLite catalog.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::{Catalog, CatalogError, GroundTruth, ModelVersion, PhotoId, PhotoRecord, Prediction};
+
+/// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE photos (
+    id            INTEGER PRIMARY KEY,
+    sha256        TEXT    NOT NULL,
+    bytes         INTEGER NOT NULL,
+    width         INTEGER NOT NULL,
+    height        INTEGER NOT NULL,
+    content_type  TEXT    NOT NULL,
+    created_ms    INTEGER NOT NULL
+);
+CREATE INDEX photos_sha256 ON photos(sha256);
+CREATE TABLE ground_truth (
+    photo_id  INTEGER PRIMARY KEY REFERENCES photos(id) ON DELETE CASCADE,
+    label     TEXT NOT NULL,
+    split     TEXT NOT NULL CHECK (split IN ('train', 'val', 'test'))
+);
+CREATE INDEX ground_truth_label ON ground_truth(label);
+CREATE TABLE model_versions (
+    id          TEXT PRIMARY KEY,
+    backbone    TEXT NOT NULL,
+    parent      TEXT REFERENCES model_versions(id),
+    metrics     TEXT NOT NULL,
+    created_ms  INTEGER NOT NULL,
+    active      INTEGER NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX model_versions_one_active ON model_versions(active) WHERE active = 1;
+CREATE TABLE predictions (
+    photo_id       INTEGER NOT NULL REFERENCES photos(id) ON DELETE CASCADE,
+    model_version  TEXT    NOT NULL,
+    rank           INTEGER NOT NULL,
+    label          TEXT    NOT NULL,
+    score          REAL    NOT NULL,
+    PRIMARY KEY (photo_id, model_version, rank)
+);
+CREATE INDEX predictions_label ON predictions(model_version, label, score);
+"#];
+
+/// A catalog in one SQLite file (WAL mode), safe to share between threads.
+pub struct SqliteCatalog {
+    conn: Mutex<Connection>,
+}
+
+impl SqliteCatalog {
+    /// Opens or creates the catalog at `path` and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<Self, CatalogError> {
+        let conn = Connection::open(path).map_err(CatalogError::db("open"))?;
+        Self::init(conn)
+    }
+
+    /// A private in-memory catalog, for tests and tools.
+    pub fn in_memory() -> Result<Self, CatalogError> {
+        let conn = Connection::open_in_memory().map_err(CatalogError::db("open"))?;
+        Self::init(conn)
+    }
+
+    fn init(mut conn: Connection) -> Result<Self, CatalogError> {
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
+             PRAGMA busy_timeout = 5000;",
+        )
+        .map_err(CatalogError::db("configure"))?;
+        let applied: usize = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(CatalogError::db("read schema version"))?;
+        if applied > MIGRATIONS.len() {
+            return Err(CatalogError::Invalid(format!(
+                "catalog schema version {applied} is newer than this build ({})",
+                MIGRATIONS.len()
+            )));
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(applied) {
+            let tx = conn.transaction().map_err(CatalogError::db("migrate"))?;
+            tx.execute_batch(sql).map_err(CatalogError::db("migrate"))?;
+            tx.pragma_update(None, "user_version", i + 1)
+                .map_err(CatalogError::db("migrate"))?;
+            tx.commit().map_err(CatalogError::db("migrate"))?;
+        }
+        Ok(SqliteCatalog {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, CatalogError>,
+    ) -> Result<T, CatalogError> {
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut conn)
+    }
+}
+
+const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
+                             p.created_ms, g.label, g.split";
+
+fn photo_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PhotoRecord> {
+    let label: Option<String> = row.get(7)?;
+    let split: Option<String> = row.get(8)?;
+    let ground_truth = match (label, split) {
+        (Some(label), Some(split)) => Some(GroundTruth {
+            label,
+            split: split.parse().map_err(|e: CatalogError| {
+                rusqlite::Error::FromSqlConversionFailure(8, rusqlite::types::Type::Text, e.into())
+            })?,
+        }),
+        _ => None,
+    };
+    Ok(PhotoRecord {
+        id: row.get::<_, i64>(0)? as u64,
+        sha256: row.get(1)?,
+        bytes: row.get::<_, i64>(2)? as u64,
+        width: row.get(3)?,
+        height: row.get(4)?,
+        content_type: row.get(5)?,
+        created_ms: row.get(6)?,
+        ground_truth,
+    })
+}
+
+fn sql_id(id: PhotoId) -> Result<i64, CatalogError> {
+    i64::try_from(id).map_err(|_| CatalogError::Invalid(format!("photo id {id} out of range")))
+}
+
+fn write_ground_truth(
+    tx: &rusqlite::Transaction<'_>,
+    id: i64,
+    truth: Option<&GroundTruth>,
+) -> Result<(), CatalogError> {
+    tx.execute("DELETE FROM ground_truth WHERE photo_id = ?1", params![id])
+        .map_err(CatalogError::db("clear ground truth"))?;
+    if let Some(t) = truth {
+        tx.execute(
+            "INSERT INTO ground_truth (photo_id, label, split) VALUES (?1, ?2, ?3)",
+            params![id, t.label, t.split.as_str()],
+        )
+        .map_err(CatalogError::db("write ground truth"))?;
+    }
+    Ok(())
+}
+
+impl Catalog for SqliteCatalog {
+    fn upsert_photo(&self, photo: &PhotoRecord) -> Result<(), CatalogError> {
+        let id = sql_id(photo.id)?;
+        self.with(|conn| {
+            let tx = conn.transaction().map_err(CatalogError::db("begin"))?;
+            tx.execute(
+                "INSERT INTO photos (id, sha256, bytes, width, height, content_type, created_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT(id) DO UPDATE SET sha256 = excluded.sha256, bytes = excluded.bytes,
+                   width = excluded.width, height = excluded.height,
+                   content_type = excluded.content_type, created_ms = excluded.created_ms",
+                params![
+                    id,
+                    photo.sha256,
+                    photo.bytes as i64,
+                    photo.width,
+                    photo.height,
+                    photo.content_type,
+                    photo.created_ms
+                ],
+            )
+            .map_err(CatalogError::db("upsert photo"))?;
+            write_ground_truth(&tx, id, photo.ground_truth.as_ref())?;
+            tx.commit().map_err(CatalogError::db("commit photo"))
+        })
+    }
+
+    fn delete_photo(&self, id: PhotoId) -> Result<bool, CatalogError> {
+        let id = sql_id(id)?;
+        self.with(|conn| {
+            let n = conn
+                .execute("DELETE FROM photos WHERE id = ?1", params![id])
+                .map_err(CatalogError::db("delete photo"))?;
+            Ok(n > 0)
+        })
+    }
+
+    fn photo(&self, id: PhotoId) -> Result<Option<PhotoRecord>, CatalogError> {
+        let id = sql_id(id)?;
+        self.with(|conn| {
+            conn.query_row(
+                &format!(
+                    "SELECT {PHOTO_COLUMNS} FROM photos p \
+                     LEFT JOIN ground_truth g ON g.photo_id = p.id WHERE p.id = ?1"
+                ),
+                params![id],
+                photo_from_row,
+            )
+            .optional()
+            .map_err(CatalogError::db("read photo"))
+        })
+    }
+
+    fn list_photos(
+        &self,
+        after: Option<PhotoId>,
+        limit: usize,
+    ) -> Result<Vec<PhotoRecord>, CatalogError> {
+        let after = match after {
+            Some(a) => sql_id(a)?,
+            None => -1,
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with(|conn| {
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT {PHOTO_COLUMNS} FROM photos p \
+                     LEFT JOIN ground_truth g ON g.photo_id = p.id \
+                     WHERE p.id > ?1 ORDER BY p.id LIMIT ?2"
+                ))
+                .map_err(CatalogError::db("list photos"))?;
+            let rows = stmt
+                .query_map(params![after, limit], photo_from_row)
+                .map_err(CatalogError::db("list photos"))?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .map_err(CatalogError::db("list photos"))
+        })
+    }
+
+    fn count_photos(&self) -> Result<u64, CatalogError> {
+        self.with(|conn| {
+            conn.query_row("SELECT COUNT(*) FROM photos", [], |r| r.get::<_, i64>(0))
+                .map(|n| n as u64)
+                .map_err(CatalogError::db("count photos"))
+        })
+    }
+
+    fn set_ground_truth(
+        &self,
+        id: PhotoId,
+        truth: Option<&GroundTruth>,
+    ) -> Result<(), CatalogError> {
+        let sid = sql_id(id)?;
+        self.with(|conn| {
+            let tx = conn.transaction().map_err(CatalogError::db("begin"))?;
+            let exists: bool = tx
+                .query_row(
+                    "SELECT EXISTS(SELECT 1 FROM photos WHERE id = ?1)",
+                    params![sid],
+                    |r| r.get(0),
+                )
+                .map_err(CatalogError::db("find photo"))?;
+            if !exists {
+                return Err(CatalogError::NotFound {
+                    what: format!("photo {id}"),
+                });
+            }
+            write_ground_truth(&tx, sid, truth)?;
+            tx.commit().map_err(CatalogError::db("commit ground truth"))
+        })
+    }
+
+    fn put_predictions(
+        &self,
+        id: PhotoId,
+        model_version: &str,
+        labels: &[Prediction],
+    ) -> Result<(), CatalogError> {
+        let sid = sql_id(id)?;
+        self.with(|conn| {
+            let tx = conn.transaction().map_err(CatalogError::db("begin"))?;
+            tx.execute(
+                "DELETE FROM predictions WHERE photo_id = ?1 AND model_version = ?2",
+                params![sid, model_version],
+            )
+            .map_err(CatalogError::db("clear predictions"))?;
+            for (rank, p) in labels.iter().enumerate() {
+                tx.execute(
+                    "INSERT INTO predictions (photo_id, model_version, rank, label, score)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![sid, model_version, rank as i64, p.label, f64::from(p.score)],
+                )
+                .map_err(|e| match e {
+                    rusqlite::Error::SqliteFailure(f, _)
+                        if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+                    {
+                        CatalogError::NotFound {
+                            what: format!("photo {id}"),
+                        }
+                    }
+                    e => CatalogError::db("write predictions")(e),
+                })?;
+            }
+            tx.commit().map_err(CatalogError::db("commit predictions"))
+        })
+    }
+
+    fn predictions(&self, id: PhotoId) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError> {
+        let sid = sql_id(id)?;
+        self.with(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT model_version, label, score FROM predictions
+                     WHERE photo_id = ?1 ORDER BY model_version, rank",
+                )
+                .map_err(CatalogError::db("read predictions"))?;
+            let rows = stmt
+                .query_map(params![sid], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, f64>(2)?,
+                    ))
+                })
+                .map_err(CatalogError::db("read predictions"))?;
+            let mut out: Vec<(String, Vec<Prediction>)> = Vec::new();
+            for row in rows {
+                let (version, label, score) = row.map_err(CatalogError::db("read predictions"))?;
+                let prediction = Prediction {
+                    label,
+                    score: score as f32,
+                };
+                match out.last_mut() {
+                    Some((v, list)) if *v == version => list.push(prediction),
+                    _ => out.push((version, vec![prediction])),
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn register_model(&self, model: &ModelVersion) -> Result<(), CatalogError> {
+        self.with(|conn| {
+            let tx = conn.transaction().map_err(CatalogError::db("begin"))?;
+            let exists: bool = tx
+                .query_row(
+                    "SELECT EXISTS(SELECT 1 FROM model_versions WHERE id = ?1)",
+                    params![model.id],
+                    |r| r.get(0),
+                )
+                .map_err(CatalogError::db("find model"))?;
+            if exists {
+                return Err(CatalogError::Conflict {
+                    what: format!("model version {}", model.id),
+                });
+            }
+            if model.active {
+                tx.execute("UPDATE model_versions SET active = 0 WHERE active = 1", [])
+                    .map_err(CatalogError::db("deactivate models"))?;
+            }
+            tx.execute(
+                "INSERT INTO model_versions (id, backbone, parent, metrics, created_ms, active)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    model.id,
+                    model.backbone,
+                    model.parent,
+                    model.metrics.to_string(),
+                    model.created_ms,
+                    model.active
+                ],
+            )
+            .map_err(CatalogError::db("register model"))?;
+            tx.commit().map_err(CatalogError::db("commit model"))
+        })
+    }
+
+    fn models(&self) -> Result<Vec<ModelVersion>, CatalogError> {
+        self.with(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT id, backbone, parent, metrics, created_ms, active
+                     FROM model_versions ORDER BY created_ms, id",
+                )
+                .map_err(CatalogError::db("list models"))?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, Option<String>>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, i64>(4)?,
+                        r.get::<_, bool>(5)?,
+                    ))
+                })
+                .map_err(CatalogError::db("list models"))?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, backbone, parent, metrics, created_ms, active) =
+                    row.map_err(CatalogError::db("list models"))?;
+                let metrics = serde_json::from_str(&metrics)
+                    .map_err(|e| CatalogError::Invalid(format!("metrics of model {id}: {e}")))?;
+                out.push(ModelVersion {
+                    id,
+                    backbone,
+                    parent,
+                    metrics,
+                    created_ms,
+                    active,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn set_active_model(&self, id: &str) -> Result<(), CatalogError> {
+        self.with(|conn| {
+            let tx = conn.transaction().map_err(CatalogError::db("begin"))?;
+            tx.execute("UPDATE model_versions SET active = 0 WHERE active = 1", [])
+                .map_err(CatalogError::db("deactivate models"))?;
+            let n = tx
+                .execute(
+                    "UPDATE model_versions SET active = 1 WHERE id = ?1",
+                    params![id],
+                )
+                .map_err(CatalogError::db("activate model"))?;
+            if n == 0 {
+                return Err(CatalogError::NotFound {
+                    what: format!("model version {id}"),
+                });
+            }
+            tx.commit().map_err(CatalogError::db("commit activation"))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Split;
+
+    #[test]
+    fn sqlite_passes_the_catalog_suite() {
+        crate::test_suite::run(&SqliteCatalog::in_memory().unwrap());
+    }
+
+    #[test]
+    fn data_survives_reopen_and_schema_is_not_reapplied() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.sqlite");
+        {
+            let c = SqliteCatalog::open(&path).unwrap();
+            c.upsert_photo(&crate::test_suite::photo(7, Some(("cat", Split::Val))))
+                .unwrap();
+        }
+        let c = SqliteCatalog::open(&path).unwrap();
+        let p = c.photo(7).unwrap().unwrap();
+        assert_eq!(p.ground_truth.unwrap().label, "cat");
+    }
+}

@@ -1,0 +1,109 @@
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::CatalogError;
+
+/// A photo's id, assigned by the store, never reused.
+pub type PhotoId = u64;
+
+/// Which part of a labelled data set a photo belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    /// Used to train heads.
+    Train,
+    /// Used to pick and validate versions.
+    Val,
+    /// Held out.
+    Test,
+}
+
+impl Split {
+    /// The lowercase name used in the API and the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Val => "val",
+            Split::Test => "test",
+        }
+    }
+}
+
+impl fmt::Display for Split {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Split {
+    type Err = CatalogError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "train" => Ok(Split::Train),
+            "val" => Ok(Split::Val),
+            "test" => Ok(Split::Test),
+            other => Err(CatalogError::Invalid(format!(
+                "split must be train, val or test, not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// A label supplied by a person or a data set, with its split.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroundTruth {
+    /// The class name.
+    pub label: String,
+    /// The split.
+    pub split: Split,
+}
+
+/// What the catalog holds about one stored photo.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhotoRecord {
+    /// Store-assigned id.
+    pub id: PhotoId,
+    /// Hex SHA-256 of the original bytes.
+    pub sha256: String,
+    /// Size of the original in bytes.
+    pub bytes: u64,
+    /// Width after EXIF orientation.
+    pub width: u32,
+    /// Height after EXIF orientation.
+    pub height: u32,
+    /// MIME type of the original.
+    pub content_type: String,
+    /// Upload time, milliseconds since the Unix epoch.
+    pub created_ms: i64,
+    /// Ground truth, when known.
+    pub ground_truth: Option<GroundTruth>,
+}
+
+/// One predicted label.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// Class name.
+    pub label: String,
+    /// Probability in [0, 1].
+    pub score: f32,
+}
+
+/// A model version known to the system.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelVersion {
+    /// Unique id, e.g. a content hash.
+    pub id: String,
+    /// The backbone this version runs on (sha256 of its ONNX file).
+    pub backbone: String,
+    /// The version this one was derived from.
+    pub parent: Option<String>,
+    /// Free-form metrics (accuracy, churn, ...).
+    pub metrics: serde_json::Value,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_ms: i64,
+    /// Whether this is the version currently serving.
+    pub active: bool,
+}

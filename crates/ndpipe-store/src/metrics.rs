@@ -1,0 +1,89 @@
+//! Prometheus metrics of the PipeStore, served on `/metrics`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Label set of the error counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// The error kind, as in the JSON error body.
+    pub kind: String,
+}
+
+/// All store metrics, registered under the `ndpipe_store` prefix.
+pub struct StoreMetrics {
+    registry: Registry,
+    /// Accepted uploads.
+    pub uploads: Counter,
+    /// Bytes of accepted uploads.
+    pub upload_bytes: Counter,
+    /// Photos read back.
+    pub reads: Counter,
+    /// Photos deleted.
+    pub deletes: Counter,
+    /// Failed requests, by error kind.
+    pub errors: Family<ErrorLabels, Counter>,
+    /// Seconds from request to acknowledgement of an upload.
+    pub ingest_seconds: Histogram,
+    /// Live photos.
+    pub photos: Gauge,
+}
+
+impl Default for StoreMetrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("ndpipe_store");
+        let uploads = Counter::default();
+        let upload_bytes = Counter::default();
+        let reads = Counter::default();
+        let deletes = Counter::default();
+        let errors = Family::<ErrorLabels, Counter>::default();
+        let ingest_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        let photos = Gauge::default();
+        registry.register("uploads", "Photos accepted", uploads.clone());
+        registry.register(
+            "upload_bytes",
+            "Bytes of photos accepted",
+            upload_bytes.clone(),
+        );
+        registry.register("reads", "Photos read back", reads.clone());
+        registry.register("deletes", "Photos deleted", deletes.clone());
+        registry.register("errors", "Failed requests by error kind", errors.clone());
+        registry.register(
+            "ingest_duration_seconds",
+            "Upload latency from request to durable acknowledgement",
+            ingest_seconds.clone(),
+        );
+        registry.register("photos", "Live photos in the store", photos.clone());
+        StoreMetrics {
+            registry,
+            uploads,
+            upload_bytes,
+            reads,
+            deletes,
+            errors,
+            ingest_seconds,
+            photos,
+        }
+    }
+}
+
+impl StoreMetrics {
+    /// Counts one failed request of `kind`.
+    pub fn error(&self, kind: &str) {
+        self.errors
+            .get_or_create(&ErrorLabels { kind: kind.into() })
+            .inc();
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}

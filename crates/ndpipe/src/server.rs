@@ -1,0 +1,224 @@
+//! `ndpipe serve`: boots the embedded store and serves the HTTP API until interrupted.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use ndpipe_catalog::{Catalog, SqliteCatalog};
+use ndpipe_model::{Codec, PreprocessConfig};
+use ndpipe_store::http::{self, AppState, HttpConfig};
+use ndpipe_store::metrics::StoreMetrics;
+use ndpipe_store::{IngestConfig, Ingestor, PhotoStore, StoreConfig};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::info;
+
+/// Flags of `ndpipe serve` (each also readable from an `NDPIPE_*` environment variable).
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Data directory: volumes, index and catalog live here.
+    #[arg(long, env = "NDPIPE_DATA", default_value = "data")]
+    pub data: PathBuf,
+    /// Address to listen on for the HTTP API.
+    #[arg(long, env = "NDPIPE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Bearer token required for writes and admin calls (unset: no token needed).
+    #[arg(
+        long,
+        env = "NDPIPE_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "token_file"
+    )]
+    pub token: Option<String>,
+    /// File holding the bearer token (first line).
+    #[arg(long, env = "NDPIPE_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Largest accepted upload, in bytes.
+    #[arg(long, env = "NDPIPE_MAX_UPLOAD_BYTES", default_value_t = http::DEFAULT_MAX_UPLOAD_BYTES)]
+    pub max_upload_bytes: usize,
+    /// Largest accepted image, in pixels (width * height), checked before decoding.
+    #[arg(long, env = "NDPIPE_MAX_PIXELS", default_value_t = PreprocessConfig::default().max_pixels)]
+    pub max_pixels: u64,
+    /// Volume files are sealed at this size, in bytes.
+    #[arg(long, env = "NDPIPE_MAX_VOLUME_BYTES", default_value_t = StoreConfig::default().max_volume_bytes)]
+    pub max_volume_bytes: u64,
+    /// Compression of stored tensors: zstd, deflate or none.
+    #[arg(long, env = "NDPIPE_TENSOR_CODEC", default_value = "zstd")]
+    pub tensor_codec: String,
+    /// Compression level of stored tensors (zstd 1..=22, deflate 0..=9).
+    #[arg(long, env = "NDPIPE_TENSOR_LEVEL", default_value_t = 3)]
+    pub tensor_level: i32,
+    /// Photos decoded at once (default: one per CPU core).
+    #[arg(long, env = "NDPIPE_DECODE_THREADS")]
+    pub decode_threads: Option<usize>,
+}
+
+impl ServeArgs {
+    /// Defaults for a data directory and address, as the CLI would parse them.
+    pub fn new(data: PathBuf, listen: SocketAddr) -> Self {
+        ServeArgs {
+            data,
+            listen,
+            token: None,
+            token_file: None,
+            max_upload_bytes: http::DEFAULT_MAX_UPLOAD_BYTES,
+            max_pixels: PreprocessConfig::default().max_pixels,
+            max_volume_bytes: StoreConfig::default().max_volume_bytes,
+            tensor_codec: "zstd".into(),
+            tensor_level: 3,
+            decode_threads: None,
+        }
+    }
+
+    fn codec(&self) -> Result<Codec> {
+        Ok(match self.tensor_codec.as_str() {
+            "zstd" => Codec::Zstd {
+                level: self.tensor_level,
+            },
+            "deflate" => Codec::Deflate {
+                level: u32::try_from(self.tensor_level)
+                    .context("deflate level must be 0..=9")?
+                    .min(9),
+            },
+            "none" => Codec::None,
+            other => anyhow::bail!("unknown tensor codec {other:?}: use zstd, deflate or none"),
+        })
+    }
+
+    fn token(&self) -> Result<Option<String>> {
+        match (&self.token, &self.token_file) {
+            (Some(t), _) => Ok(Some(t.clone())),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading token file {}", path.display()))?;
+                let token = text.lines().next().unwrap_or("").trim().to_string();
+                anyhow::ensure!(!token.is_empty(), "token file {} is empty", path.display());
+                Ok(Some(token))
+            }
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// A server started in this process.
+pub struct Running {
+    /// The bound address.
+    pub addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<()>>,
+    store: Arc<PhotoStore>,
+}
+
+impl Running {
+    /// Stops accepting requests, drains those in flight and closes the store.
+    pub async fn stop(self) -> Result<()> {
+        let _ = self.shutdown.send(true);
+        self.task.await.context("server task failed")??;
+        drop(self.store);
+        Ok(())
+    }
+}
+
+/// Boots the store: open volumes and index (recovering from a crash), open the catalog, reconcile
+/// them, then serve HTTP on `args.listen`.
+pub async fn start(args: &ServeArgs) -> Result<Running> {
+    let data = args.data.clone();
+    info!(data = %data.display(), listen = %args.listen, token = args.token.is_some() || args.token_file.is_some(), "starting ndpipe serve");
+    let store_config = StoreConfig {
+        max_volume_bytes: args.max_volume_bytes,
+    };
+    let store_dir = data.join("store");
+    let (store, recovery) =
+        tokio::task::spawn_blocking(move || PhotoStore::open(&store_dir, &store_config))
+            .await?
+            .with_context(|| {
+                format!(
+                    "opening the photo store in {}",
+                    data.join("store").display()
+                )
+            })?;
+    info!(?recovery, "photo store ready");
+    let catalog_path = args.data.join("catalog.sqlite");
+    let catalog: Arc<dyn Catalog> = Arc::new(
+        SqliteCatalog::open(&catalog_path)
+            .with_context(|| format!("opening the catalog {}", catalog_path.display()))?,
+    );
+    let store = Arc::new(store);
+    let ingest_config = IngestConfig {
+        preprocess: PreprocessConfig {
+            max_pixels: args.max_pixels,
+            ..PreprocessConfig::default()
+        },
+        tensor_codec: args.codec()?,
+        max_parallel_decodes: args
+            .decode_threads
+            .unwrap_or_else(|| IngestConfig::default().max_parallel_decodes),
+    };
+    let ingestor = Arc::new(Ingestor::new(store.clone(), catalog, ingest_config));
+    let reconciled = ingestor
+        .reconcile()
+        .await
+        .context("reconciling the catalog with the store")?;
+    info!(?reconciled, "catalog reconciled");
+    let metrics = Arc::new(StoreMetrics::default());
+    metrics
+        .photos
+        .set(i64::try_from(store.len()?).unwrap_or(i64::MAX));
+    let http_config = HttpConfig {
+        max_upload_bytes: args.max_upload_bytes,
+        token: args.token()?,
+    };
+    let app = http::router(AppState::new(ingestor, metrics, &http_config), &http_config);
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let (shutdown, mut stopped) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            })
+            .await
+            .context("HTTP server failed")
+    });
+    info!(%addr, "listening");
+    Ok(Running {
+        addr,
+        shutdown,
+        task,
+        store,
+    })
+}
+
+/// `ndpipe serve`: runs until Ctrl-C or SIGTERM.
+pub async fn run(args: ServeArgs) -> Result<()> {
+    let running = start(&args).await?;
+    println!("ndpipe listening on http://{}", running.addr);
+    wait_for_signal().await;
+    info!("shutting down");
+    running.stop().await
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -1,0 +1,261 @@
+//! Starts and stops real `ndpipe serve` processes, and finds test photos.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test (`NDPIPE_TEST_EXE` overrides it).
+pub fn exe() -> PathBuf {
+    std::env::var_os("NDPIPE_TEST_EXE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ndpipe")))
+}
+
+/// The real sample photos fetched by the setup step.
+pub fn samples_dir() -> PathBuf {
+    let dir = std::env::var_os("NDPIPE_SAMPLES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/model/samples")
+        });
+    assert!(
+        dir.join("chelsea.png").exists(),
+        "sample photos missing in {}: run `make setup` (tools/setup.sh) first",
+        dir.display()
+    );
+    dir
+}
+
+/// A real photo by file name, e.g. "chelsea.png".
+pub fn sample(name: &str) -> Vec<u8> {
+    std::fs::read(samples_dir().join(name)).expect("reading a sample photo")
+}
+
+/// Every real sample photo.
+pub fn all_samples() -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<_> = std::fs::read_dir(samples_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("png" | "jpg")))
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// A JPEG of a given size with a pattern that depends on `seed`.
+pub fn jpeg(width: u32, height: u32, seed: u32) -> Vec<u8> {
+    let img = image::RgbImage::from_fn(width, height, |x, y| {
+        image::Rgb([
+            (x + seed) as u8,
+            (y * 3 + seed) as u8,
+            ((x ^ y) + seed * 7) as u8,
+        ])
+    });
+    let mut out = Vec::new();
+    img.write_to(
+        &mut std::io::Cursor::new(&mut out),
+        image::ImageFormat::Jpeg,
+    )
+    .unwrap();
+    out
+}
+
+/// Hex SHA-256.
+pub fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// A running `ndpipe serve` with its own data directory.
+pub struct Instance {
+    pub data: PathBuf,
+    pub url: String,
+    port: u16,
+    extra: Vec<String>,
+    child: Option<Child>,
+    _tmp: tempfile::TempDir,
+}
+
+impl Instance {
+    /// Starts a store on a fresh data directory.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a store with extra `serve` flags.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let mut inst = Instance {
+            data: tmp.path().join("data"),
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            _tmp: tmp,
+        };
+        inst.spawn();
+        inst
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self._tmp.path().join("serve.log"))
+            .unwrap();
+        let child = Command::new(exe())
+            .arg("serve")
+            .arg("--data")
+            .arg(&self.data)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting ndpipe serve");
+        self.child = Some(child);
+        self.wait_healthy();
+    }
+
+    fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                use std::io::{Read, Write};
+                let _ = s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n");
+                let mut resp = String::new();
+                let _ = s.read_to_string(&mut resp);
+                if resp.starts_with("HTTP/1.0 200") || resp.starts_with("HTTP/1.1 200") {
+                    return;
+                }
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("ndpipe serve exited with {status}; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("ndpipe serve did not become healthy; log:\n{}", self.log());
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self._tmp.path().join("serve.log")).unwrap_or_default()
+    }
+
+    /// SIGKILL, no chance to clean up.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Starts the server again on the same data directory and port.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    /// The store's volume files of one set ("photos" or "tensors"), in order.
+    pub fn volumes(&self, set: &str) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(self.data.join("store").join(set))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "vol"))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// A blocking-free HTTP client.
+    pub fn client(&self) -> reqwest::Client {
+        reqwest::Client::new()
+    }
+
+    /// Uploads bytes, returning (status, JSON body).
+    pub async fn upload(&self, bytes: Vec<u8>, query: &str) -> (u16, serde_json::Value) {
+        let resp = self
+            .client()
+            .post(format!("{}/v1/photos{query}", self.url))
+            .body(bytes)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// GET returning (status, bytes).
+    pub async fn get(&self, path: &str) -> (u16, Vec<u8>) {
+        let resp = self
+            .client()
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.bytes().await.unwrap().to_vec())
+    }
+
+    /// GET a JSON document.
+    pub async fn json(&self, path: &str) -> serde_json::Value {
+        let (status, body) = self.get(path).await;
+        assert_eq!(
+            status,
+            200,
+            "GET {path}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// Live photos according to /healthz and the catalog listing: (store count, catalog count).
+    pub async fn counts(&self) -> (u64, u64) {
+        let health = self.json("/healthz").await;
+        let page = self.json("/v1/photos?limit=1000").await;
+        (
+            health["photos"].as_u64().unwrap(),
+            page["photos"].as_array().unwrap().len() as u64,
+        )
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs the CLI with `args`; returns (exit success, stdout, stderr).
+pub fn cli(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(exe())
+        .args(args)
+        .output()
+        .expect("running ndpipe");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -1,0 +1,10 @@
+//! Integration tests: each starts the real `ndpipe` binary on a loopback port.
+//!
+//! - `api`: the HTTP API, its errors, and what a bad upload leaves behind (nothing).
+//! - `durability`: kill -9, torn tails, a lost index, corruption, compaction.
+//! - `cli`: the import and photos commands.
+
+mod api;
+mod cli;
+mod common;
+mod durability;

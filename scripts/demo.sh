@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The embedded default, end to end: start `ndpipe serve` on ./data, import the sample photos and
+# a slice of Fashion-MNIST, show what the store holds, then keep serving until Ctrl-C.
+# DEMO_EXIT=1 stops the server after the demo instead of serving on.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=$ROOT/target/release/ndpipe
+DATA=${NDPIPE_DATA:-$ROOT/data}
+LISTEN=${NDPIPE_LISTEN:-127.0.0.1:8080}
+URL=http://$LISTEN
+export NDPIPE_SERVER=$URL
+
+"$BIN" serve --data "$DATA" --listen "$LISTEN" &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 100); do curl -fsS "$URL/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+curl -fsS "$URL/healthz" >/dev/null || { echo "the store did not start" >&2; exit 1; }
+
+echo "== importing the scikit-image sample photos"
+"$BIN" import "$ROOT/.cache/model/samples"
+echo "== importing 1400 Fashion-MNIST images with their class and split"
+"$BIN" import --fashion-mnist --limit 1400
+echo "== the store now holds"
+curl -fsS "$URL/healthz"; echo
+"$BIN" photos list --limit 5
+echo "== photo 1 (metadata)"
+"$BIN" photos meta 1
+if [[ ${DEMO_EXIT:-0} == 1 ]]; then exit 0; fi
+echo "== serving on $URL (data in $DATA); Ctrl-C to stop"
+wait $SERVER

