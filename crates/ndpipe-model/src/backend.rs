@@ -45,6 +45,9 @@ pub enum ModelError {
         /// Why it was rejected.
         reason: String,
     },
+    /// A runtime setting is out of range.
+    #[error("invalid runtime config: {0}")]
+    Config(String),
     /// The configured execution provider is not available in the loaded ONNX Runtime.
     #[error("execution provider {provider}: {reason}")]
     ExecutionProvider {

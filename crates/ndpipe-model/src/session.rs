@@ -41,7 +41,8 @@ pub enum ExecutionProvider {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RuntimeConfig {
-    /// The ONNX Runtime shared library (`libonnxruntime.so.1.x`, C API 31 or newer).
+    /// The ONNX Runtime shared library (`libonnxruntime.so.1.x`, C API 31 or newer). A bare file
+    /// name is looked up on the dynamic loader's search path.
     pub dylib: PathBuf,
     /// Threads per inference call; 0 lets ONNX Runtime choose (one per physical core).
     pub intra_threads: usize,
@@ -93,7 +94,9 @@ fn environment(dylib: &Path) -> Result<Environment, ModelError> {
             )))
         };
     }
-    if !dylib.is_file() {
+    // A bare file name is left to the dynamic loader's search path.
+    let has_dir = dylib.parent().is_some_and(|p| !p.as_os_str().is_empty());
+    if has_dir && !dylib.is_file() {
         return Err(err("no such file".into()));
     }
     let env = ort::init_from(dylib)
@@ -189,15 +192,15 @@ impl OrtBackend {
         manifest: ModelManifest,
         config: &RuntimeConfig,
     ) -> Result<Self, ModelError> {
+        if config.max_batch == 0 {
+            return Err(ModelError::Config("max_batch must be at least 1".into()));
+        }
         let env = environment(&config.dylib)?;
         let path = manifest.model_path();
         let file_err = |reason: String| ModelError::ModelFile {
             path: path.clone(),
             reason,
         };
-        if config.max_batch == 0 {
-            return Err(ModelError::Inference("max_batch must be at least 1".into()));
-        }
         let bytes = fs::read(&path).map_err(|e| file_err(format!("cannot read: {e}")))?;
         let backbone_version = hex::encode(Sha256::digest(&bytes));
         let providers = execution_providers(config.execution_provider, &config.dylib)?;

@@ -168,3 +168,28 @@ fn bad_batches_are_rejected() {
         Err(ModelError::BatchTooLarge { len: 33, max: 32 })
     ));
 }
+
+#[test]
+fn zero_max_batch_is_a_config_error() {
+    let config = RuntimeConfig {
+        max_batch: 0,
+        ..RuntimeConfig::default()
+    };
+    let Some(real) = common::model_dir("zero_max_batch_is_a_config_error") else {
+        return;
+    };
+    let err = OrtBackend::load(&real, &config).unwrap_err();
+    assert!(matches!(err, ModelError::Config(_)), "{err}");
+}
+
+#[test]
+fn runtime_config_reads_with_defaults_and_rejects_unknown_keys() {
+    let config: RuntimeConfig = serde_json::from_str(
+        r#"{"dylib": "/opt/ort/libonnxruntime.so.1", "execution_provider": "tensorrt"}"#,
+    )
+    .unwrap();
+    assert_eq!(config.execution_provider, ExecutionProvider::TensorRt);
+    assert_eq!((config.max_batch, config.intra_threads), (32, 0));
+    let err = serde_json::from_str::<RuntimeConfig>(r#"{"threads": 2}"#).unwrap_err();
+    assert!(err.to_string().contains("unknown field `threads`"), "{err}");
+}

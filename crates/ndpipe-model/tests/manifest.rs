@@ -1,7 +1,5 @@
 //! Manifest validation, normalisation and the fake backend; no ONNX Runtime needed.
 
-use std::path::Path;
-
 use ndpipe_model::{Layout, ModelError, ModelManifest, Normalizer};
 use serde_json::{Value, json};
 
@@ -28,17 +26,18 @@ fn write_dir(manifest: &Value, classes: &str) -> tempfile::TempDir {
     dir
 }
 
-/// The load error for a manifest with `edit` applied and `classes` as the classes file.
-fn error_for(edit: impl FnOnce(&mut Value), classes: &str) -> (String, std::path::PathBuf) {
+/// Loads a manifest with `edit` applied and `classes` as the classes file, and checks that the
+/// error names `file` (relative to the model directory) and says `want`.
+fn expect_error(edit: impl FnOnce(&mut Value), classes: &str, want: &str, file: &str) {
     let mut manifest = good_manifest();
     edit(&mut manifest);
     let dir = write_dir(&manifest, classes);
     match ModelManifest::load(dir.path()) {
         Err(ModelError::Manifest { path, reason }) => {
-            let file = path.strip_prefix(dir.path()).unwrap().to_path_buf();
-            (reason, file)
+            assert!(reason.contains(want), "expected `{want}` in `{reason}`");
+            assert_eq!(path, dir.path().join(file), "{reason}");
         }
-        other => panic!("expected a manifest error, got {other:?}"),
+        other => panic!("expected a manifest error saying `{want}`, got {other:?}"),
     }
 }
 
@@ -56,93 +55,64 @@ fn a_good_manifest_loads_with_its_classes() {
 
 #[test]
 fn each_problem_is_named_with_its_file() {
-    let manifest = Path::new("model.json");
-    let classes = Path::new("classes.txt");
-    let cases: Vec<(Box<dyn FnOnce(&mut Value)>, &str, &str, &Path)> = vec![
-        (
-            Box::new(|m| m["mean"] = json!([0.5, 0.5])),
-            CLASSES,
-            "`mean` has 2 values",
-            manifest,
-        ),
-        (
-            Box::new(|m| m["std"] = json!([0.5, 0.0, 0.5])),
-            CLASSES,
-            "`std`",
-            manifest,
-        ),
-        (
-            Box::new(|m| m["input_size"] = json!([0, 224])),
-            CLASSES,
-            "zero side",
-            manifest,
-        ),
-        (
-            Box::new(|m| m["extra"] = json!(1)),
-            CLASSES,
-            "unknown field `extra`",
-            manifest,
-        ),
-        (
-            Box::new(|m| m["layout"] = json!("CHW")),
-            CLASSES,
-            "unknown variant `CHW`",
-            manifest,
-        ),
-        (
-            Box::new(|m| m["outputs"]["logits"] = json!("")),
-            CLASSES,
-            "`outputs.logits` is empty",
-            manifest,
-        ),
-        (
-            Box::new(|m| m["outputs"]["logits"] = json!("features")),
-            CLASSES,
-            "are both",
-            manifest,
-        ),
-        (
-            Box::new(|m| m["feature_dim"] = json!(0)),
-            CLASSES,
-            "must be > 0",
-            manifest,
-        ),
-        (
-            Box::new(|m| {
-                m.as_object_mut()
-                    .unwrap()
-                    .remove("input")
-                    .map(drop)
-                    .unwrap()
-            }),
-            CLASSES,
-            "missing field `input`",
-            manifest,
-        ),
-        (
-            Box::new(|_| ()),
-            "cat\ndog\n",
-            "has 2 class names, the manifest's `num_classes` is 3",
-            classes,
-        ),
-        (
-            Box::new(|_| ()),
-            "cat\n\nespresso\n",
-            "line 2 is empty",
-            classes,
-        ),
-        (
-            Box::new(|m| m["classes_file"] = json!("gone.txt")),
-            CLASSES,
-            "cannot read classes file",
-            Path::new("gone.txt"),
-        ),
-    ];
-    for (edit, classes_text, want, file) in cases {
-        let (reason, got_file) = error_for(edit, classes_text);
-        assert!(reason.contains(want), "expected `{want}` in `{reason}`");
-        assert_eq!(got_file, file, "{reason}");
-    }
+    let (manifest, classes) = ("model.json", "classes.txt");
+    expect_error(
+        |m| m["mean"] = json!([0.5, 0.5]),
+        CLASSES,
+        "`mean` has 2 values",
+        manifest,
+    );
+    expect_error(
+        |m| m["std"] = json!([0.5, 0.0, 0.5]),
+        CLASSES,
+        "`std`",
+        manifest,
+    );
+    expect_error(
+        |m| m["input_size"] = json!([0, 224]),
+        CLASSES,
+        "zero side",
+        manifest,
+    );
+    expect_error(
+        |m| m["extra"] = json!(1),
+        CLASSES,
+        "unknown field `extra`",
+        manifest,
+    );
+    expect_error(
+        |m| m["layout"] = json!("CHW"),
+        CLASSES,
+        "unknown variant `CHW`",
+        manifest,
+    );
+    expect_error(
+        |m| m["outputs"]["logits"] = json!(""),
+        CLASSES,
+        "`outputs.logits` is empty",
+        manifest,
+    );
+    expect_error(
+        |m| m["outputs"]["logits"] = json!("features"),
+        CLASSES,
+        "are both",
+        manifest,
+    );
+    expect_error(
+        |m| m["feature_dim"] = json!(0),
+        CLASSES,
+        "must be > 0",
+        manifest,
+    );
+    let drop_input = |m: &mut Value| {
+        m.as_object_mut().unwrap().remove("input");
+    };
+    expect_error(drop_input, CLASSES, "missing field `input`", manifest);
+    let two = "has 2 class names, the manifest's `num_classes` is 3";
+    expect_error(|_| (), "cat\ndog\n", two, classes);
+    expect_error(|_| (), "cat\n\nespresso\n", "line 2 is empty", classes);
+    let gone = |m: &mut Value| m["classes_file"] = json!("gone.txt");
+    expect_error(gone, CLASSES, "cannot read classes file", "gone.txt");
 }
 
 #[test]

@@ -1,0 +1,8 @@
+//! The integration suite, in one binary so its helpers are shared and the
+//! native index is linked once.
+
+mod baselines;
+mod common;
+mod invariants;
+mod peers;
+mod spider;
