@@ -17,7 +17,9 @@ mod types;
 
 pub use error::CatalogError;
 pub use sqlite::SqliteCatalog;
-pub use types::{GroundTruth, ModelVersion, PhotoId, PhotoRecord, Prediction, Split};
+pub use types::{
+    GroundTruth, JobRecord, ModelVersion, PhotoId, PhotoRecord, Prediction, SearchHit, Split,
+};
 
 /// Storage of photo metadata, labels and model versions. Implementations are thread-safe and
 /// every method is one transaction.
@@ -57,6 +59,14 @@ pub trait Catalog: Send + Sync {
         labels: &[Prediction],
     ) -> Result<(), CatalogError>;
 
+    /// Replaces the predictions of `model_version` for many photos in one transaction. Photos
+    /// that no longer exist are skipped; returns how many were written.
+    fn put_predictions_many(
+        &self,
+        model_version: &str,
+        rows: &[(PhotoId, Vec<Prediction>)],
+    ) -> Result<usize, CatalogError>;
+
     /// The predictions of every model version for one photo, grouped by version, best first.
     fn predictions(&self, id: PhotoId) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError>;
 
@@ -65,6 +75,22 @@ pub trait Catalog: Send + Sync {
 
     /// All model versions, oldest first.
     fn models(&self) -> Result<Vec<ModelVersion>, CatalogError>;
+
+    /// Photos whose predictions under `model_version` include `label` (exactly, or as one of the
+    /// comma-separated names of a class such as "tabby, tabby cat"), best score first.
+    fn search(
+        &self,
+        label: &str,
+        model_version: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>, CatalogError>;
+
+    /// Inserts or updates a job (status and state).
+    fn put_job(&self, job: &JobRecord) -> Result<(), CatalogError>;
+
+    /// All jobs, oldest first.
+    fn jobs(&self) -> Result<Vec<JobRecord>, CatalogError>;
 
     /// Makes `id` the one active version. Fails with [`CatalogError::NotFound`] if unknown.
     fn set_active_model(&self, id: &str) -> Result<(), CatalogError>;

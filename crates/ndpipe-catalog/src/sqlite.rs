@@ -5,10 +5,14 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::{Catalog, CatalogError, GroundTruth, ModelVersion, PhotoId, PhotoRecord, Prediction};
+use crate::{
+    Catalog, CatalogError, GroundTruth, JobRecord, ModelVersion, PhotoId, PhotoRecord, Prediction,
+    SearchHit,
+};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE photos (
     id            INTEGER PRIMARY KEY,
     sha256        TEXT    NOT NULL,
@@ -43,7 +47,18 @@ CREATE TABLE predictions (
     PRIMARY KEY (photo_id, model_version, rank)
 );
 CREATE INDEX predictions_label ON predictions(model_version, label, score);
-"#];
+"#,
+    r#"
+CREATE TABLE jobs (
+    id          TEXT PRIMARY KEY,
+    kind        TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    created_ms  INTEGER NOT NULL,
+    updated_ms  INTEGER NOT NULL
+);
+"#,
+];
 
 /// A catalog in one SQLite file (WAL mode), safe to share between threads.
 pub struct SqliteCatalog {
@@ -294,6 +309,60 @@ impl Catalog for SqliteCatalog {
         })
     }
 
+    fn put_predictions_many(
+        &self,
+        model_version: &str,
+        rows: &[(PhotoId, Vec<Prediction>)],
+    ) -> Result<usize, CatalogError> {
+        self.with(|conn| {
+            let tx = conn.transaction().map_err(CatalogError::db("begin"))?;
+            let mut written = 0;
+            {
+                let mut exists = tx
+                    .prepare_cached("SELECT EXISTS(SELECT 1 FROM photos WHERE id = ?1)")
+                    .map_err(CatalogError::db("write predictions"))?;
+                let mut clear = tx
+                    .prepare_cached(
+                        "DELETE FROM predictions WHERE photo_id = ?1 AND model_version = ?2",
+                    )
+                    .map_err(CatalogError::db("write predictions"))?;
+                let mut insert = tx
+                    .prepare_cached(
+                        "INSERT INTO predictions (photo_id, model_version, rank, label, score)
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )
+                    .map_err(CatalogError::db("write predictions"))?;
+                for (id, labels) in rows {
+                    let sid = sql_id(*id)?;
+                    let present: bool = exists
+                        .query_row(params![sid], |r| r.get(0))
+                        .map_err(CatalogError::db("write predictions"))?;
+                    if !present {
+                        continue;
+                    }
+                    clear
+                        .execute(params![sid, model_version])
+                        .map_err(CatalogError::db("write predictions"))?;
+                    for (rank, p) in labels.iter().enumerate() {
+                        insert
+                            .execute(params![
+                                sid,
+                                model_version,
+                                rank as i64,
+                                p.label,
+                                f64::from(p.score)
+                            ])
+                            .map_err(CatalogError::db("write predictions"))?;
+                    }
+                    written += 1;
+                }
+            }
+            tx.commit()
+                .map_err(CatalogError::db("commit predictions"))?;
+            Ok(written)
+        })
+    }
+
     fn predictions(&self, id: PhotoId) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError> {
         let sid = sql_id(id)?;
         self.with(|conn| {
@@ -397,6 +466,99 @@ impl Catalog for SqliteCatalog {
                     metrics,
                     created_ms,
                     active,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn search(
+        &self,
+        label: &str,
+        model_version: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>, CatalogError> {
+        let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT photo_id, label, score, rank FROM predictions
+                     WHERE model_version = ?1 AND (label = ?2 OR label LIKE ?2 || ',%'
+                        OR label LIKE '%, ' || ?2 || ',%' OR label LIKE '%, ' || ?2)
+                     ORDER BY score DESC, photo_id LIMIT ?3 OFFSET ?4",
+                )
+                .map_err(CatalogError::db("search"))?;
+            let rows = stmt
+                .query_map(params![model_version, label, limit, offset], |r| {
+                    Ok(SearchHit {
+                        id: r.get::<_, i64>(0)? as u64,
+                        label: r.get(1)?,
+                        score: r.get::<_, f64>(2)? as f32,
+                        rank: r.get::<_, i64>(3)? as u32,
+                    })
+                })
+                .map_err(CatalogError::db("search"))?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .map_err(CatalogError::db("search"))
+        })
+    }
+
+    fn put_job(&self, job: &JobRecord) -> Result<(), CatalogError> {
+        self.with(|conn| {
+            conn.execute(
+                "INSERT INTO jobs (id, kind, status, state, created_ms, updated_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT(id) DO UPDATE SET status = excluded.status, state = excluded.state,
+                   updated_ms = excluded.updated_ms",
+                params![
+                    job.id,
+                    job.kind,
+                    job.status,
+                    job.state.to_string(),
+                    job.created_ms,
+                    job.updated_ms
+                ],
+            )
+            .map_err(CatalogError::db("write job"))?;
+            Ok(())
+        })
+    }
+
+    fn jobs(&self) -> Result<Vec<JobRecord>, CatalogError> {
+        self.with(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT id, kind, status, state, created_ms, updated_ms FROM jobs
+                     ORDER BY created_ms, id",
+                )
+                .map_err(CatalogError::db("list jobs"))?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, i64>(4)?,
+                        r.get::<_, i64>(5)?,
+                    ))
+                })
+                .map_err(CatalogError::db("list jobs"))?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, kind, status, state, created_ms, updated_ms) =
+                    row.map_err(CatalogError::db("list jobs"))?;
+                let state = serde_json::from_str(&state)
+                    .map_err(|e| CatalogError::Invalid(format!("state of job {id}: {e}")))?;
+                out.push(JobRecord {
+                    id,
+                    kind,
+                    status,
+                    state,
+                    created_ms,
+                    updated_ms,
                 });
             }
             Ok(out)

@@ -1,6 +1,8 @@
 //! Behaviour every [`Catalog`] implementation must show, run by each implementation's tests.
 
-use crate::{Catalog, CatalogError, GroundTruth, ModelVersion, PhotoRecord, Prediction, Split};
+use crate::{
+    Catalog, CatalogError, GroundTruth, JobRecord, ModelVersion, PhotoRecord, Prediction, Split,
+};
 
 /// A photo record with predictable fields, for tests.
 pub fn photo(id: u64, truth: Option<(&str, Split)>) -> PhotoRecord {
@@ -36,6 +38,55 @@ pub fn run(c: &dyn Catalog) {
     ground_truth_updates(c);
     predictions_replace_per_version(c);
     models_have_one_active(c);
+    search_matches_class_names(c);
+    jobs_round_trip(c);
+}
+
+fn search_matches_class_names(c: &dyn Catalog) {
+    let p = |label: &str, score| Prediction {
+        label: label.into(),
+        score,
+    };
+    c.upsert_photo(&photo(10, None)).unwrap();
+    c.upsert_photo(&photo(11, None)).unwrap();
+    c.put_predictions(10, "m", &[p("tabby, tabby cat", 0.4), p("tiger cat", 0.3)])
+        .unwrap();
+    c.put_predictions(
+        11,
+        "m",
+        &[p("Egyptian cat", 0.5), p("tabby, tabby cat", 0.45)],
+    )
+    .unwrap();
+    c.put_predictions(11, "other", &[p("tabby, tabby cat", 0.99)])
+        .unwrap();
+    let hits = c.search("tabby", "m", 0, 10).unwrap();
+    let ids: Vec<(u64, u32)> = hits.iter().map(|h| (h.id, h.rank)).collect();
+    assert_eq!(ids, vec![(11, 1), (10, 0)]);
+    assert_eq!(c.search("tabby cat", "m", 0, 10).unwrap().len(), 2);
+    assert_eq!(
+        c.search("cat", "m", 0, 10).unwrap().len(),
+        0,
+        "no partial-word matches"
+    );
+    assert_eq!(c.search("tabby", "m", 1, 10).unwrap().len(), 1);
+    assert_eq!(c.search("Egyptian cat", "m", 0, 10).unwrap()[0].id, 11);
+}
+
+fn jobs_round_trip(c: &dyn Catalog) {
+    let mut job = JobRecord {
+        id: "j1".into(),
+        kind: "relabel".into(),
+        status: "running".into(),
+        state: serde_json::json!({"done": 1}),
+        created_ms: 5,
+        updated_ms: 5,
+    };
+    c.put_job(&job).unwrap();
+    job.status = "done".into();
+    job.state = serde_json::json!({"done": 9});
+    job.updated_ms = 6;
+    c.put_job(&job).unwrap();
+    assert_eq!(c.jobs().unwrap(), vec![job]);
 }
 
 fn photos_round_trip_and_page(c: &dyn Catalog) {
@@ -97,6 +148,20 @@ fn predictions_replace_per_version(c: &dyn Catalog) {
     assert_eq!(got[0], ("v1".to_string(), vec![p("lynx", 0.6)]));
     assert_eq!(got[1], ("v2".to_string(), vec![p("tiger cat", 0.9)]));
     assert!(c.put_predictions(999, "v1", &[p("x", 0.1)]).is_err());
+    let many = vec![
+        (1, vec![p("a", 0.5)]),
+        (999, vec![p("b", 0.5)]),
+        (2, vec![p("c", 0.4)]),
+    ];
+    assert_eq!(
+        c.put_predictions_many("v3", &many).unwrap(),
+        2,
+        "missing photos are skipped"
+    );
+    assert_eq!(
+        c.predictions(1).unwrap(),
+        vec![("v3".to_string(), vec![p("a", 0.5)])]
+    );
     assert!(c.delete_photo(2).unwrap());
     assert!(c.predictions(2).unwrap().is_empty());
 }

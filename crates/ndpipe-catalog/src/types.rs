@@ -107,3 +107,33 @@ pub struct ModelVersion {
     /// Whether this is the version currently serving.
     pub active: bool,
 }
+
+/// One search result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchHit {
+    /// The photo.
+    pub id: PhotoId,
+    /// The matching predicted label.
+    pub label: String,
+    /// Its probability.
+    pub score: f32,
+    /// Its rank among the photo's predictions (0 = top-1).
+    pub rank: u32,
+}
+
+/// A long-running job (e.g. a re-labelling), with its resumable state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// Unique id.
+    pub id: String,
+    /// What kind of job, e.g. "relabel".
+    pub kind: String,
+    /// "running", "done", "failed" or "interrupted".
+    pub status: String,
+    /// Kind-specific progress and results.
+    pub state: serde_json::Value,
+    /// Creation time, ms since the Unix epoch.
+    pub created_ms: i64,
+    /// Last update, ms since the Unix epoch.
+    pub updated_ms: i64,
+}

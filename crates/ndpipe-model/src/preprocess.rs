@@ -236,11 +236,12 @@ impl Preprocessor {
                 message: e.to_string(),
             }
         })?;
-        let (left, top, side) = centre_crop_region(width, height, self.config.resize_shorter, crop);
+        let (left, top, crop_width, crop_height) =
+            centre_crop_region(width, height, self.config.resize_shorter, crop);
         let mut dst = Image::new(crop, crop, PixelType::U8x3);
         let options = ResizeOptions::new()
             .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
-            .crop(left, top, side, side);
+            .crop(left, top, crop_width, crop_height);
         Resizer::new()
             .resize(&src, &mut dst, &options)
             .map_err(|e| PreprocessError::Decode {
@@ -252,17 +253,25 @@ impl Preprocessor {
     }
 }
 
-/// The source region (left, top, side) that maps onto the centre crop after resizing the shorter
-/// side to `shorter`.
-fn centre_crop_region(width: u32, height: u32, shorter: u32, crop: u32) -> (f64, f64, f64) {
+/// The source region (left, top, width, height) that becomes the centre crop, computed as the
+/// reference transform does it (torchvision / PIL): resize to whole pixels, the shorter side to
+/// `shorter` and the longer side rounded, then crop `crop` pixels at the integer offset
+/// `(resized - crop) / 2`. Each axis maps back with its own scale.
+fn centre_crop_region(width: u32, height: u32, shorter: u32, crop: u32) -> (f64, f64, f64, f64) {
     let scale = f64::from(shorter) / f64::from(width.min(height));
-    let side = f64::from(crop) / scale;
-    let left = (f64::from(width) - side) / 2.0;
-    let top = (f64::from(height) - side) / 2.0;
+    let resized = |side: u32| ((f64::from(side) * scale).round() as u32).max(shorter);
+    let (rw, rh) = (resized(width), resized(height));
+    let (sx, sy) = (
+        f64::from(rw) / f64::from(width),
+        f64::from(rh) / f64::from(height),
+    );
+    let offset = |resized: u32| f64::from(resized.saturating_sub(crop) / 2);
+    let side = f64::from(crop);
     (
-        left.max(0.0),
-        top.max(0.0),
-        side.min(f64::from(width.min(height))),
+        offset(rw) / sx,
+        offset(rh) / sy,
+        (side / sx).min(f64::from(width)),
+        (side / sy).min(f64::from(height)),
     )
 }
 
@@ -302,8 +311,8 @@ mod tests {
 
     #[test]
     fn crop_region_is_centred_on_the_shorter_side() {
-        let (l, t, s) = centre_crop_region(512, 256, 256, 224);
-        assert_eq!(s, 224.0);
+        let (l, t, w, s) = centre_crop_region(512, 256, 256, 224);
+        assert_eq!((w, s), (224.0, 224.0));
         assert_eq!(t, 16.0);
         assert_eq!(l, 144.0);
     }

@@ -100,13 +100,26 @@ fn environment(dylib: &Path) -> Result<Environment, ModelError> {
         return Err(err("no such file".into()));
     }
     let env = ort::init_from(dylib)
-        .map_err(|e| err(e.to_string()))?
+        .map_err(|e| err(load_error(&e)))?
         .with_name("ndpipe")
         .with_telemetry(false)
         .build()
         .map_err(|e| err(format!("cannot create the environment: {e}")))?;
     *runtime = Some((dylib.to_path_buf(), env.clone()));
     Ok(env)
+}
+
+/// The loader's message, with the system's reason when `dlopen` itself failed.
+fn load_error(e: &ort::LoadDynamicError) -> String {
+    let mut reason = e.to_string();
+    if let ort::LoadDynamicError::Dlopen { error, .. } = e {
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            reason = format!("{reason}: {cause}");
+            source = cause.source();
+        }
+    }
+    reason
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

@@ -67,7 +67,11 @@ fn library_faults_then_the_real_library() {
 
     let text = tmp.path().join("not-a-library.so");
     std::fs::write(&text, "just text").unwrap();
-    assert!(load_err(&real, &text).contains("failed to load"));
+    let err = load_err(&real, &text);
+    assert!(
+        err.contains("dlopen failed: "),
+        "the system reason is missing: {err}"
+    );
 
     if let Some(lib) = build_stub(
         tmp.path(),

@@ -1,6 +1,7 @@
 //! Shared set-up for the tests that need the real model (`NDPIPE_MODEL_DIR`).
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -11,9 +12,17 @@ pub fn model_dir(test: &str) -> Option<PathBuf> {
     match std::env::var_os("NDPIPE_MODEL_DIR") {
         Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
         _ => {
-            eprintln!(
-                "SKIPPED {test}: NDPIPE_MODEL_DIR is not set (run tools/model/setup_model.sh OUTDIR and set it to OUTDIR)"
+            let msg = format!(
+                "SKIPPED {test}: NDPIPE_MODEL_DIR is not set (run tools/model/setup_model.sh OUTDIR and set it to OUTDIR)\n"
             );
+            // Straight to the terminal, past the test harness's output capture, where possible.
+            let shown = std::fs::OpenOptions::new()
+                .append(true)
+                .open("/dev/stderr")
+                .and_then(|mut tty| tty.write_all(msg.as_bytes()));
+            if shown.is_err() {
+                eprint!("{msg}");
+            }
             None
         }
     }
