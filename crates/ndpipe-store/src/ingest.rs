@@ -12,6 +12,7 @@ use tracing::{info, warn};
 
 use crate::StoreError;
 use crate::index::PhotoMeta;
+use crate::labeler::Labeler;
 use crate::store::{NewPhoto, PhotoStore};
 
 /// Longest accepted ground-truth label, in bytes.
@@ -74,6 +75,7 @@ pub struct ReconcileReport {
 
 /// The ingest pipeline shared by the HTTP handlers.
 pub struct Ingestor {
+    labeler: Option<Labeler>,
     store: Arc<PhotoStore>,
     catalog: Arc<dyn Catalog>,
     preprocessor: Preprocessor,
@@ -85,12 +87,24 @@ impl Ingestor {
     /// Builds the pipeline over an open store and catalog.
     pub fn new(store: Arc<PhotoStore>, catalog: Arc<dyn Catalog>, config: IngestConfig) -> Self {
         Ingestor {
+            labeler: None,
             store,
             catalog,
             preprocessor: Preprocessor::new(config.preprocess),
             codec: config.tensor_codec,
             decode_slots: Semaphore::new(config.max_parallel_decodes.max(1)),
         }
+    }
+
+    /// Labels every photo after its durable write with `labeler`'s model.
+    pub fn with_labeler(mut self, labeler: Labeler) -> Self {
+        self.labeler = Some(labeler);
+        self
+    }
+
+    /// The online labeller, when a model is loaded.
+    pub fn labeler(&self) -> Option<&Labeler> {
+        self.labeler.as_ref()
     }
 
     /// The store.
@@ -125,6 +139,7 @@ impl Ingestor {
                 .await
                 .map_err(|e| IngestError::Internal(format!("preprocessing task failed: {e}")))??
         };
+        let (prepared, tensor) = prepared;
         let meta = prepared.meta.clone();
         let id = self.store.put(prepared).await?;
         let record = record_of(id, &meta);
@@ -133,6 +148,9 @@ impl Ingestor {
         tokio::task::spawn_blocking(move || catalog.upsert_photo(&row))
             .await
             .map_err(|e| IngestError::Internal(e.to_string()))??;
+        if let Some(labeler) = &self.labeler {
+            labeler.submit(id, tensor);
+        }
         Ok(record)
     }
 
@@ -140,9 +158,13 @@ impl Ingestor {
     pub async fn delete(&self, id: u64) -> Result<bool, IngestError> {
         let existed = self.store.delete(id).await?;
         let catalog = self.catalog.clone();
-        let in_catalog = tokio::task::spawn_blocking(move || catalog.delete_photo(id))
-            .await
-            .map_err(|e| IngestError::Internal(e.to_string()))??;
+        let store = self.store.clone();
+        let in_catalog = tokio::task::spawn_blocking(move || {
+            store.features().remove_photo(id)?;
+            Ok::<_, IngestError>(catalog.delete_photo(id)?)
+        })
+        .await
+        .map_err(|e| IngestError::Internal(e.to_string()))??;
         Ok(existed || in_catalog)
     }
 
@@ -216,7 +238,7 @@ fn prepare(
     codec: Codec,
     bytes: bytes::Bytes,
     truth: Option<GroundTruth>,
-) -> Result<NewPhoto, IngestError> {
+) -> Result<(NewPhoto, ndpipe_model::ImageTensor), IngestError> {
     let out = pre.run(&bytes)?;
     let tensor = encode_tensor(&out.tensor, codec)?;
     let meta = PhotoMeta {
@@ -228,11 +250,14 @@ fn prepare(
         created_ms: now_ms(),
         ground_truth: truth,
     };
-    Ok(NewPhoto {
-        meta,
-        original: bytes.to_vec(),
-        tensor,
-    })
+    Ok((
+        NewPhoto {
+            meta,
+            original: bytes.to_vec(),
+            tensor,
+        },
+        out.tensor,
+    ))
 }
 
 fn encode_tensor(tensor: &ndpipe_model::ImageTensor, codec: Codec) -> Result<Vec<u8>, IngestError> {

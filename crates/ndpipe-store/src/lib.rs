@@ -7,16 +7,24 @@
 //!   store, then records it in the catalog (`ndpipe-catalog`);
 //! - [`store`] makes it durable: append-only [`volume`]s with per-record checksums, an embedded
 //!   [`index`] (redb), group commit with fsync before any acknowledgement, tombstones and
-//!   compaction, crash recovery that cuts torn tails and rebuilds the index from the volumes.
+//!   compaction, crash recovery that cuts torn tails and rebuilds the index from the volumes;
+//! - [`labeler`] labels each photo right after its write (online inference near the data) and
+//!   keeps its feature vector in the [`features`] store;
+//! - [`relabel`] re-labels the whole store with a pipelined offline-inference job, run and
+//!   resumed by [`jobs`].
 //!
 //! The byte layout is documented in `docs/volume-format.md`.
 #![deny(missing_docs)]
 
 mod error;
+pub mod features;
 pub mod http;
 pub mod index;
 pub mod ingest;
+pub mod jobs;
+pub mod labeler;
 pub mod metrics;
+pub mod relabel;
 pub mod store;
 pub mod volume;
 

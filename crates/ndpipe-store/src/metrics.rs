@@ -31,6 +31,10 @@ pub struct StoreMetrics {
     pub ingest_seconds: Histogram,
     /// Live photos.
     pub photos: Gauge,
+    /// Photos labelled by online inference.
+    pub labelled: Counter,
+    /// Seconds from the durable write (the 201) to the labels being in the catalog.
+    pub label_seconds: Histogram,
 }
 
 impl Default for StoreMetrics {
@@ -43,6 +47,8 @@ impl Default for StoreMetrics {
         let errors = Family::<ErrorLabels, Counter>::default();
         let ingest_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         let photos = Gauge::default();
+        let labelled = Counter::default();
+        let label_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         registry.register("uploads", "Photos accepted", uploads.clone());
         registry.register(
             "upload_bytes",
@@ -58,6 +64,12 @@ impl Default for StoreMetrics {
             ingest_seconds.clone(),
         );
         registry.register("photos", "Live photos in the store", photos.clone());
+        registry.register("labelled", "Photos labelled at ingest", labelled.clone());
+        registry.register(
+            "label_latency_seconds",
+            "Seconds from the durable write of a photo to its labels",
+            label_seconds.clone(),
+        );
         StoreMetrics {
             registry,
             uploads,
@@ -67,6 +79,8 @@ impl Default for StoreMetrics {
             errors,
             ingest_seconds,
             photos,
+            labelled,
+            label_seconds,
         }
     }
 }

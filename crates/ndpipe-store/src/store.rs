@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use crate::StoreError;
+use crate::features::FeatureStore;
 use crate::index::{Change, Index, PhotoEntry, PhotoMeta, watermark_key};
 use crate::volume::format::RecordKind;
 use crate::volume::{Location, VolumeSet};
@@ -93,6 +94,7 @@ struct Shared {
     photos: VolumeSet,
     tensors: VolumeSet,
     index: Index,
+    features: Arc<FeatureStore>,
 }
 
 /// The durable photo store of one PipeStore.
@@ -128,10 +130,12 @@ impl PhotoStore {
         if !index_path.exists() || index.next_id()?.is_none() {
             report.index_rebuilt = true;
         }
+        let features = Arc::new(FeatureStore::open(&root.join("features.redb"))?);
         let shared = Shared {
             photos,
             tensors,
             index,
+            features,
         };
         let next_id = recover(&shared, &mut report)?;
         report.photos = shared.index.len()?;
@@ -190,6 +194,16 @@ impl PhotoStore {
     /// it runs; reads go on.
     pub async fn compact(&self) -> Result<CompactionReport, StoreError> {
         self.request(Command::Compact).await
+    }
+
+    /// Feature vectors of the stored photos, per backbone version.
+    pub fn features(&self) -> &FeatureStore {
+        &self.shared.features
+    }
+
+    /// The feature store, shareable with worker threads.
+    pub fn features_arc(&self) -> &Arc<FeatureStore> {
+        &self.shared.features
     }
 
     /// The index entry of `id`.

@@ -8,6 +8,7 @@ mod client;
 mod fashion_mnist;
 mod import;
 mod photos;
+mod relabel;
 mod server;
 
 use std::process::ExitCode;
@@ -30,6 +31,8 @@ enum Command {
     Import(import::ImportArgs),
     /// List, fetch, inspect or delete photos in a running store.
     Photos(photos::PhotosArgs),
+    /// Re-label every stored photo with the model, on the store, and report label churn.
+    Relabel(relabel::RelabelArgs),
     /// Reclaim the space of deleted photos in a running store.
     Compact(client::ServerArgs),
     /// Benchmarks that print a table with ratios to a reference measured in the same run.
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
             Command::Import(args) => import::run(args).await,
             Command::Photos(args) => photos::run(args).await,
             Command::Compact(args) => photos::compact(args).await,
+            Command::Relabel(args) => relabel::run(args).await,
             Command::Bench(args) => bench::run(args).await,
         }
     });

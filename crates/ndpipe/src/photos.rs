@@ -42,6 +42,22 @@ enum Action {
         /// Photo id.
         id: u64,
     },
+    /// Print a photo's predicted labels, per model version.
+    Labels {
+        /// Photo id.
+        id: u64,
+    },
+    /// Find photos by predicted label (e.g. "tabby"), best score first.
+    Search {
+        /// A class name, or one of its comma-separated synonyms.
+        label: String,
+        /// Model version (default: the active one).
+        #[arg(long)]
+        model: Option<String>,
+        /// How many results.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
     /// Delete a photo.
     Delete {
         /// Photo id.
@@ -70,6 +86,42 @@ pub async fn run(args: PhotosArgs) -> Result<()> {
         Action::Meta { id } => {
             let meta: Value = client.get_json(&format!("/v1/photos/{id}/meta")).await?;
             println!("{}", serde_json::to_string_pretty(&meta)?);
+            Ok(())
+        }
+        Action::Labels { id } => {
+            let labels: Value = client.get_json(&format!("/v1/photos/{id}/labels")).await?;
+            for version in labels.as_array().into_iter().flatten() {
+                println!("{}:", version["model_version"].as_str().unwrap_or("?"));
+                for l in version["labels"].as_array().into_iter().flatten() {
+                    println!(
+                        "  {:.3}  {}",
+                        l["score"].as_f64().unwrap_or(0.0),
+                        l["label"].as_str().unwrap_or("")
+                    );
+                }
+            }
+            Ok(())
+        }
+        Action::Search {
+            label,
+            model,
+            limit,
+        } => {
+            let mut path = format!("/v1/search?label={}&limit={limit}", encode(&label));
+            if let Some(m) = model {
+                path.push_str(&format!("&model={}", encode(&m)));
+            }
+            let reply: Value = client.get_json(&path).await?;
+            println!("model {}", reply["model_version"].as_str().unwrap_or("?"));
+            for h in reply["hits"].as_array().into_iter().flatten() {
+                println!(
+                    "{:>10}  {:.3}  rank {}  {}",
+                    h["id"].as_u64().unwrap_or(0),
+                    h["score"].as_f64().unwrap_or(0.0),
+                    h["rank"].as_u64().unwrap_or(0) + 1,
+                    h["label"].as_str().unwrap_or("")
+                );
+            }
             Ok(())
         }
         Action::Delete { id } => {
@@ -130,4 +182,16 @@ pub async fn compact(args: ServerArgs) -> Result<()> {
         report["seconds"].as_f64().unwrap_or(0.0)
     );
     Ok(())
+}
+
+/// Percent-encodes a query value.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

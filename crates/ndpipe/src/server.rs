@@ -6,10 +6,17 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use ndpipe_catalog::{Catalog, SqliteCatalog};
-use ndpipe_model::{Codec, PreprocessConfig};
+use std::time::Duration;
+
+use ndpipe_catalog::{Catalog, ModelVersion, SqliteCatalog};
+use ndpipe_model::{
+    Codec, ExecutionProvider, InferenceBackend, OrtBackend, PreprocessConfig, RuntimeConfig,
+};
 use ndpipe_store::http::{self, AppState, HttpConfig};
+use ndpipe_store::jobs::Jobs;
+use ndpipe_store::labeler::{ActiveModel, Labeler, LabelerConfig};
 use ndpipe_store::metrics::StoreMetrics;
+use ndpipe_store::relabel::RelabelOptions;
 use ndpipe_store::{IngestConfig, Ingestor, PhotoStore, StoreConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -53,6 +60,27 @@ pub struct ServeArgs {
     /// Photos decoded at once (default: one per CPU core).
     #[arg(long, env = "NDPIPE_DECODE_THREADS")]
     pub decode_threads: Option<usize>,
+    /// Folder with the model: model.json, the ONNX file and the class names (made by `make setup`).
+    #[arg(long, env = "NDPIPE_MODEL_DIR", default_value = ".cache/model")]
+    pub model_dir: PathBuf,
+    /// The ONNX Runtime shared library (default: MODEL_DIR/lib/libonnxruntime.so).
+    #[arg(long, env = "NDPIPE_ORT_LIB")]
+    pub ort_lib: Option<PathBuf>,
+    /// Run without a model: photos are stored but not labelled until a re-labelling with one.
+    #[arg(long)]
+    pub no_model: bool,
+    /// Threads per model run (0: ONNX Runtime decides).
+    #[arg(long, env = "NDPIPE_INTRA_THREADS", default_value_t = 0)]
+    pub intra_threads: usize,
+    /// Largest batch per model run.
+    #[arg(long, env = "NDPIPE_MAX_BATCH", default_value_t = 32)]
+    pub max_batch: usize,
+    /// Where inference runs: cpu, cuda or tensorrt.
+    #[arg(long, env = "NDPIPE_EXECUTION_PROVIDER", default_value = "cpu")]
+    pub execution_provider: String,
+    /// Longest wait, in ms, for concurrent uploads to fill an online-labelling batch.
+    #[arg(long, env = "NDPIPE_LABEL_WAIT_MS", default_value_t = 5)]
+    pub label_wait_ms: u64,
 }
 
 impl ServeArgs {
@@ -69,7 +97,45 @@ impl ServeArgs {
             tensor_codec: "zstd".into(),
             tensor_level: 3,
             decode_threads: None,
+            model_dir: PathBuf::from(".cache/model"),
+            ort_lib: None,
+            no_model: true,
+            intra_threads: 0,
+            max_batch: 32,
+            execution_provider: "cpu".into(),
+            label_wait_ms: 5,
         }
+    }
+
+    fn load_model(&self) -> Result<ActiveModel> {
+        let execution_provider = match self.execution_provider.as_str() {
+            "cpu" => ExecutionProvider::Cpu,
+            "cuda" => ExecutionProvider::Cuda,
+            "tensorrt" => ExecutionProvider::TensorRt,
+            other => {
+                anyhow::bail!("unknown execution provider {other:?}: use cpu, cuda or tensorrt")
+            }
+        };
+        let config = RuntimeConfig {
+            dylib: self
+                .ort_lib
+                .clone()
+                .unwrap_or_else(|| self.model_dir.join("lib/libonnxruntime.so")),
+            intra_threads: self.intra_threads,
+            max_batch: self.max_batch,
+            execution_provider,
+        };
+        let backend = OrtBackend::load(&self.model_dir, &config).with_context(|| {
+            format!(
+                "loading the model from {} (run `make setup`, or pass --model-dir, or --no-model to store photos without labels)",
+                self.model_dir.display()
+            )
+        })?;
+        let version = ActiveModel::pretrained_version(backend.info());
+        Ok(ActiveModel {
+            backend: Arc::new(backend),
+            version,
+        })
     }
 
     fn codec(&self) -> Result<Codec> {
@@ -108,7 +174,7 @@ pub struct Running {
     pub addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     task: tokio::task::JoinHandle<Result<()>>,
-    store: Arc<PhotoStore>,
+    jobs: Arc<Jobs>,
 }
 
 impl Running {
@@ -116,7 +182,8 @@ impl Running {
     pub async fn stop(self) -> Result<()> {
         let _ = self.shutdown.send(true);
         self.task.await.context("server task failed")??;
-        drop(self.store);
+        let jobs = self.jobs;
+        tokio::task::spawn_blocking(move || jobs.shutdown()).await?;
         Ok(())
     }
 }
@@ -156,13 +223,49 @@ pub async fn start(args: &ServeArgs) -> Result<Running> {
             .decode_threads
             .unwrap_or_else(|| IngestConfig::default().max_parallel_decodes),
     };
-    let ingestor = Arc::new(Ingestor::new(store.clone(), catalog, ingest_config));
+    let metrics = Arc::new(StoreMetrics::default());
+    let model = if args.no_model {
+        info!("no model: photos are stored without labels");
+        None
+    } else {
+        let a = args.clone();
+        let model = tokio::task::spawn_blocking(move || a.load_model()).await??;
+        register_model(&*catalog, &model)?;
+        info!(version = %model.version, backbone = %model.info().backbone_version, "model loaded");
+        Some(model)
+    };
+    let mut ingestor = Ingestor::new(store.clone(), catalog.clone(), ingest_config);
+    if let Some(model) = &model {
+        let labeler_config = LabelerConfig {
+            max_batch: args.max_batch,
+            max_wait: Duration::from_millis(args.label_wait_ms),
+            ..LabelerConfig::default()
+        };
+        let labeler = Labeler::start(
+            model.clone(),
+            catalog.clone(),
+            store.features_arc().clone(),
+            metrics.clone(),
+            labeler_config,
+        )
+        .context("starting the labelling thread")?;
+        ingestor = ingestor.with_labeler(labeler);
+    }
+    let ingestor = Arc::new(ingestor);
     let reconciled = ingestor
         .reconcile()
         .await
         .context("reconciling the catalog with the store")?;
     info!(?reconciled, "catalog reconciled");
-    let metrics = Arc::new(StoreMetrics::default());
+    let relabel = RelabelOptions {
+        batch: args.max_batch,
+        ..RelabelOptions::default()
+    };
+    let jobs = Arc::new(Jobs::new(store.clone(), catalog, model, relabel));
+    let resumer = jobs.clone();
+    if let Some(id) = tokio::task::spawn_blocking(move || resumer.resume_interrupted()).await?? {
+        info!(job = %id, "resumed an interrupted job");
+    }
     metrics
         .photos
         .set(i64::try_from(store.len()?).unwrap_or(i64::MAX));
@@ -170,7 +273,10 @@ pub async fn start(args: &ServeArgs) -> Result<Running> {
         max_upload_bytes: args.max_upload_bytes,
         token: args.token()?,
     };
-    let app = http::router(AppState::new(ingestor, metrics, &http_config), &http_config);
+    let app = http::router(
+        AppState::new(ingestor, jobs.clone(), metrics, &http_config),
+        &http_config,
+    );
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
@@ -189,8 +295,28 @@ pub async fn start(args: &ServeArgs) -> Result<Running> {
         addr,
         shutdown,
         task,
-        store,
+        jobs,
     })
+}
+
+/// Records the loaded model version in the catalog; it becomes active when none is.
+fn register_model(catalog: &dyn Catalog, model: &ActiveModel) -> Result<()> {
+    let models = catalog.models()?;
+    if !models.iter().any(|m| m.id == model.version) {
+        let info = model.info();
+        catalog.register_model(&ModelVersion {
+            id: model.version.clone(),
+            backbone: info.backbone_version.clone(),
+            parent: None,
+            metrics: serde_json::json!({"head": "pretrained", "name": info.name, "classes": info.num_classes}),
+            created_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0),
+            active: !models.iter().any(|m| m.active),
+        })?;
+    }
+    Ok(())
 }
 
 /// `ndpipe serve`: runs until Ctrl-C or SIGTERM.

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 pub use error::ApiError;
 
 use crate::Ingestor;
+use crate::jobs::{JobError, JobView, Jobs};
 use crate::metrics::StoreMetrics;
 
 /// Default largest upload body.
@@ -49,15 +50,22 @@ impl Default for HttpConfig {
 #[derive(Clone)]
 pub struct AppState {
     ingestor: Arc<Ingestor>,
+    jobs: Arc<Jobs>,
     metrics: Arc<StoreMetrics>,
     token: Option<Arc<str>>,
 }
 
 impl AppState {
     /// State over an ingest pipeline.
-    pub fn new(ingestor: Arc<Ingestor>, metrics: Arc<StoreMetrics>, config: &HttpConfig) -> Self {
+    pub fn new(
+        ingestor: Arc<Ingestor>,
+        jobs: Arc<Jobs>,
+        metrics: Arc<StoreMetrics>,
+        config: &HttpConfig,
+    ) -> Self {
         AppState {
             ingestor,
+            jobs,
             metrics,
             token: config.token.as_deref().map(Arc::from),
         }
@@ -74,12 +82,18 @@ pub fn router(state: AppState, config: &HttpConfig) -> Router {
             axum::routing::put(set_ground_truth),
         )
         .route("/v1/admin/compact", post(compact))
+        .route("/v1/jobs/relabel", post(start_relabel))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let reads = Router::new()
         .route("/v1/photos", get(list_photos))
         .route("/v1/photos/{id}", get(get_photo))
         .route("/v1/photos/{id}/meta", get(get_meta))
         .route("/v1/photos/{id}/tensor", get(get_tensor))
+        .route("/v1/photos/{id}/labels", get(get_labels))
+        .route("/v1/search", get(search))
+        .route("/v1/models", get(models))
+        .route("/v1/jobs", get(list_jobs))
+        .route("/v1/jobs/{id}", get(get_job))
         .route("/healthz", get(health))
         .route("/metrics", get(metrics));
     writes
@@ -427,4 +441,201 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         )],
         state.metrics.encode(),
     )
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+}
+
+#[derive(Debug, Serialize)]
+struct VersionLabels {
+    model_version: String,
+    labels: Vec<ndpipe_catalog::Prediction>,
+}
+
+async fn get_labels(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> Result<Json<Vec<VersionLabels>>, ApiError> {
+    let id = parse_id(&raw).map_err(|e| count(&state, e))?;
+    let catalog = state.ingestor.catalog().clone();
+    let (exists, labels) = tokio::task::spawn_blocking(move || {
+        Ok::<_, ndpipe_catalog::CatalogError>((
+            catalog.photo(id)?.is_some(),
+            catalog.predictions(id)?,
+        ))
+    })
+    .await
+    .map_err(internal)?
+    .map_err(|e| count(&state, e.into()))?;
+    if !exists {
+        return Err(count(&state, ApiError::photo_not_found(id)));
+    }
+    Ok(Json(
+        labels
+            .into_iter()
+            .map(|(model_version, labels)| VersionLabels {
+                model_version,
+                labels,
+            })
+            .collect(),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+struct SearchParams {
+    label: Option<String>,
+    model: Option<String>,
+    offset: Option<usize>,
+    limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+struct SearchReply {
+    model_version: String,
+    hits: Vec<ndpipe_catalog::SearchHit>,
+    /// Pass as `offset` for the next page; absent on the last page.
+    next_offset: Option<usize>,
+}
+
+async fn search(
+    State(state): State<AppState>,
+    query: Result<Query<SearchParams>, QueryRejection>,
+) -> Result<Json<SearchReply>, ApiError> {
+    let Query(params) =
+        query.map_err(|e| count(&state, ApiError::bad_request("bad_query", e.body_text())))?;
+    let label = params
+        .label
+        .filter(|l| !l.trim().is_empty())
+        .ok_or_else(|| {
+            count(
+                &state,
+                ApiError::bad_request("bad_query", "label is required"),
+            )
+        })?;
+    let limit = params.limit.unwrap_or(50);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(count(
+            &state,
+            ApiError::bad_request("bad_query", format!("limit must be 1..={MAX_PAGE}")),
+        ));
+    }
+    let offset = params.offset.unwrap_or(0);
+    let catalog = state.ingestor.catalog().clone();
+    let requested = params.model;
+    let (version, hits) = tokio::task::spawn_blocking(move || {
+        let models = catalog.models()?;
+        let version = match requested {
+            Some(v) if models.iter().any(|m| m.id == v) => v,
+            Some(v) => {
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "unknown_model",
+                    format!("model version {v:?} does not exist"),
+                ));
+            }
+            None => models
+                .iter()
+                .find(|m| m.active)
+                .map(|m| m.id.clone())
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::CONFLICT,
+                        "no_model",
+                        "no model version is active",
+                    )
+                })?,
+        };
+        let hits = catalog.search(label.trim(), &version, offset, limit)?;
+        Ok((version, hits))
+    })
+    .await
+    .map_err(internal)?
+    .map_err(|e| count(&state, e))?;
+    let next_offset = (hits.len() == limit).then_some(offset + limit);
+    Ok(Json(SearchReply {
+        model_version: version,
+        hits,
+        next_offset,
+    }))
+}
+
+async fn models(
+    State(state): State<AppState>,
+) -> Result<Json<Vec<ndpipe_catalog::ModelVersion>>, ApiError> {
+    let catalog = state.ingestor.catalog().clone();
+    let models = tokio::task::spawn_blocking(move || catalog.models())
+        .await
+        .map_err(internal)?
+        .map_err(|e| count(&state, e.into()))?;
+    Ok(Json(models))
+}
+
+impl From<JobError> for ApiError {
+    fn from(e: JobError) -> Self {
+        match e {
+            JobError::Busy(_) => ApiError::new(StatusCode::CONFLICT, "job_running", e.to_string()),
+            JobError::NoModel => ApiError::new(StatusCode::CONFLICT, "no_model", e.to_string()),
+            JobError::UnknownModel { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "unknown_model", e.to_string())
+            }
+            JobError::Catalog(c) => c.into(),
+            other => internal(other),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct RelabelParams {
+    model: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Started {
+    id: String,
+}
+
+async fn start_relabel(
+    State(state): State<AppState>,
+    query: Result<Query<RelabelParams>, QueryRejection>,
+) -> Result<(StatusCode, Json<Started>), ApiError> {
+    let Query(params) =
+        query.map_err(|e| count(&state, ApiError::bad_request("bad_query", e.body_text())))?;
+    let jobs = state.jobs.clone();
+    let id = tokio::task::spawn_blocking(move || jobs.start_relabel(params.model.as_deref()))
+        .await
+        .map_err(internal)?
+        .map_err(|e| count(&state, e.into()))?;
+    Ok((StatusCode::ACCEPTED, Json(Started { id })))
+}
+
+async fn list_jobs(State(state): State<AppState>) -> Result<Json<Vec<JobView>>, ApiError> {
+    let jobs = state.jobs.clone();
+    let list = tokio::task::spawn_blocking(move || jobs.list())
+        .await
+        .map_err(internal)?
+        .map_err(|e| count(&state, e.into()))?;
+    Ok(Json(list))
+}
+
+async fn get_job(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    let jobs = state.jobs.clone();
+    let lookup = id.clone();
+    let job = tokio::task::spawn_blocking(move || jobs.get(&lookup))
+        .await
+        .map_err(internal)?
+        .map_err(|e| count(&state, e.into()))?;
+    job.map(Json).ok_or_else(|| {
+        count(
+            &state,
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("job {id} does not exist"),
+            ),
+        )
+    })
 }

@@ -1,0 +1,259 @@
+//! Long-running jobs of a PipeStore (re-labelling), one at a time, recorded in the catalog so
+//! that a job interrupted by a crash or a shutdown resumes at the next start.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ndpipe_catalog::{Catalog, JobRecord};
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::labeler::ActiveModel;
+use crate::relabel::{self, RelabelOptions, RelabelReport};
+use crate::{IngestError, PhotoStore};
+
+const RELABEL: &str = "relabel";
+
+/// Why a job could not be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JobError {
+    /// Another job is running.
+    #[error("job {0} is still running")]
+    Busy(String),
+    /// No model is loaded on this node.
+    #[error("no model is loaded (start the server with a model to label photos)")]
+    NoModel,
+    /// The requested model version is not the one loaded here.
+    #[error("unknown model version {requested:?}; this node runs {loaded:?}")]
+    UnknownModel {
+        /// Asked for.
+        requested: String,
+        /// Loaded.
+        loaded: String,
+    },
+    /// The catalog failed.
+    #[error(transparent)]
+    Catalog(#[from] ndpipe_catalog::CatalogError),
+    /// The job thread could not start.
+    #[error("cannot start the job thread: {0}")]
+    Spawn(String),
+}
+
+/// A job as shown to clients.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobView {
+    /// Id.
+    pub id: String,
+    /// Kind ("relabel").
+    pub kind: String,
+    /// "running", "done", "interrupted" or "failed: ...".
+    pub status: String,
+    /// Progress and results.
+    pub report: RelabelReport,
+    /// Created, ms since the Unix epoch.
+    pub created_ms: i64,
+    /// Last updated, ms since the Unix epoch.
+    pub updated_ms: i64,
+}
+
+struct Current {
+    id: String,
+    report: Arc<Mutex<RelabelReport>>,
+    cancel: Arc<AtomicBool>,
+    handle: JoinHandle<()>,
+}
+
+/// Runs and tracks jobs.
+pub struct Jobs {
+    store: Arc<PhotoStore>,
+    catalog: Arc<dyn Catalog>,
+    model: Option<ActiveModel>,
+    options: RelabelOptions,
+    current: Mutex<Option<Current>>,
+}
+
+impl Jobs {
+    /// A job runner over the store, catalog and (optional) model.
+    pub fn new(
+        store: Arc<PhotoStore>,
+        catalog: Arc<dyn Catalog>,
+        model: Option<ActiveModel>,
+        options: RelabelOptions,
+    ) -> Self {
+        Jobs {
+            store,
+            catalog,
+            model,
+            options,
+            current: Mutex::new(None),
+        }
+    }
+
+    /// Starts re-labelling every photo with the loaded model (`version`, if given, must name it).
+    pub fn start_relabel(self: &Arc<Self>, version: Option<&str>) -> Result<String, JobError> {
+        let model = self.model.as_ref().ok_or(JobError::NoModel)?;
+        if let Some(v) = version
+            && v != model.version
+        {
+            return Err(JobError::UnknownModel {
+                requested: v.into(),
+                loaded: model.version.clone(),
+            });
+        }
+        let now = now_ms();
+        let record = JobRecord {
+            id: format!("relabel-{now}"),
+            kind: RELABEL.into(),
+            status: "running".into(),
+            state: serde_json::to_value(RelabelReport::default()).expect("report serialises"),
+            created_ms: now,
+            updated_ms: now,
+        };
+        self.spawn(record, RelabelReport::default())
+    }
+
+    /// Resumes the newest re-labelling left running or interrupted by the previous process.
+    pub fn resume_interrupted(self: &Arc<Self>) -> Result<Option<String>, JobError> {
+        if self.model.is_none() {
+            return Ok(None);
+        }
+        let pending = self
+            .catalog
+            .jobs()?
+            .into_iter()
+            .filter(|j| j.kind == RELABEL && (j.status == "running" || j.status == "interrupted"))
+            .next_back();
+        let Some(record) = pending else {
+            return Ok(None);
+        };
+        let report: RelabelReport =
+            serde_json::from_value(record.state.clone()).unwrap_or_default();
+        info!(job = %record.id, done = report.done, last_id = ?report.last_id, "resuming an interrupted re-labelling");
+        self.spawn(record, report).map(Some)
+    }
+
+    fn spawn(
+        self: &Arc<Self>,
+        mut record: JobRecord,
+        report: RelabelReport,
+    ) -> Result<String, JobError> {
+        let mut current = lock(&self.current);
+        if let Some(c) = current.as_ref()
+            && !c.handle.is_finished()
+        {
+            return Err(JobError::Busy(c.id.clone()));
+        }
+        record.status = "running".into();
+        record.updated_ms = now_ms();
+        self.catalog.put_job(&record)?;
+        let report = Arc::new(Mutex::new(report));
+        let cancel = Arc::new(AtomicBool::new(false));
+        let id = record.id.clone();
+        let this = self.clone();
+        let (r, c) = (report.clone(), cancel.clone());
+        let handle = std::thread::Builder::new()
+            .name("ndpipe-relabel".into())
+            .spawn(move || this.run(record, &r, &c))
+            .map_err(|e| JobError::Spawn(e.to_string()))?;
+        *current = Some(Current {
+            id: id.clone(),
+            report,
+            cancel,
+            handle,
+        });
+        Ok(id)
+    }
+
+    fn run(&self, mut record: JobRecord, report: &Mutex<RelabelReport>, cancel: &AtomicBool) {
+        let Some(model) = &self.model else { return };
+        let catalog = self.catalog.clone();
+        let save = |record: &mut JobRecord, r: &RelabelReport| {
+            record.state = serde_json::to_value(r).expect("report serialises");
+            record.updated_ms = now_ms();
+            if let Err(e) = catalog.put_job(record) {
+                warn!(job = %record.id, error = %e, "cannot record job progress");
+            }
+        };
+        let relabeler = relabel::Relabeler {
+            store: &self.store,
+            catalog: &self.catalog,
+            features: self.store.features_arc(),
+            model,
+            options: &self.options,
+        };
+        let result = relabeler.run(report, cancel, |r| save(&mut record.clone(), r));
+        let final_report = lock(report).clone();
+        record.status = match (&result, cancel.load(Ordering::Relaxed)) {
+            (Err(e), _) => format!("failed: {e}"),
+            (Ok(()), true) => "interrupted".into(),
+            (Ok(()), false) => "done".into(),
+        };
+        save(&mut record, &final_report);
+        match result {
+            Ok(()) => info!(job = %record.id, status = %record.status, done = final_report.done,
+                images_per_second = final_report.images_per_second, changed = final_report.changed_fraction,
+                "re-labelling finished"),
+            Err(IngestError::Store(e)) => {
+                warn!(job = %record.id, error = %e, "re-labelling failed")
+            }
+            Err(e) => warn!(job = %record.id, error = %e, "re-labelling failed"),
+        }
+    }
+
+    /// One job, with live progress when it is the running one.
+    pub fn get(&self, id: &str) -> Result<Option<JobView>, JobError> {
+        Ok(self.list()?.into_iter().find(|j| j.id == id))
+    }
+
+    /// All jobs, oldest first.
+    pub fn list(&self) -> Result<Vec<JobView>, JobError> {
+        let current = lock(&self.current);
+        let live = current
+            .as_ref()
+            .filter(|c| !c.handle.is_finished())
+            .map(|c| (c.id.clone(), lock(&c.report).clone()));
+        Ok(self
+            .catalog
+            .jobs()?
+            .into_iter()
+            .map(|j| {
+                let report = match &live {
+                    Some((id, r)) if *id == j.id => r.clone(),
+                    _ => serde_json::from_value(j.state.clone()).unwrap_or_default(),
+                };
+                JobView {
+                    id: j.id,
+                    kind: j.kind,
+                    status: j.status,
+                    report,
+                    created_ms: j.created_ms,
+                    updated_ms: j.updated_ms,
+                }
+            })
+            .collect())
+    }
+
+    /// Stops the running job at its next batch and waits for it; it resumes at the next start.
+    pub fn shutdown(&self) {
+        if let Some(c) = lock(&self.current).take() {
+            c.cancel.store(true, Ordering::Relaxed);
+            if c.handle.join().is_err() {
+                warn!("job thread panicked");
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,238 @@
+//! Online inference at ingest: photos are labelled right after their durable write.
+//!
+//! Uploads hand their tensor to a dedicated model thread (inference never runs on the async
+//! runtime). The thread gathers up to `max_batch` photos, waiting at most `max_wait` after the
+//! first one, so concurrent uploads share a batch; it then writes the top-k labels to the catalog
+//! and the feature vectors to the feature store. The HTTP 201 does not wait for this: the
+//! 201-to-label latency is exported as `ndpipe_store_label_latency_seconds`. A photo whose labels
+//! are lost (queue full, crash) is picked up by the next re-labelling.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ndpipe_catalog::{Catalog, Prediction};
+use ndpipe_model::{ImageTensor, InferenceBackend, ModelInfo, Outputs, top_k};
+use tracing::warn;
+
+use crate::features::FeatureStore;
+use crate::metrics::StoreMetrics;
+
+/// The model that labels the store, and the catalog version its labels are filed under.
+#[derive(Clone)]
+pub struct ActiveModel {
+    /// The inference backend.
+    pub backend: Arc<dyn InferenceBackend>,
+    /// The catalog's model version id.
+    pub version: String,
+}
+
+impl ActiveModel {
+    /// The model version id used for a pretrained model: its name and the backbone hash prefix.
+    pub fn pretrained_version(info: &ModelInfo) -> String {
+        let short = &info.backbone_version[..info.backbone_version.len().min(12)];
+        format!("{}-{short}", info.name)
+    }
+
+    /// The model's description.
+    pub fn info(&self) -> &ModelInfo {
+        self.backend.info()
+    }
+}
+
+/// Settings of online labelling.
+#[derive(Debug, Clone)]
+pub struct LabelerConfig {
+    /// Largest batch per model run.
+    pub max_batch: usize,
+    /// Longest wait for a batch to fill after its first photo.
+    pub max_wait: Duration,
+    /// Labels kept per photo.
+    pub top_k: usize,
+    /// Photos waiting for the model before new ones are left to re-labelling.
+    pub queue: usize,
+}
+
+impl Default for LabelerConfig {
+    fn default() -> Self {
+        LabelerConfig {
+            max_batch: 16,
+            max_wait: Duration::from_millis(5),
+            top_k: 5,
+            queue: 1024,
+        }
+    }
+}
+
+struct Request {
+    id: u64,
+    tensor: ImageTensor,
+    enqueued: Instant,
+}
+
+/// The online labelling worker.
+pub struct Labeler {
+    tx: Option<SyncSender<Request>>,
+    thread: Option<JoinHandle<()>>,
+    model: ActiveModel,
+    metrics: Arc<StoreMetrics>,
+}
+
+impl Labeler {
+    /// Starts the model thread.
+    pub fn start(
+        model: ActiveModel,
+        catalog: Arc<dyn Catalog>,
+        features: Arc<FeatureStore>,
+        metrics: Arc<StoreMetrics>,
+        config: LabelerConfig,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(config.queue.max(1));
+        let worker = Worker {
+            model: model.clone(),
+            catalog,
+            features,
+            metrics: metrics.clone(),
+            config,
+        };
+        let thread = std::thread::Builder::new()
+            .name("ndpipe-labeler".into())
+            .spawn(move || worker.run(rx))?;
+        Ok(Labeler {
+            tx: Some(tx),
+            thread: Some(thread),
+            model,
+            metrics,
+        })
+    }
+
+    /// The model in use.
+    pub fn model(&self) -> &ActiveModel {
+        &self.model
+    }
+
+    /// Queues a stored photo for labelling. Returns false when the queue is full (the photo
+    /// stays unlabelled until the next re-labelling).
+    pub fn submit(&self, id: u64, tensor: ImageTensor) -> bool {
+        let Some(tx) = &self.tx else { return false };
+        match tx.try_send(Request {
+            id,
+            tensor,
+            enqueued: Instant::now(),
+        }) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.metrics.error("label_queue_full");
+                false
+            }
+        }
+    }
+}
+
+impl Drop for Labeler {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            warn!("labeler thread panicked");
+        }
+    }
+}
+
+struct Worker {
+    model: ActiveModel,
+    catalog: Arc<dyn Catalog>,
+    features: Arc<FeatureStore>,
+    metrics: Arc<StoreMetrics>,
+    config: LabelerConfig,
+}
+
+impl Worker {
+    fn run(self, rx: Receiver<Request>) {
+        let max_batch = self
+            .config
+            .max_batch
+            .min(self.model.backend.max_batch())
+            .max(1);
+        while let Ok(first) = rx.recv() {
+            let deadline = Instant::now() + self.config.max_wait;
+            let mut batch = vec![first];
+            while batch.len() < max_batch {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match rx.recv_timeout(left) {
+                    Ok(r) => batch.push(r),
+                    Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => break,
+                }
+            }
+            if let Err(e) = self.label(&batch) {
+                warn!(error = %e, photos = batch.len(), "online labelling failed; the photos stay unlabelled");
+                self.metrics.error("label_failed");
+            }
+        }
+    }
+
+    fn label(&self, batch: &[Request]) -> Result<(), String> {
+        let tensors: Vec<ImageTensor> = batch.iter().map(|r| r.tensor.clone()).collect();
+        let outputs = self
+            .model
+            .backend
+            .run(&tensors)
+            .map_err(|e| e.to_string())?;
+        let ids: Vec<u64> = batch.iter().map(|r| r.id).collect();
+        write_outputs(
+            &self.model,
+            &*self.catalog,
+            &self.features,
+            &ids,
+            &outputs,
+            self.config.top_k,
+        )
+        .map_err(|e| e.to_string())?;
+        for r in batch {
+            self.metrics
+                .label_seconds
+                .observe(r.enqueued.elapsed().as_secs_f64());
+        }
+        self.metrics.labelled.inc_by(batch.len() as u64);
+        Ok(())
+    }
+}
+
+/// The top-`k` labels of row `i`.
+pub fn predictions(info: &ModelInfo, outputs: &Outputs, i: usize, k: usize) -> Vec<Prediction> {
+    top_k(outputs.logits(i), k)
+        .into_iter()
+        .map(|(class, score)| Prediction {
+            label: info.class_name(class).unwrap_or("unknown").to_string(),
+            score,
+        })
+        .collect()
+}
+
+/// Files the labels and features of a batch: labels under the model version, features under its
+/// backbone. Photos deleted meanwhile are skipped.
+pub fn write_outputs(
+    model: &ActiveModel,
+    catalog: &dyn Catalog,
+    features: &FeatureStore,
+    ids: &[u64],
+    outputs: &Outputs,
+    k: usize,
+) -> Result<Vec<(u64, Vec<Prediction>)>, crate::IngestError> {
+    let info = model.info();
+    let rows: Vec<(u64, Vec<Prediction>)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (*id, predictions(info, outputs, i, k)))
+        .collect();
+    catalog.put_predictions_many(&model.version, &rows)?;
+    let feature_rows: Vec<(u64, &[f32])> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (*id, outputs.features(i)))
+        .collect();
+    features.put_many(&info.backbone_version, &feature_rows)?;
+    Ok(rows)
+}
