@@ -42,14 +42,19 @@ async fn import_a_folder_and_fashion_mnist() {
         .filter(|p| p["ground_truth"]["split"] == "train")
         .count();
     assert_eq!(train, 60);
-    assert_eq!(
-        photos[0]["ground_truth"]["label"], "Ankle boot",
-        "first training image of Fashion-MNIST"
+    let classes: std::collections::HashSet<&str> = photos
+        .iter()
+        .map(|p| p["ground_truth"]["label"].as_str().unwrap())
+        .collect();
+    assert!(
+        classes.contains("Ankle boot"),
+        "the first training image is an ankle boot: {classes:?}"
     );
-    assert_eq!(
-        (photos[0]["width"].as_u64(), photos[0]["height"].as_u64()),
-        (Some(28), Some(28))
+    assert!(
+        classes.len() >= 8,
+        "70 images cover most of the 10 classes: {classes:?}"
     );
+    assert!(photos.iter().all(|p| p["width"] == 28 && p["height"] == 28));
     let first = inst.json("/v1/photos/1/meta").await;
     assert_eq!(first["ground_truth"]["label"], "samples");
 }

@@ -3,8 +3,10 @@
 //! - `api`: the HTTP API, its errors, and what a bad upload leaves behind (nothing).
 //! - `durability`: kill -9, torn tails, a lost index, corruption, compaction.
 //! - `cli`: the import and photos commands.
+//! - `inference`: labels at ingest with the real model, search, re-labelling jobs, model faults.
 
 mod api;
 mod cli;
 mod common;
 mod durability;
+mod inference;

@@ -27,6 +27,19 @@ pub fn samples_dir() -> PathBuf {
     dir
 }
 
+/// The model made by the setup step.
+pub fn model_dir() -> PathBuf {
+    let dir = std::env::var_os("NDPIPE_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/model"));
+    assert!(
+        dir.join("model.json").exists(),
+        "model missing in {}: run `make setup` (tools/setup.sh) first",
+        dir.display()
+    );
+    dir
+}
+
 /// A real photo by file name, e.g. "chelsea.png".
 pub fn sample(name: &str) -> Vec<u8> {
     std::fs::read(samples_dir().join(name)).expect("reading a sample photo")
@@ -90,8 +103,27 @@ impl Instance {
         Self::start_with(&[])
     }
 
-    /// Starts a store with extra `serve` flags.
+    /// Starts a store without a model (storage only), with extra `serve` flags.
     pub fn start_with(extra: &[&str]) -> Self {
+        let mut flags = vec!["--no-model"];
+        flags.extend_from_slice(extra);
+        Self::launch(&flags)
+    }
+
+    /// Starts a store that labels photos with the real model, with extra `serve` flags.
+    pub fn start_with_model(extra: &[&str]) -> Self {
+        let dir = model_dir();
+        let mut flags = vec!["--model-dir", dir.to_str().unwrap(), "--intra-threads", "2"];
+        flags.extend_from_slice(extra);
+        Self::launch(&flags)
+    }
+
+    /// Replaces the extra flags used by the next [`Instance::restart`].
+    pub fn set_flags(&mut self, flags: &[&str]) {
+        self.extra = flags.iter().map(|s| s.to_string()).collect();
+    }
+
+    fn launch(extra: &[&str]) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let port = free_port();
         let mut inst = Instance {
@@ -128,7 +160,7 @@ impl Instance {
     }
 
     fn wait_healthy(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
                 use std::io::{Read, Write};
@@ -154,6 +186,31 @@ impl Instance {
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self._tmp.path().join("serve.log")).unwrap_or_default()
+    }
+
+    /// Polls `path` until `ready` holds for its JSON, or panics after `secs`.
+    pub async fn wait_for(
+        &self,
+        path: &str,
+        secs: u64,
+        ready: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let (status, body) = self.get(path).await;
+            if status == 200 {
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                if ready(&v) {
+                    return v;
+                }
+                if Instant::now() > deadline {
+                    panic!("GET {path} not ready after {secs} s: {v}\n{}", self.log());
+                }
+            } else if Instant::now() > deadline {
+                panic!("GET {path}: HTTP {status}\n{}", self.log());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// SIGKILL, no chance to clean up.
