@@ -120,12 +120,10 @@ impl Jobs {
         if self.model.is_none() {
             return Ok(None);
         }
-        let pending = self
-            .catalog
-            .jobs()?
-            .into_iter()
-            .filter(|j| j.kind == RELABEL && (j.status == "running" || j.status == "interrupted"))
-            .next_back();
+        let pending =
+            self.catalog.jobs()?.into_iter().rfind(|j| {
+                j.kind == RELABEL && (j.status == "running" || j.status == "interrupted")
+            });
         let Some(record) = pending else {
             return Ok(None);
         };
