@@ -211,8 +211,9 @@ pub fn predictions(info: &ModelInfo, outputs: &Outputs, i: usize, k: usize) -> V
         .collect()
 }
 
-/// Files the labels and features of a batch: labels under the model version, features under its
-/// backbone. Photos deleted meanwhile are skipped.
+/// Files the features and labels of a batch: features under the backbone, then labels under the
+/// model version, so a photo with labels always has its features. Labels of photos deleted
+/// meanwhile are skipped.
 pub fn write_outputs(
     model: &ActiveModel,
     catalog: &dyn Catalog,
@@ -227,12 +228,12 @@ pub fn write_outputs(
         .enumerate()
         .map(|(i, id)| (*id, predictions(info, outputs, i, k)))
         .collect();
-    catalog.put_predictions_many(&model.version, &rows)?;
     let feature_rows: Vec<(u64, &[f32])> = ids
         .iter()
         .enumerate()
         .map(|(i, id)| (*id, outputs.features(i)))
         .collect();
     features.put_many(&info.backbone_version, &feature_rows)?;
+    catalog.put_predictions_many(&model.version, &rows)?;
     Ok(rows)
 }

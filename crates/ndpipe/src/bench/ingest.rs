@@ -1,10 +1,10 @@
-//! `ndpipe bench ...`: benchmarks that print their reference, measured in the same run.
+//! `ndpipe bench ingest`: upload throughput over HTTP vs the decode-limited rate of the same photos.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use clap::{Args, Subcommand};
+use clap::Args;
 use futures::StreamExt;
 use ndpipe_model::{Codec, ImageTensor, PreprocessConfig, Preprocessor, TensorBlob};
 use rayon::prelude::*;
@@ -14,22 +14,9 @@ use crate::client::{Client, ServerArgs, UploadError};
 use crate::fashion_mnist;
 use crate::server::{self, ServeArgs};
 
-/// Flags of `ndpipe bench`.
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    #[command(subcommand)]
-    which: Which,
-}
-
-#[derive(Debug, Subcommand)]
-enum Which {
-    /// Upload throughput over HTTP vs the decode-limited rate of the same photos.
-    Ingest(IngestBench),
-}
-
 /// Flags of `ndpipe bench ingest`.
 #[derive(Debug, Args)]
-struct IngestBench {
+pub struct IngestBench {
     /// Folder of real sample photos (the scikit-image wheel's, fetched by the setup step).
     #[arg(long, default_value = ".cache/model/samples")]
     samples: PathBuf,
@@ -53,13 +40,6 @@ struct IngestBench {
     json: Option<PathBuf>,
 }
 
-/// Runs `ndpipe bench`.
-pub async fn run(args: BenchArgs) -> Result<()> {
-    match args.which {
-        Which::Ingest(b) => ingest(b).await,
-    }
-}
-
 /// One photo set's results.
 #[derive(Debug, serde::Serialize)]
 struct Row {
@@ -74,7 +54,8 @@ struct Row {
     p99_ms: f64,
 }
 
-async fn ingest(args: IngestBench) -> Result<()> {
+/// Runs `ndpipe bench ingest`.
+pub async fn run(args: IngestBench) -> Result<()> {
     let sets = load_sets(&args)?;
     ensure!(
         !sets.is_empty(),

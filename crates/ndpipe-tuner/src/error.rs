@@ -1,0 +1,71 @@
+//! The crate's error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the Tuner's training core.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TunerError {
+    /// A features slice whose length is not a whole number of `input_dim` rows.
+    #[error("features have {len} values, not a multiple of the input dimension {input_dim}")]
+    FeatureShape {
+        /// Length of the slice.
+        len: usize,
+        /// The head's input dimension.
+        input_dim: usize,
+    },
+    /// A different number of labels than feature rows.
+    #[error("{rows} feature rows but {labels} labels")]
+    LabelCount {
+        /// Feature rows.
+        rows: usize,
+        /// Labels given.
+        labels: usize,
+    },
+    /// A label that names no class of the head.
+    #[error("label {label} at row {row} is out of range for {classes} classes")]
+    LabelOutOfRange {
+        /// Row of the label.
+        row: usize,
+        /// The label.
+        label: u32,
+        /// Number of classes of the head.
+        classes: usize,
+    },
+    /// A head whose input dimension is not the one expected (e.g. the backbone's feature size).
+    #[error("head input dimension is {found}, expected {expected}")]
+    InputDimMismatch {
+        /// The dimension required.
+        expected: usize,
+        /// The head's dimension.
+        found: usize,
+    },
+    /// Training was asked to run on no rows.
+    #[error("no training rows")]
+    EmptyData,
+    /// A class name that is already a class of the head.
+    #[error("duplicate class {0:?}")]
+    DuplicateClass(String),
+    /// A configuration or call argument outside its valid range.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A head file that is not a valid head.
+    #[error("invalid head file {path}: {reason}")]
+    InvalidHeadFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Reading or writing a head file failed.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A tensor operation failed.
+    #[error("tensor error: {0}")]
+    Tensor(#[from] candle_core::Error),
+}

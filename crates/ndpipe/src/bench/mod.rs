@@ -1,0 +1,32 @@
+//! `ndpipe bench ...`: benchmarks that print a table with the ratio to a reference measured in the
+//! same run.
+
+mod infer;
+mod ingest;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+
+/// Flags of `ndpipe bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    which: Which,
+}
+
+#[derive(Debug, Subcommand)]
+enum Which {
+    /// Upload throughput over HTTP vs the decode-limited rate of the same photos.
+    Ingest(ingest::IngestBench),
+    /// Offline inference: model-only limit, end-to-end re-labelling, NDPipe's Python loop, feed
+    /// rates, int8, and the 201-to-label latency.
+    Infer(infer::InferBench),
+}
+
+/// Runs `ndpipe bench`.
+pub async fn run(args: BenchArgs) -> Result<()> {
+    match args.which {
+        Which::Ingest(b) => ingest::run(b).await,
+        Which::Infer(b) => infer::run(b).await,
+    }
+}
