@@ -5,7 +5,7 @@ export NDPIPE_MODEL_DIR := $(CACHE)/model
 export NDPIPE_SAMPLES_DIR := $(CACHE)/model/samples
 export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 
-.PHONY: setup build demo test lint bench-ingest
+.PHONY: setup build demo test lint bench-ingest bench-infer
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -29,3 +29,7 @@ test: setup lint
 ## Ingest throughput over HTTP vs the decode-limited rate, in one run.
 bench-ingest: build
 	target/release/ndpipe bench ingest --json $(CACHE)/bench-ingest.json
+
+## Offline inference: model-only limit, re-labelling, NDPipe's Python loop, feed rates, int8, latency.
+bench-infer: build
+	target/release/ndpipe bench infer --json $(CACHE)/bench-infer.json

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The embedded default, end to end: start `ndpipe serve` on ./data, import the sample photos and
-# a slice of Fashion-MNIST, show what the store holds, then keep serving until Ctrl-C.
+# The embedded default, end to end: start `ndpipe serve` on ./data with the EfficientNet-Lite0
+# model, import the sample photos and a slice of Fashion-MNIST (each photo is labelled on the
+# store as it arrives), search by label, re-label the whole store, then keep serving until Ctrl-C.
 # DEMO_EXIT=1 stops the server after the demo instead of serving on.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -10,10 +11,10 @@ LISTEN=${NDPIPE_LISTEN:-127.0.0.1:8080}
 URL=http://$LISTEN
 export NDPIPE_SERVER=$URL
 
-"$BIN" serve --data "$DATA" --listen "$LISTEN" &
+"$BIN" serve --data "$DATA" --listen "$LISTEN" --model-dir "$ROOT/.cache/model" &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 100); do curl -fsS "$URL/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 300); do curl -fsS "$URL/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
 curl -fsS "$URL/healthz" >/dev/null || { echo "the store did not start" >&2; exit 1; }
 
 echo "== importing the scikit-image sample photos"
@@ -23,8 +24,19 @@ echo "== importing 1400 Fashion-MNIST images with their class and split"
 echo "== the store now holds"
 curl -fsS "$URL/healthz"; echo
 "$BIN" photos list --limit 5
-echo "== photo 1 (metadata)"
-"$BIN" photos meta 1
+echo "== waiting for online labelling to catch up"
+for _ in $(seq 600); do
+  done_count=$(curl -fsS "$URL/metrics" | awk '/^ndpipe_store_labelled_total/ {print $2}')
+  [[ ${done_count:-0} -ge 1420 ]] && break
+  sleep 0.5
+done
+echo "== search: the sample cat"
+"$BIN" photos search "tiger cat" --limit 3
+"$BIN" photos search tabby --limit 3
+echo "== search: espresso"
+"$BIN" photos search espresso --limit 3
+echo "== re-label the whole store on the storage node"
+"$BIN" relabel
 if [[ ${DEMO_EXIT:-0} == 1 ]]; then exit 0; fi
 echo "== serving on $URL (data in $DATA); Ctrl-C to stop"
 wait $SERVER

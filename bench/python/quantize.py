@@ -26,7 +26,7 @@ def main():
     model, calibration, out = sys.argv[1:4]
     data = np.load(calibration).astype(np.float32)
     prepared = out + ".prep.onnx"
-    quant_pre_process(model, prepared)
+    quant_pre_process(model, prepared, skip_symbolic_shape=True)
     quantize_static(
         prepared,
         out,

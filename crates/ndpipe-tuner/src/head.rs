@@ -534,7 +534,7 @@ impl Head {
     /// Number of rows in `features`, which must be whole rows of `input_dim`.
     fn rows(&self, features: &[f32]) -> Result<usize, TunerError> {
         let input_dim = self.config.input_dim;
-        if features.len() % input_dim != 0 {
+        if !features.len().is_multiple_of(input_dim) {
             return Err(TunerError::FeatureShape {
                 len: features.len(),
                 input_dim,

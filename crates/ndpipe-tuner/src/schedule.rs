@@ -146,7 +146,10 @@ mod tests {
         let plan = RunPlan::new(1_000, 3, 128).unwrap();
         assert_eq!(plan.chunks(), [0..256, 256..512, 512..1_000]);
 
-        assert_eq!(RunPlan::new(1_000, 1, 128).unwrap().chunks(), [0..1_000]);
+        assert_eq!(
+            RunPlan::new(1_000, 1, 128).unwrap().chunk(0),
+            Some(0..1_000)
+        );
         assert_eq!(RunPlan::new(1_000, 4, 1).unwrap().chunks()[3], 750..1_000);
         assert_eq!(RunPlan::new(0, 2, 8).unwrap().chunks(), [0..0, 0..0]);
     }
