@@ -1,0 +1,263 @@
+//! The wire protocol between the Tuner and PipeStores (gRPC, `proto/ndpipe.proto`).
+//!
+//! [`pb`] is the generated code. The rest turns wire messages into checked Rust values at the
+//! boundary: a [`FeatureChunk`](pb::FeatureChunk) is only accepted as [`Features`] when its
+//! checksum, counts and dimensions agree, and a staged head only as [`HeadWeights`] when its
+//! byte length matches its shape.
+#![deny(missing_docs)]
+
+use half::f16;
+
+/// Generated protobuf and gRPC code.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod pb {
+    tonic::include_proto!("ndpipe.v1");
+}
+
+/// The protocol version this build speaks; a node with another version is refused.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// A wire message that does not hold together.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProtoError {
+    /// The checksum does not match the payload.
+    #[error("checksum mismatch in {what}")]
+    Checksum {
+        /// Which message.
+        what: String,
+    },
+    /// Counts, dimensions or lengths disagree.
+    #[error("malformed {what}: {reason}")]
+    Malformed {
+        /// Which message.
+        what: String,
+        /// What disagrees.
+        reason: String,
+    },
+}
+
+/// A validated chunk of features: `count` rows of `dim` values with their labels and photo ids.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Features {
+    /// Row-major values, `count * dim`.
+    pub values: Vec<f32>,
+    /// Values per row.
+    pub dim: usize,
+    /// Class index of each row.
+    pub labels: Vec<u32>,
+    /// Photo id of each row.
+    pub photo_ids: Vec<u64>,
+}
+
+impl Features {
+    /// Rows in the chunk.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Whether the chunk has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+}
+
+fn chunk_crc(features: &[u8], labels: &[u32], ids: &[u64]) -> u32 {
+    let mut crc = crc32c::crc32c(features);
+    for l in labels {
+        crc = crc32c::crc32c_append(crc, &l.to_le_bytes());
+    }
+    for i in ids {
+        crc = crc32c::crc32c_append(crc, &i.to_le_bytes());
+    }
+    crc
+}
+
+/// Builds a wire chunk (f16 values, checksummed) from rows of f32 features.
+pub fn encode_chunk(part: pb::Part, run: u32, seq: u32, f: &Features) -> pb::FeatureChunk {
+    let mut bytes = Vec::with_capacity(f.values.len() * 2);
+    for v in &f.values {
+        bytes.extend_from_slice(&f16::from_f32(*v).to_le_bytes());
+    }
+    let crc32c = chunk_crc(&bytes, &f.labels, &f.photo_ids);
+    pb::FeatureChunk {
+        part: part as i32,
+        run,
+        seq,
+        count: f.len() as u32,
+        dim: f.dim as u32,
+        features: bytes,
+        labels: f.labels.clone(),
+        photo_ids: f.photo_ids.clone(),
+        crc32c,
+    }
+}
+
+/// Checks a wire chunk and decodes it; `num_classes` bounds the labels.
+pub fn decode_chunk(c: &pb::FeatureChunk, num_classes: usize) -> Result<Features, ProtoError> {
+    let what = format!("feature chunk run {} seq {}", c.run, c.seq);
+    let bad = |reason: String| ProtoError::Malformed {
+        what: what.clone(),
+        reason,
+    };
+    let (count, dim) = (c.count as usize, c.dim as usize);
+    if c.labels.len() != count || c.photo_ids.len() != count {
+        return Err(bad(format!(
+            "{count} rows but {} labels and {} photo ids",
+            c.labels.len(),
+            c.photo_ids.len()
+        )));
+    }
+    if dim == 0 || c.features.len() != count * dim * 2 {
+        return Err(bad(format!(
+            "{} feature bytes for {count} rows of {dim}",
+            c.features.len()
+        )));
+    }
+    if chunk_crc(&c.features, &c.labels, &c.photo_ids) != c.crc32c {
+        return Err(ProtoError::Checksum { what });
+    }
+    if let Some(l) = c.labels.iter().find(|l| **l as usize >= num_classes) {
+        return Err(bad(format!(
+            "label {l} is not one of {num_classes} classes"
+        )));
+    }
+    let values = c
+        .features
+        .chunks_exact(2)
+        .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+        .collect();
+    Ok(Features {
+        values,
+        dim,
+        labels: c.labels.clone(),
+        photo_ids: c.photo_ids.clone(),
+    })
+}
+
+/// A classifier head as deployed to PipeStores: `logits = weights · features + bias`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeadWeights {
+    /// Class names, in output order.
+    pub classes: Vec<String>,
+    /// Length of the feature vectors it takes.
+    pub input_dim: usize,
+    /// Row-major `[classes x input_dim]`.
+    pub weights: Vec<f32>,
+    /// `[classes]`.
+    pub bias: Vec<f32>,
+}
+
+impl HeadWeights {
+    /// Serialises weights then bias as f32 LE, with their CRC-32C.
+    pub fn to_bytes(&self) -> (Vec<u8>, u32) {
+        let mut out = Vec::with_capacity((self.weights.len() + self.bias.len()) * 4);
+        for v in self.weights.iter().chain(&self.bias) {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&out);
+        (out, crc)
+    }
+
+    /// Parses and checks a staged head.
+    pub fn from_request(r: &pb::StageHeadRequest) -> Result<Self, ProtoError> {
+        let what = format!("head {}", r.version);
+        if crc32c::crc32c(&r.weights) != r.crc32c {
+            return Err(ProtoError::Checksum { what });
+        }
+        let (c, d) = (r.classes.len(), r.input_dim as usize);
+        if c == 0 || d == 0 || r.weights.len() != (c * d + c) * 4 {
+            return Err(ProtoError::Malformed {
+                what,
+                reason: format!(
+                    "{} weight bytes for {c} classes of {d} inputs",
+                    r.weights.len()
+                ),
+            });
+        }
+        let values: Vec<f32> = r
+            .weights
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        Ok(HeadWeights {
+            classes: r.classes.clone(),
+            input_dim: d,
+            weights: values[..c * d].to_vec(),
+            bias: values[c * d..].to_vec(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk() -> Features {
+        Features {
+            values: vec![0.5, -1.0, 2.0, 0.25, 3.0, -0.125],
+            dim: 3,
+            labels: vec![1, 0],
+            photo_ids: vec![10, 11],
+        }
+    }
+
+    #[test]
+    fn chunks_round_trip_and_reject_damage() {
+        let wire = encode_chunk(pb::Part::Train, 2, 7, &chunk());
+        assert_eq!(decode_chunk(&wire, 2).unwrap(), chunk());
+        let mut flipped = wire.clone();
+        flipped.features[3] ^= 1;
+        assert!(matches!(
+            decode_chunk(&flipped, 2),
+            Err(ProtoError::Checksum { .. })
+        ));
+        let mut relabelled = wire.clone();
+        relabelled.labels[0] = 0;
+        assert!(matches!(
+            decode_chunk(&relabelled, 2),
+            Err(ProtoError::Checksum { .. })
+        ));
+        assert!(matches!(
+            decode_chunk(&wire, 1),
+            Err(ProtoError::Malformed { .. })
+        ));
+        let mut short = wire;
+        short.count = 3;
+        assert!(matches!(
+            decode_chunk(&short, 2),
+            Err(ProtoError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn heads_round_trip_and_reject_wrong_shapes() {
+        let head = HeadWeights {
+            classes: vec!["a".into(), "b".into()],
+            input_dim: 2,
+            weights: vec![1.0, 2.0, 3.0, 4.0],
+            bias: vec![0.5, -0.5],
+        };
+        let (weights, crc32c) = head.to_bytes();
+        let mut req = pb::StageHeadRequest {
+            version: "v".into(),
+            classes: head.classes.clone(),
+            input_dim: 2,
+            weights,
+            crc32c,
+            ..Default::default()
+        };
+        assert_eq!(HeadWeights::from_request(&req).unwrap(), head);
+        req.input_dim = 3;
+        assert!(matches!(
+            HeadWeights::from_request(&req),
+            Err(ProtoError::Malformed { .. })
+        ));
+        req.input_dim = 2;
+        req.crc32c ^= 1;
+        assert!(matches!(
+            HeadWeights::from_request(&req),
+            Err(ProtoError::Checksum { .. })
+        ));
+    }
+}
