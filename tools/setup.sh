@@ -11,6 +11,7 @@ need_apt=()
 [[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]] || need_apt+=(dataset-fashion-mnist)
 command -v python3 >/dev/null || need_apt+=(python3 python3-venv)
 command -v curl >/dev/null || need_apt+=(curl)
+command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
 if ((${#need_apt[@]})); then
   log "installing Debian packages: ${need_apt[*]}"
   SUDO=; [[ $(id -u) -eq 0 ]] || SUDO=sudo

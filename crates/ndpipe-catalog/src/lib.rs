@@ -40,6 +40,9 @@ pub trait Catalog: Send + Sync {
         limit: usize,
     ) -> Result<Vec<PhotoRecord>, CatalogError>;
 
+    /// Photos with ground truth in `split`, as (id, label), in id order.
+    fn labelled(&self, split: Split) -> Result<Vec<(PhotoId, String)>, CatalogError>;
+
     /// Number of photos.
     fn count_photos(&self) -> Result<u64, CatalogError>;
 

@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::{
     Catalog, CatalogError, GroundTruth, JobRecord, ModelVersion, PhotoId, PhotoRecord, Prediction,
-    SearchHit,
+    SearchHit, Split,
 };
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
@@ -238,6 +238,23 @@ impl Catalog for SqliteCatalog {
                 .map_err(CatalogError::db("list photos"))?;
             rows.collect::<Result<Vec<_>, _>>()
                 .map_err(CatalogError::db("list photos"))
+        })
+    }
+
+    fn labelled(&self, split: Split) -> Result<Vec<(PhotoId, String)>, CatalogError> {
+        self.with(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT photo_id, label FROM ground_truth WHERE split = ?1 ORDER BY photo_id",
+                )
+                .map_err(CatalogError::db("list labelled photos"))?;
+            let rows = stmt
+                .query_map(params![split.as_str()], |r| {
+                    Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?))
+                })
+                .map_err(CatalogError::db("list labelled photos"))?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .map_err(CatalogError::db("list labelled photos"))
         })
     }
 
@@ -589,7 +606,6 @@ impl Catalog for SqliteCatalog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Split;
 
     #[test]
     fn sqlite_passes_the_catalog_suite() {

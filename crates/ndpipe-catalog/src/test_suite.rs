@@ -96,6 +96,11 @@ fn photos_round_trip_and_page(c: &dyn Catalog) {
     }
     assert_eq!(c.count_photos().unwrap(), 5);
     assert_eq!(
+        c.labelled(Split::Train).unwrap(),
+        vec![(2, "dog".to_string()), (4, "dog".to_string())]
+    );
+    assert!(c.labelled(Split::Val).unwrap().is_empty());
+    assert_eq!(
         c.photo(2).unwrap().unwrap(),
         photo(2, Some(("dog", Split::Train)))
     );

@@ -14,6 +14,10 @@ pub mod pb {
     tonic::include_proto!("ndpipe.v1");
 }
 
+mod plan;
+
+pub use plan::RunPlan;
+
 /// The protocol version this build speaks; a node with another version is refused.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -27,6 +31,9 @@ pub enum ProtoError {
         /// Which message.
         what: String,
     },
+    /// A run plan with zero runs or zero alignment.
+    #[error("invalid run plan: {0}")]
+    InvalidPlan(String),
     /// Counts, dimensions or lengths disagree.
     #[error("malformed {what}: {reason}")]
     Malformed {
@@ -149,6 +156,15 @@ pub struct HeadWeights {
 }
 
 impl HeadWeights {
+    /// The logits of one feature vector (of length `input_dim`).
+    pub fn logits(&self, features: &[f32]) -> Vec<f32> {
+        self.weights
+            .chunks_exact(self.input_dim)
+            .zip(&self.bias)
+            .map(|(row, b)| row.iter().zip(features).map(|(w, x)| w * x).sum::<f32>() + b)
+            .collect()
+    }
+
     /// Serialises weights then bias as f32 LE, with their CRC-32C.
     pub fn to_bytes(&self) -> (Vec<u8>, u32) {
         let mut out = Vec::with_capacity((self.weights.len() + self.bias.len()) * 4);

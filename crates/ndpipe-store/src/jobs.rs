@@ -10,7 +10,7 @@ use ndpipe_catalog::{Catalog, JobRecord};
 use serde::Serialize;
 use tracing::{info, warn};
 
-use crate::labeler::ActiveModel;
+use crate::labeler::SharedModel;
 use crate::relabel::{self, RelabelOptions, RelabelReport};
 use crate::{IngestError, PhotoStore};
 
@@ -70,7 +70,7 @@ struct Current {
 pub struct Jobs {
     store: Arc<PhotoStore>,
     catalog: Arc<dyn Catalog>,
-    model: Option<ActiveModel>,
+    model: Option<SharedModel>,
     options: RelabelOptions,
     current: Mutex<Option<Current>>,
 }
@@ -80,7 +80,7 @@ impl Jobs {
     pub fn new(
         store: Arc<PhotoStore>,
         catalog: Arc<dyn Catalog>,
-        model: Option<ActiveModel>,
+        model: Option<SharedModel>,
         options: RelabelOptions,
     ) -> Self {
         Jobs {
@@ -94,7 +94,7 @@ impl Jobs {
 
     /// Starts re-labelling every photo with the loaded model (`version`, if given, must name it).
     pub fn start_relabel(self: &Arc<Self>, version: Option<&str>) -> Result<String, JobError> {
-        let model = self.model.as_ref().ok_or(JobError::NoModel)?;
+        let model = self.model.as_ref().ok_or(JobError::NoModel)?.get();
         if let Some(v) = version
             && v != model.version
         {
@@ -166,7 +166,9 @@ impl Jobs {
     }
 
     fn run(&self, mut record: JobRecord, report: &Mutex<RelabelReport>, cancel: &AtomicBool) {
-        let Some(model) = &self.model else { return };
+        let Some(model) = self.model.as_ref().map(SharedModel::get) else {
+            return;
+        };
         let catalog = self.catalog.clone();
         let save = |record: &mut JobRecord, r: &RelabelReport| {
             record.state = serde_json::to_value(r).expect("report serialises");
@@ -179,7 +181,7 @@ impl Jobs {
             store: &self.store,
             catalog: &self.catalog,
             features: self.store.features_arc(),
-            model,
+            model: &model,
             options: &self.options,
         };
         let result = relabeler.run(report, cancel, |r| save(&mut record.clone(), r));

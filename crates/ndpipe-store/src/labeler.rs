@@ -7,13 +7,14 @@
 //! 201-to-label latency is exported as `ndpipe_store_label_latency_seconds`. A photo whose labels
 //! are lost (queue full, crash) is picked up by the next re-labelling.
 
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ndpipe_catalog::{Catalog, Prediction};
 use ndpipe_model::{ImageTensor, InferenceBackend, ModelInfo, Outputs, top_k};
+use ndpipe_proto::HeadWeights;
 use tracing::warn;
 
 use crate::features::FeatureStore;
@@ -22,10 +23,34 @@ use crate::metrics::StoreMetrics;
 /// The model that labels the store, and the catalog version its labels are filed under.
 #[derive(Clone)]
 pub struct ActiveModel {
-    /// The inference backend.
+    /// The inference backend (the backbone, with its own pretrained classifier).
     pub backend: Arc<dyn InferenceBackend>,
     /// The catalog's model version id.
     pub version: String,
+    /// A fine-tuned classifier head over the backbone's features; `None` uses the backbone's
+    /// own logits and classes.
+    pub head: Option<Arc<HeadWeights>>,
+}
+
+/// The active model, swappable at run time (a deploy commits a new head).
+#[derive(Clone)]
+pub struct SharedModel(Arc<RwLock<ActiveModel>>);
+
+impl SharedModel {
+    /// Wraps the initial model.
+    pub fn new(model: ActiveModel) -> Self {
+        SharedModel(Arc::new(RwLock::new(model)))
+    }
+
+    /// The model now (cheap: it clones `Arc`s).
+    pub fn get(&self) -> ActiveModel {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the model.
+    pub fn set(&self, model: ActiveModel) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = model;
+    }
 }
 
 impl ActiveModel {
@@ -39,6 +64,29 @@ impl ActiveModel {
     pub fn info(&self) -> &ModelInfo {
         self.backend.info()
     }
+
+    /// The top-`k` labels of row `i` of a backbone run.
+    pub fn predictions(&self, outputs: &Outputs, i: usize, k: usize) -> Vec<Prediction> {
+        match &self.head {
+            Some(head) => head_predictions(head, outputs.features(i), k),
+            None => predictions(self.info(), outputs, i, k),
+        }
+    }
+}
+
+/// The top-`k` labels a head gives a feature vector.
+pub fn head_predictions(head: &HeadWeights, features: &[f32], k: usize) -> Vec<Prediction> {
+    top_k(&head.logits(features), k)
+        .into_iter()
+        .map(|(class, score)| Prediction {
+            label: head
+                .classes
+                .get(class)
+                .cloned()
+                .unwrap_or_else(|| "unknown".into()),
+            score,
+        })
+        .collect()
 }
 
 /// Settings of online labelling.
@@ -75,14 +123,14 @@ struct Request {
 pub struct Labeler {
     tx: Option<SyncSender<Request>>,
     thread: Option<JoinHandle<()>>,
-    model: ActiveModel,
+    model: SharedModel,
     metrics: Arc<StoreMetrics>,
 }
 
 impl Labeler {
     /// Starts the model thread.
     pub fn start(
-        model: ActiveModel,
+        model: SharedModel,
         catalog: Arc<dyn Catalog>,
         features: Arc<FeatureStore>,
         metrics: Arc<StoreMetrics>,
@@ -108,7 +156,7 @@ impl Labeler {
     }
 
     /// The model in use.
-    pub fn model(&self) -> &ActiveModel {
+    pub fn model(&self) -> &SharedModel {
         &self.model
     }
 
@@ -142,7 +190,7 @@ impl Drop for Labeler {
 }
 
 struct Worker {
-    model: ActiveModel,
+    model: SharedModel,
     catalog: Arc<dyn Catalog>,
     features: Arc<FeatureStore>,
     metrics: Arc<StoreMetrics>,
@@ -154,7 +202,7 @@ impl Worker {
         let max_batch = self
             .config
             .max_batch
-            .min(self.model.backend.max_batch())
+            .min(self.model.get().backend.max_batch())
             .max(1);
         while let Ok(first) = rx.recv() {
             let deadline = Instant::now() + self.config.max_wait;
@@ -174,15 +222,12 @@ impl Worker {
     }
 
     fn label(&self, batch: &[Request]) -> Result<(), String> {
+        let model = self.model.get();
         let tensors: Vec<ImageTensor> = batch.iter().map(|r| r.tensor.clone()).collect();
-        let outputs = self
-            .model
-            .backend
-            .run(&tensors)
-            .map_err(|e| e.to_string())?;
+        let outputs = model.backend.run(&tensors).map_err(|e| e.to_string())?;
         let ids: Vec<u64> = batch.iter().map(|r| r.id).collect();
         write_outputs(
-            &self.model,
+            &model,
             &*self.catalog,
             &self.features,
             &ids,
@@ -226,7 +271,7 @@ pub fn write_outputs(
     let rows: Vec<(u64, Vec<Prediction>)> = ids
         .iter()
         .enumerate()
-        .map(|(i, id)| (*id, predictions(info, outputs, i, k)))
+        .map(|(i, id)| (*id, model.predictions(outputs, i, k)))
         .collect();
     let feature_rows: Vec<(u64, &[f32])> = ids
         .iter()

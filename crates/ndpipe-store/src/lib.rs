@@ -18,6 +18,7 @@
 
 mod error;
 pub mod features;
+pub mod grpc;
 pub mod http;
 pub mod index;
 pub mod ingest;

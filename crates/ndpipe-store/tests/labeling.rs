@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use ndpipe_catalog::{Catalog, SqliteCatalog};
 use ndpipe_model::{FakeBackend, ImageTensor, InferenceBackend};
-use ndpipe_store::labeler::{ActiveModel, Labeler, LabelerConfig};
+use ndpipe_store::labeler::{ActiveModel, Labeler, LabelerConfig, SharedModel};
 use ndpipe_store::metrics::StoreMetrics;
 use ndpipe_store::relabel::{RelabelOptions, RelabelReport, Relabeler};
 use ndpipe_store::{IngestConfig, Ingestor, PhotoStore, StoreConfig};
@@ -45,6 +45,7 @@ async fn concurrent_uploads_share_batches_and_get_labels_and_features() {
     let model = ActiveModel {
         backend: s.fake.clone(),
         version: "fake-v1".into(),
+        head: None,
     };
     let config = LabelerConfig {
         max_batch: 8,
@@ -52,7 +53,7 @@ async fn concurrent_uploads_share_batches_and_get_labels_and_features() {
         ..LabelerConfig::default()
     };
     let labeler = Labeler::start(
-        model,
+        SharedModel::new(model),
         s.catalog.clone(),
         s.store.features_arc().clone(),
         Arc::new(StoreMetrics::default()),
@@ -115,6 +116,7 @@ async fn relabel_matches_online_labels_and_counts_churn() {
         let model = ActiveModel {
             backend: s.fake.clone(),
             version: version.into(),
+            head: None,
         };
         let options = RelabelOptions {
             batch: 8,
@@ -149,6 +151,7 @@ async fn relabel_matches_online_labels_and_counts_churn() {
     let model = ActiveModel {
         backend: s.fake.clone(),
         version: "v2".into(),
+        head: None,
     };
     let report = Mutex::new(RelabelReport::default());
     let options = RelabelOptions::default();

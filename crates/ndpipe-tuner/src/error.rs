@@ -49,6 +49,37 @@ pub enum TunerError {
     /// A configuration or call argument outside its valid range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// No PipeStore is registered.
+    #[error("no PipeStore is registered with the Tuner")]
+    NoNodes,
+    /// Another fine-tuning job is running.
+    #[error("a fine-tuning job is already running")]
+    Busy,
+    /// A PipeStore failed or answered wrongly during a job.
+    #[error("PipeStore {node} failed: {message}")]
+    Node {
+        /// The node, as "name (node N)".
+        node: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A deploy was refused by a node and rolled back everywhere.
+    #[error("deploy of {version} aborted: {reason}")]
+    DeployAborted {
+        /// The version.
+        version: String,
+        /// Which node refused and why.
+        reason: String,
+    },
+    /// A model version that the registry does not have.
+    #[error("unknown model version {0}")]
+    UnknownVersion(String),
+    /// The registry's catalog failed.
+    #[error(transparent)]
+    Catalog(#[from] ndpipe_catalog::CatalogError),
+    /// A protocol message or plan that does not hold together.
+    #[error(transparent)]
+    Protocol(#[from] ndpipe_proto::ProtoError),
     /// A head file that is not a valid head.
     #[error("invalid head file {path}: {reason}")]
     InvalidHeadFile {

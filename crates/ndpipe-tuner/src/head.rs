@@ -393,6 +393,25 @@ impl Head {
         Ok(())
     }
 
+    /// The output layer as row-major `[classes x input_dim]` weights and `[classes]` bias: the
+    /// form deployed to PipeStores. Fails for a head with a hidden layer, which the deploy format
+    /// does not carry.
+    pub fn linear_weights(&self) -> Result<(Vec<f32>, Vec<f32>), TunerError> {
+        if self.hidden.is_some() {
+            return Err(TunerError::InvalidArgument(
+                "a head with a hidden layer cannot be deployed as a linear head".into(),
+            ));
+        }
+        let weights = self
+            .output
+            .weight
+            .as_tensor()
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let bias = self.output.bias.as_tensor().to_vec1::<f32>()?;
+        Ok((weights, bias))
+    }
+
     /// Writes the head as safetensors (`output.weight` `[C, in]`, `output.bias` `[C]`, and
     /// `hidden.weight`/`hidden.bias` when present) with its configuration as JSON metadata under
     /// [`HEAD_METADATA_KEY`]. The file is written beside `path` and renamed into place.

@@ -49,9 +49,13 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod api;
+pub mod coordinator;
 mod error;
 pub mod head;
+pub mod nodes;
 pub mod schedule;
+pub mod versions;
 
 pub use error::TunerError;
 pub use head::{Head, HeadConfig, Prediction, RunReport};

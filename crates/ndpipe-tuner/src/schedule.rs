@@ -4,10 +4,6 @@
 //! contiguous chunks, and the Tuner trains run `k` on chunk `k` only, warm-started from run `k-1`,
 //! while the PipeStores extract chunk `k+1`. Later runs use a smaller learning rate.
 
-use std::ops::Range;
-
-use crate::TunerError;
-
 /// NDPipe's step learning rates, one per fifth of a run's epochs.
 pub const BASE_LEARNING_RATES: [f64; 5] = [0.015, 0.012, 0.0075, 0.0045, 0.0015];
 
@@ -33,72 +29,7 @@ pub fn learning_rate(epoch: usize, epochs: usize, run: usize, runs: usize) -> f6
     base_learning_rate(epoch, epochs) * run_scale(run, runs)
 }
 
-/// How `total` training samples are split into runs: `runs` contiguous chunks, all but the last
-/// of `total / runs` rounded down to a multiple of `align` (the extraction batch size); the last
-/// chunk takes the remainder.
-///
-/// When `total / runs < align`, every chunk but the last is empty, as in NDPipe.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunPlan {
-    total: usize,
-    align: usize,
-    chunks: Vec<Range<usize>>,
-}
-
-impl RunPlan {
-    /// Plans `runs` chunks over `total` samples aligned to `align`.
-    pub fn new(total: usize, runs: usize, align: usize) -> Result<Self, TunerError> {
-        if runs == 0 {
-            return Err(TunerError::InvalidArgument(
-                "runs must be at least 1".into(),
-            ));
-        }
-        if align == 0 {
-            return Err(TunerError::InvalidArgument(
-                "chunk alignment must be at least 1".into(),
-            ));
-        }
-        let per_run = total / runs;
-        let chunk = per_run - per_run % align;
-        let chunks = (0..runs)
-            .map(|k| {
-                let start = k * chunk;
-                let end = if k + 1 == runs { total } else { start + chunk };
-                start..end
-            })
-            .collect();
-        Ok(Self {
-            total,
-            align,
-            chunks,
-        })
-    }
-
-    /// Number of samples planned.
-    pub fn total(&self) -> usize {
-        self.total
-    }
-
-    /// The alignment every chunk but the last is a multiple of.
-    pub fn align(&self) -> usize {
-        self.align
-    }
-
-    /// Number of runs.
-    pub fn runs(&self) -> usize {
-        self.chunks.len()
-    }
-
-    /// Sample range of run `run`, or `None` when `run >= runs`.
-    pub fn chunk(&self, run: usize) -> Option<Range<usize>> {
-        self.chunks.get(run).cloned()
-    }
-
-    /// All chunks in run order.
-    pub fn chunks(&self) -> &[Range<usize>] {
-        &self.chunks
-    }
-}
+pub use ndpipe_proto::RunPlan;
 
 #[cfg(test)]
 mod tests {
@@ -187,11 +118,11 @@ mod tests {
     fn plan_rejects_zero_runs_or_alignment() {
         assert!(matches!(
             RunPlan::new(10, 0, 1),
-            Err(TunerError::InvalidArgument(_))
+            Err(ndpipe_proto::ProtoError::InvalidPlan(_))
         ));
         assert!(matches!(
             RunPlan::new(10, 1, 0),
-            Err(TunerError::InvalidArgument(_))
+            Err(ndpipe_proto::ProtoError::InvalidPlan(_))
         ));
     }
 }

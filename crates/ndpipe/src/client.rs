@@ -154,6 +154,20 @@ impl Client {
         Self::check(resp, path).await.map(drop)
     }
 
+    /// POST a JSON body, expecting JSON back. No timeout: fine-tuning can take minutes.
+    pub async fn post_json_body<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<T> {
+        let resp = self
+            .authed(self.http.post(self.url(path)).json(body))
+            .send()
+            .await
+            .with_context(|| format!("POST {path}"))?;
+        Self::json(resp, path).await
+    }
+
     /// POST without a body, expecting JSON back.
     pub async fn post_json<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
         let resp = self

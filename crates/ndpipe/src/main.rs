@@ -6,10 +6,13 @@
 mod bench;
 mod client;
 mod fashion_mnist;
+mod finetune;
+mod grpc;
 mod import;
 mod photos;
 mod relabel;
 mod server;
+mod tuner;
 
 use std::process::ExitCode;
 
@@ -25,8 +28,18 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the embedded single-node store (a PipeStore and its catalog) in one process.
+    /// Run the embedded default: a PipeStore, its catalog and a Tuner in one process.
     Serve(server::ServeArgs),
+    /// Run a PipeStore that registers with a remote Tuner (`--tuner URL`).
+    Pipestore(server::ServeArgs),
+    /// Run the Tuner: training server and coordinator of PipeStores.
+    Tuner(tuner::TunerArgs),
+    /// Fine-tune a new classifier head from the PipeStores' features, deploy it, re-label.
+    Finetune(finetune::FinetuneArgs),
+    /// List the model versions the Tuner knows (* marks the serving one).
+    Versions(client::ServerArgs),
+    /// Serve an earlier model version again (deploy + re-label).
+    Rollback(finetune::RollbackArgs),
     /// Upload a folder of photos, or the Fashion-MNIST data set, to a running store.
     Import(import::ImportArgs),
     /// List, fetch, inspect or delete photos in a running store.
@@ -55,6 +68,16 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => server::run(args).await,
+            Command::Pipestore(args) => {
+                if args.tuner.is_none() {
+                    anyhow::bail!("ndpipe pipestore needs --tuner URL (the Tuner's gRPC address)");
+                }
+                server::run(args).await
+            }
+            Command::Tuner(args) => tuner::run(args).await,
+            Command::Finetune(args) => finetune::finetune(args).await,
+            Command::Versions(args) => finetune::versions(args).await,
+            Command::Rollback(args) => finetune::rollback(args).await,
             Command::Import(args) => import::run(args).await,
             Command::Photos(args) => photos::run(args).await,
             Command::Compact(args) => photos::compact(args).await,

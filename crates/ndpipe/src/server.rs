@@ -12,9 +12,15 @@ use ndpipe_catalog::{Catalog, ModelVersion, SqliteCatalog};
 use ndpipe_model::{
     Codec, ExecutionProvider, InferenceBackend, OrtBackend, PreprocessConfig, RuntimeConfig,
 };
+use ndpipe_store::grpc::PipeStoreNode;
 use ndpipe_store::http::{self, AppState, HttpConfig};
 use ndpipe_store::jobs::Jobs;
-use ndpipe_store::labeler::{ActiveModel, Labeler, LabelerConfig};
+use ndpipe_store::labeler::{ActiveModel, Labeler, LabelerConfig, SharedModel};
+use ndpipe_tuner::coordinator::Coordinator;
+use ndpipe_tuner::nodes::Nodes;
+use ndpipe_tuner::versions::Versions;
+
+use crate::grpc;
 use ndpipe_store::metrics::StoreMetrics;
 use ndpipe_store::relabel::RelabelOptions;
 use ndpipe_store::{IngestConfig, Ingestor, PhotoStore, StoreConfig};
@@ -81,6 +87,18 @@ pub struct ServeArgs {
     /// Longest wait, in ms, for concurrent uploads to fill an online-labelling batch.
     #[arg(long, env = "NDPIPE_LABEL_WAIT_MS", default_value_t = 5)]
     pub label_wait_ms: u64,
+    /// Address of this node's gRPC service for the Tuner (port 0 picks a free one).
+    #[arg(long, env = "NDPIPE_GRPC_LISTEN", default_value = "127.0.0.1:0")]
+    pub grpc_listen: SocketAddr,
+    /// URL the Tuner uses to reach this node's gRPC service (default: http://GRPC_LISTEN).
+    #[arg(long, env = "NDPIPE_ADVERTISE_URL")]
+    pub advertise_url: Option<String>,
+    /// The name this node registers with; the same name keeps its node id across restarts.
+    #[arg(long, env = "NDPIPE_NODE_NAME")]
+    pub name: Option<String>,
+    /// The Tuner's gRPC URL to register with (`ndpipe pipestore`); `ndpipe serve` runs its own.
+    #[arg(long, env = "NDPIPE_TUNER")]
+    pub tuner: Option<String>,
 }
 
 impl ServeArgs {
@@ -104,6 +122,10 @@ impl ServeArgs {
             max_batch: 32,
             execution_provider: "cpu".into(),
             label_wait_ms: 5,
+            grpc_listen: "127.0.0.1:0".parse().expect("a valid address"),
+            advertise_url: None,
+            name: None,
+            tuner: None,
         }
     }
 
@@ -135,6 +157,7 @@ impl ServeArgs {
         Ok(ActiveModel {
             backend: Arc::new(backend),
             version,
+            head: None,
         })
     }
 
@@ -232,7 +255,19 @@ pub async fn start(args: &ServeArgs) -> Result<Running> {
         let model = tokio::task::spawn_blocking(move || a.load_model()).await??;
         register_model(&*catalog, &model)?;
         info!(version = %model.version, backbone = %model.info().backbone_version, "model loaded");
-        Some(model)
+        Some(SharedModel::new(model))
+    };
+    let node = match &model {
+        Some(shared) => Some(Arc::new(
+            PipeStoreNode::new(
+                store.clone(),
+                catalog.clone(),
+                shared.clone(),
+                args.data.join("heads"),
+            )
+            .map_err(|s| anyhow::anyhow!("starting the PipeStore service: {}", s.message()))?,
+        )),
+        None => None,
     };
     let mut ingestor = Ingestor::new(store.clone(), catalog.clone(), ingest_config);
     if let Some(model) = &model {
@@ -273,15 +308,50 @@ pub async fn start(args: &ServeArgs) -> Result<Running> {
         max_upload_bytes: args.max_upload_bytes,
         token: args.token()?,
     };
-    let app = http::router(
+    let mut app = http::router(
         AppState::new(ingestor, jobs.clone(), metrics, &http_config),
         &http_config,
     );
+    let (shutdown, stopped) = watch::channel(false);
+    if let Some(node) = node {
+        let embedded = args.tuner.is_none();
+        let tuner = if embedded {
+            let versions = Versions::open(&args.data.join("tuner"))
+                .context("opening the Tuner's model registry")?;
+            Some(Arc::new(Coordinator::new(
+                Arc::new(Nodes::default()),
+                versions,
+            )))
+        } else {
+            None
+        };
+        let grpc_url = grpc::start(
+            args,
+            node.clone(),
+            tuner.as_ref().map(|t| t.nodes_handle()),
+            stopped.clone(),
+        )
+        .await?;
+        match &tuner {
+            Some(t) => {
+                let id = t
+                    .nodes_handle()
+                    .register(&node_name(args), &grpc_url)
+                    .map_err(|s| anyhow::anyhow!(s.message().to_string()))?;
+                node.set_node_id(id);
+                app = app.merge(ndpipe_tuner::api::router(
+                    t.clone(),
+                    http_config.token.clone(),
+                ));
+            }
+            None => grpc::register_until_done(args, node.clone(), grpc_url, stopped.clone()),
+        }
+    }
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
-    let (shutdown, mut stopped) = watch::channel(false);
+    let mut stopped = stopped;
     let task = tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
@@ -296,6 +366,17 @@ pub async fn start(args: &ServeArgs) -> Result<Running> {
         shutdown,
         task,
         jobs,
+    })
+}
+
+/// The name this node registers with.
+pub fn node_name(args: &ServeArgs) -> String {
+    args.name.clone().unwrap_or_else(|| {
+        let dir = std::fs::canonicalize(&args.data).unwrap_or_else(|_| args.data.clone());
+        format!(
+            "pipestore-{}",
+            dir.file_name().and_then(|n| n.to_str()).unwrap_or("data")
+        )
     })
 }
 
@@ -328,7 +409,8 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     running.stop().await
 }
 
-async fn wait_for_signal() {
+/// Waits for Ctrl-C or SIGTERM.
+pub async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

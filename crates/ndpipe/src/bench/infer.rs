@@ -108,6 +108,7 @@ pub async fn run(args: InferBench) -> Result<()> {
     let fp32 = ActiveModel {
         backend: backend.clone(),
         version: "fp32".into(),
+        head: None,
     };
     let report = bench.relabel(&fp32, args.batch)?;
     r.relabel = report.images_per_second;
@@ -119,6 +120,7 @@ pub async fn run(args: InferBench) -> Result<()> {
             max_batch: args.batch,
         }),
         version: "noop".into(),
+        head: None,
     };
     r.feed_ours = bench.relabel(&noop, args.batch)?.images_per_second;
 
@@ -144,6 +146,7 @@ pub async fn run(args: InferBench) -> Result<()> {
         let int8_model = ActiveModel {
             backend: int8,
             version: "int8".into(),
+            head: None,
         };
         r.int8_relabel = Some(bench.relabel(&int8_model, args.batch)?.images_per_second);
         let (agree, n) = bench.agreement("fp32", "int8", distinct.len())?;

@@ -59,7 +59,12 @@ fn no_policy_exceeds_its_budget_under_a_random_workload() {
 #[test]
 fn the_same_seed_gives_the_same_epoch_orders() {
     let data = Dataset::clustered(100, 3, 9);
-    for kind in kinds() {
+    // Background scoring applies scores whenever the scoring thread gets to them, so its orders
+    // depend on thread timing; reproducible runs use inline scoring.
+    let reproducible = kinds().into_iter().filter(|k| {
+        !matches!(k, PolicyKind::Spider(c) if matches!(c.scoring, ScoringMode::Background { .. }))
+    });
+    for kind in reproducible {
         let orders = |seed| {
             let spec = TrainingSpec {
                 num_samples: 100,

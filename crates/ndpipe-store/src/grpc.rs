@@ -1,0 +1,645 @@
+//! The PipeStore's gRPC service for the Tuner: inventory, feature extraction in pipelined runs,
+//! two-phase head deploys and re-labelling.
+//!
+//! Features leave the node, photos never do. Extraction re-uses the feature store when the
+//! backbone is unchanged and runs the backbone (storing the result) for photos that have none.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ndpipe_catalog::{Catalog, ModelVersion, Prediction, Split};
+use ndpipe_model::TensorBlob;
+use ndpipe_proto::pb::pipe_store_server::PipeStore as PipeStoreRpc;
+use ndpipe_proto::pb::{self, extract_event::Event};
+use ndpipe_proto::{Features, HeadWeights, RunPlan, encode_chunk};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+use tracing::{info, warn};
+
+use crate::PhotoStore;
+use crate::labeler::{ActiveModel, SharedModel, head_predictions};
+use crate::relabel::{RelabelOptions, RelabelReport, Relabeler};
+
+/// A job's photos, fixed when extraction starts so that a chunk can be sent again.
+struct JobPlan {
+    val: Vec<(u64, u32)>,
+    train: Vec<(u64, u32)>,
+    plan: RunPlan,
+    chunk_size: usize,
+}
+
+impl JobPlan {
+    fn rows(&self, part: pb::Part, run: u32) -> &[(u64, u32)] {
+        match part {
+            pb::Part::Train => self
+                .plan
+                .chunk(run as usize)
+                .map_or(&[][..], |r| &self.train[r]),
+            _ => &self.val,
+        }
+    }
+}
+
+struct Staged {
+    head: HeadWeights,
+    request: pb::StageHeadRequest,
+}
+
+/// The PipeStore side of the Tuner protocol.
+pub struct PipeStoreNode {
+    store: Arc<PhotoStore>,
+    catalog: Arc<dyn Catalog>,
+    model: SharedModel,
+    pretrained: ActiveModel,
+    node_id: AtomicU32,
+    plans: Mutex<HashMap<String, Arc<JobPlan>>>,
+    staged: Mutex<HashMap<String, Staged>>,
+    heads_dir: PathBuf,
+}
+
+impl PipeStoreNode {
+    /// A node over its store, catalog and model; committed heads are kept in `heads_dir`. The
+    /// head of the catalog's active version, if it has one there, is loaded.
+    pub fn new(
+        store: Arc<PhotoStore>,
+        catalog: Arc<dyn Catalog>,
+        model: SharedModel,
+        heads_dir: PathBuf,
+    ) -> Result<Self, Status> {
+        std::fs::create_dir_all(&heads_dir)
+            .map_err(|e| Status::internal(format!("creating {}: {e}", heads_dir.display())))?;
+        let pretrained = ActiveModel {
+            head: None,
+            ..model.get()
+        };
+        let node = PipeStoreNode {
+            store,
+            catalog,
+            model,
+            pretrained,
+            node_id: AtomicU32::new(0),
+            plans: Mutex::new(HashMap::new()),
+            staged: Mutex::new(HashMap::new()),
+            heads_dir,
+        };
+        node.load_active_head()?;
+        Ok(node)
+    }
+
+    /// Records the id the Tuner assigned.
+    pub fn set_node_id(&self, id: u32) {
+        self.node_id.store(id, Ordering::Relaxed);
+    }
+
+    fn load_active_head(&self) -> Result<(), Status> {
+        let active = self
+            .catalog
+            .models()
+            .map_err(internal)?
+            .into_iter()
+            .find(|m| m.active);
+        let Some(active) = active else { return Ok(()) };
+        let path = self.head_path(&active.id);
+        if !path.exists() {
+            return Ok(());
+        }
+        let bytes = std::fs::read(&path)
+            .map_err(|e| Status::internal(format!("reading {}: {e}", path.display())))?;
+        let request: pb::StageHeadRequest = prost::Message::decode(&bytes[..]).map_err(internal)?;
+        let head = HeadWeights::from_request(&request).map_err(internal)?;
+        info!(version = %active.id, classes = head.classes.len(), "loaded the active fine-tuned head");
+        self.model.set(ActiveModel {
+            version: active.id,
+            head: Some(Arc::new(head)),
+            ..self.pretrained.clone()
+        });
+        Ok(())
+    }
+
+    fn head_path(&self, version: &str) -> PathBuf {
+        let safe: String = version
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        self.heads_dir.join(format!("{safe}.head"))
+    }
+
+    fn plan(&self, req: &pb::ExtractRequest) -> Result<JobPlan, Status> {
+        if req.runs == 0 || req.align == 0 || req.chunk_size == 0 {
+            return Err(Status::invalid_argument(
+                "runs, align and chunk_size must be at least 1",
+            ));
+        }
+        let index: HashMap<&str, u32> = req
+            .classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.as_str(), i as u32))
+            .collect();
+        let val_split: Split = req
+            .val_split
+            .parse()
+            .map_err(|e| Status::invalid_argument(format!("{e}")))?;
+        let select = |split: Split| -> Result<Vec<(u64, u32)>, Status> {
+            Ok(self
+                .catalog
+                .labelled(split)
+                .map_err(internal)?
+                .into_iter()
+                .filter_map(|(id, label)| index.get(label.as_str()).map(|c| (id, *c)))
+                .collect())
+        };
+        let train = select(Split::Train)?;
+        let plan = RunPlan::new(train.len(), req.runs as usize, req.align as usize)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        Ok(JobPlan {
+            val: select(val_split)?,
+            train,
+            plan,
+            chunk_size: req.chunk_size as usize,
+        })
+    }
+
+    /// The features of `rows` under the backbone: stored ones when allowed, the rest computed by
+    /// the backbone (and stored). Returns the features and how many were computed.
+    fn features(&self, rows: &[(u64, u32)], use_stored: bool) -> Result<(Features, usize), Status> {
+        let model = self.pretrained.clone();
+        let info = model.info();
+        let dim = info.feature_dim;
+        let backbone = info.backbone_version.clone();
+        let features = self.store.features();
+        let mut values = vec![0f32; rows.len() * dim];
+        let mut missing = Vec::new();
+        for (i, (id, _)) in rows.iter().enumerate() {
+            match use_stored
+                .then(|| features.get(&backbone, *id))
+                .transpose()
+                .map_err(internal)?
+                .flatten()
+            {
+                Some(f) if f.len() == dim => values[i * dim..(i + 1) * dim].copy_from_slice(&f),
+                _ => missing.push(i),
+            }
+        }
+        for batch in missing.chunks(model.backend.max_batch().max(1)) {
+            let mut tensors = Vec::with_capacity(batch.len());
+            for &i in batch {
+                let id = rows[i].0;
+                let (_, blob) = self
+                    .store
+                    .tensor(id)
+                    .map_err(internal)?
+                    .ok_or_else(|| Status::not_found(format!("photo {id} has no tensor")))?;
+                tensors.push(
+                    TensorBlob::decode(&blob)
+                        .map_err(|e| Status::data_loss(format!("tensor of photo {id}: {e}")))?,
+                );
+            }
+            let out = model.backend.run(&tensors).map_err(internal)?;
+            let mut stored = Vec::with_capacity(batch.len());
+            for (j, &i) in batch.iter().enumerate() {
+                values[i * dim..(i + 1) * dim].copy_from_slice(out.features(j));
+                stored.push((rows[i].0, out.features(j)));
+            }
+            features.put_many(&backbone, &stored).map_err(internal)?;
+        }
+        let computed = missing.len();
+        Ok((
+            Features {
+                values,
+                dim,
+                labels: rows.iter().map(|r| r.1).collect(),
+                photo_ids: rows.iter().map(|r| r.0).collect(),
+            },
+            computed,
+        ))
+    }
+
+    fn extract(
+        &self,
+        req: pb::ExtractRequest,
+        plan: Arc<JobPlan>,
+        tx: mpsc::Sender<Result<pb::ExtractEvent, Status>>,
+    ) {
+        let send = |event: Event| {
+            tx.blocking_send(Ok(pb::ExtractEvent { event: Some(event) }))
+                .is_ok()
+        };
+        let started = Instant::now();
+        let total = (plan.val.len() + plan.train.len()) as u64;
+        let mut done = 0u64;
+        let mut extracted = 0u64;
+        let parts = std::iter::once((pb::Part::Val, 0))
+            .chain((0..plan.plan.runs() as u32).map(|k| (pb::Part::Train, k)));
+        for (part, run) in parts {
+            let run_started = Instant::now();
+            let rows = plan.rows(part, run);
+            let mut chunks = 0;
+            for (seq, chunk) in rows.chunks(plan.chunk_size).enumerate() {
+                let (features, computed) = match self.features(chunk, req.use_stored_features) {
+                    Ok(f) => f,
+                    Err(status) => {
+                        let _ = tx.blocking_send(Err(status));
+                        return;
+                    }
+                };
+                extracted += computed as u64;
+                done += chunk.len() as u64;
+                throttle(started, done, req.throttle_images_per_second);
+                if !send(Event::Chunk(encode_chunk(part, run, seq as u32, &features))) {
+                    return;
+                }
+                chunks += 1;
+                let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-9);
+                if !send(Event::Throughput(pb::Throughput {
+                    images_per_second: rate,
+                    done,
+                    total,
+                })) {
+                    return;
+                }
+            }
+            let ready = pb::RunReady {
+                part: part as i32,
+                run,
+                chunks,
+                count: rows.len() as u64,
+                seconds: run_started.elapsed().as_secs_f64(),
+            };
+            if !send(Event::RunReady(ready)) {
+                return;
+            }
+        }
+        send(Event::Done(pb::ExtractDone {
+            images: done,
+            seconds: started.elapsed().as_secs_f64(),
+            extracted,
+        }));
+    }
+
+    fn commit(&self, version: &str) -> Result<(), Status> {
+        if version == self.pretrained.version {
+            self.catalog.set_active_model(version).map_err(internal)?;
+            self.model.set(self.pretrained.clone());
+            return Ok(());
+        }
+        let staged = self
+            .staged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(version);
+        let staged = match staged {
+            Some(s) => s,
+            None if self.head_path(version).exists() => {
+                let bytes = std::fs::read(self.head_path(version)).map_err(internal)?;
+                let request: pb::StageHeadRequest =
+                    prost::Message::decode(&bytes[..]).map_err(internal)?;
+                let head = HeadWeights::from_request(&request).map_err(internal)?;
+                Staged { head, request }
+            }
+            None => {
+                return Err(Status::not_found(format!(
+                    "model version {version} is not staged on this node"
+                )));
+            }
+        };
+        write_durably(
+            &self.head_path(version),
+            &prost::Message::encode_to_vec(&staged.request),
+        )?;
+        let known = self
+            .catalog
+            .models()
+            .map_err(internal)?
+            .iter()
+            .any(|m| m.id == version);
+        if known {
+            self.catalog.set_active_model(version).map_err(internal)?;
+        } else {
+            let metrics = serde_json::from_str(&staged.request.metrics_json)
+                .unwrap_or(serde_json::Value::Null);
+            self.catalog
+                .register_model(&ModelVersion {
+                    id: version.to_string(),
+                    backbone: staged.request.backbone_version.clone(),
+                    parent: Some(staged.request.parent.clone()).filter(|p| !p.is_empty()),
+                    metrics,
+                    created_ms: now_ms(),
+                    active: true,
+                })
+                .map_err(internal)?;
+        }
+        self.model.set(ActiveModel {
+            version: version.to_string(),
+            head: Some(Arc::new(staged.head)),
+            ..self.pretrained.clone()
+        });
+        info!(version, "committed a new head");
+        Ok(())
+    }
+
+    /// Re-labels every photo with the active model: the head over stored features (running the
+    /// backbone only for photos without features).
+    fn relabel(&self, version: &str) -> Result<pb::RelabelReply, Status> {
+        let model = self.model.get();
+        if model.version != version {
+            return Err(Status::failed_precondition(format!(
+                "the active version is {}, not {version}",
+                model.version
+            )));
+        }
+        let Some(head) = model.head.clone() else {
+            return self.relabel_full(&model);
+        };
+        let started = Instant::now();
+        let ids: Vec<u64> = self
+            .store
+            .entries()
+            .map_err(internal)?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let (mut compared, mut changed, mut extracted) = (0u64, 0u64, 0u64);
+        for batch in ids.chunks(256) {
+            let rows: Vec<(u64, u32)> = batch.iter().map(|id| (*id, 0)).collect();
+            let (features, computed) = self.features(&rows, true)?;
+            extracted += computed as u64;
+            let mut out: Vec<(u64, Vec<Prediction>)> = Vec::with_capacity(batch.len());
+            for (i, id) in batch.iter().enumerate() {
+                let f = &features.values[i * features.dim..(i + 1) * features.dim];
+                let preds = head_predictions(&head, f, 5);
+                let previous = self.catalog.predictions(*id).map_err(internal)?;
+                let old = previous
+                    .iter()
+                    .rfind(|(v, _)| *v != version)
+                    .and_then(|(_, p)| p.first());
+                if let (Some(old), Some(new)) = (old, preds.first()) {
+                    compared += 1;
+                    changed += u64::from(old.label != new.label);
+                }
+                out.push((*id, preds));
+            }
+            self.catalog
+                .put_predictions_many(version, &out)
+                .map_err(internal)?;
+        }
+        Ok(pb::RelabelReply {
+            photos: ids.len() as u64,
+            compared,
+            changed,
+            seconds: started.elapsed().as_secs_f64(),
+            mode: if extracted == 0 {
+                "head".into()
+            } else {
+                "head+backbone".into()
+            },
+        })
+    }
+}
+
+impl PipeStoreNode {
+    /// Re-labels with the backbone's own classifier (a rollback to the pretrained version).
+    fn relabel_full(&self, model: &ActiveModel) -> Result<pb::RelabelReply, Status> {
+        let options = RelabelOptions::default();
+        let report = Mutex::new(RelabelReport::default());
+        Relabeler {
+            store: &self.store,
+            catalog: &self.catalog,
+            features: self.store.features_arc(),
+            model,
+            options: &options,
+        }
+        .run(&report, &AtomicBool::new(false), |_| {})
+        .map_err(internal)?;
+        let r = report.into_inner().unwrap_or_else(|p| p.into_inner());
+        Ok(pb::RelabelReply {
+            photos: r.done,
+            compared: r.compared,
+            changed: r.changed,
+            seconds: r.wall_seconds,
+            mode: "full".into(),
+        })
+    }
+}
+
+fn throttle(started: Instant, done: u64, limit: f64) {
+    if limit > 0.0 {
+        let due = Duration::from_secs_f64(done as f64 / limit);
+        if let Some(wait) = due.checked_sub(started.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
+}
+
+fn write_durably(path: &std::path::Path, bytes: &[u8]) -> Result<(), Status> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(internal)?;
+    f.write_all(bytes).map_err(internal)?;
+    f.sync_all().map_err(internal)?;
+    std::fs::rename(&tmp, path).map_err(internal)?;
+    if let Some(dir) = path.parent() {
+        crate::volume::sync_dir(dir).map_err(internal)?;
+    }
+    Ok(())
+}
+
+fn internal(e: impl std::fmt::Display) -> Status {
+    Status::internal(e.to_string())
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+type ExtractStream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ExtractEvent, Status>> + Send>>;
+
+/// The tonic service over a shared node.
+pub struct PipeStoreService(pub Arc<PipeStoreNode>);
+
+#[tonic::async_trait]
+impl PipeStoreRpc for PipeStoreService {
+    type ExtractStream = ExtractStream;
+
+    async fn inventory(
+        &self,
+        _: Request<pb::InventoryRequest>,
+    ) -> Result<Response<pb::InventoryReply>, Status> {
+        let node = self.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut counts: BTreeMap<String, pb::ClassCount> = BTreeMap::new();
+            for split in [Split::Train, Split::Val, Split::Test] {
+                for (_, label) in node.catalog.labelled(split).map_err(internal)? {
+                    let entry = counts
+                        .entry(label.clone())
+                        .or_insert_with(|| pb::ClassCount {
+                            label,
+                            ..Default::default()
+                        });
+                    match split {
+                        Split::Train => entry.train += 1,
+                        Split::Val => entry.val += 1,
+                        Split::Test => entry.test += 1,
+                    }
+                }
+            }
+            let model = node.model.get();
+            Ok(Response::new(pb::InventoryReply {
+                node_id: node.node_id.load(Ordering::Relaxed),
+                backbone_version: model.info().backbone_version.clone(),
+                feature_dim: model.info().feature_dim as u32,
+                classes: counts.into_values().collect(),
+                active_version: model.version,
+            }))
+        })
+        .await
+        .map_err(internal)?
+    }
+
+    async fn extract(
+        &self,
+        request: Request<pb::ExtractRequest>,
+    ) -> Result<Response<Self::ExtractStream>, Status> {
+        let req = request.into_inner();
+        let node = self.0.clone();
+        let plan = {
+            let n = node.clone();
+            let r = req.clone();
+            Arc::new(
+                tokio::task::spawn_blocking(move || n.plan(&r))
+                    .await
+                    .map_err(internal)??,
+            )
+        };
+        node.plans
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(req.job_id.clone(), plan.clone());
+        info!(job = %req.job_id, val = plan.val.len(), train = plan.train.len(), runs = req.runs, "extraction starts");
+        let (tx, rx) = mpsc::channel(8);
+        std::thread::Builder::new()
+            .name("ndpipe-extract".into())
+            .spawn(move || node.extract(req, plan, tx))
+            .map_err(internal)?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn fetch_chunk(
+        &self,
+        request: Request<pb::FetchChunkRequest>,
+    ) -> Result<Response<pb::FeatureChunk>, Status> {
+        let req = request.into_inner();
+        let node = self.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let plan = node
+                .plans
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&req.job_id)
+                .cloned()
+                .ok_or_else(|| Status::not_found(format!("unknown job {}", req.job_id)))?;
+            let part = pb::Part::try_from(req.part)
+                .map_err(|_| Status::invalid_argument("unknown part"))?;
+            let rows = plan.rows(part, req.run);
+            let chunk = rows
+                .chunks(plan.chunk_size)
+                .nth(req.seq as usize)
+                .ok_or_else(|| {
+                    Status::not_found(format!("no chunk {} in run {}", req.seq, req.run))
+                })?;
+            let (features, _) = node.features(chunk, true)?;
+            Ok(Response::new(encode_chunk(
+                part, req.run, req.seq, &features,
+            )))
+        })
+        .await
+        .map_err(internal)?
+    }
+
+    async fn stage_head(
+        &self,
+        request: Request<pb::StageHeadRequest>,
+    ) -> Result<Response<pb::StageHeadReply>, Status> {
+        let req = request.into_inner();
+        let head =
+            HeadWeights::from_request(&req).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let info = self.0.pretrained.info();
+        if req.backbone_version != info.backbone_version {
+            return Err(Status::failed_precondition(format!(
+                "head {} was trained on backbone {}, this node runs {}",
+                req.version, req.backbone_version, info.backbone_version
+            )));
+        }
+        if head.input_dim != info.feature_dim {
+            return Err(Status::failed_precondition(format!(
+                "head {} takes {}-d features, the backbone gives {}",
+                req.version, head.input_dim, info.feature_dim
+            )));
+        }
+        let version = req.version.clone();
+        self.0
+            .staged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(version.clone(), Staged { head, request: req });
+        info!(version, "staged a head");
+        Ok(Response::new(pb::StageHeadReply {}))
+    }
+
+    async fn commit_head(
+        &self,
+        request: Request<pb::CommitHeadRequest>,
+    ) -> Result<Response<pb::CommitHeadReply>, Status> {
+        let version = request.into_inner().version;
+        let node = self.0.clone();
+        tokio::task::spawn_blocking(move || node.commit(&version))
+            .await
+            .map_err(internal)??;
+        Ok(Response::new(pb::CommitHeadReply {}))
+    }
+
+    async fn abort_head(
+        &self,
+        request: Request<pb::AbortHeadRequest>,
+    ) -> Result<Response<pb::AbortHeadReply>, Status> {
+        let version = request.into_inner().version;
+        if self
+            .0
+            .staged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&version)
+            .is_some()
+        {
+            warn!(version, "aborted a staged head");
+        }
+        Ok(Response::new(pb::AbortHeadReply {}))
+    }
+
+    async fn relabel(
+        &self,
+        request: Request<pb::RelabelRequest>,
+    ) -> Result<Response<pb::RelabelReply>, Status> {
+        let version = request.into_inner().version;
+        let node = self.0.clone();
+        let reply = tokio::task::spawn_blocking(move || node.relabel(&version))
+            .await
+            .map_err(internal)??;
+        Ok(Response::new(reply))
+    }
+}

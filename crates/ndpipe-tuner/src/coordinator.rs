@@ -1,0 +1,793 @@
+//! The Tuner's jobs across PipeStores: pipelined fine-tuning from features, two-phase deploy,
+//! re-labelling and rollback.
+//!
+//! Fine-tuning follows NDPipe: every node streams its validation features first, then its
+//! training features in `runs` chunks; the Tuner trains run `k` (warm-started from run `k-1`,
+//! with NDPipe's per-run learning-rate scale) while the nodes produce run `k+1`, and validates
+//! after every run. Only features, labels and photo ids cross the network.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use ndpipe_catalog::ModelVersion;
+use ndpipe_proto::pb::{self, extract_event::Event};
+use ndpipe_proto::{Features, HeadWeights, ProtoError, decode_chunk};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::nodes::{Node, Nodes};
+use crate::versions::Versions;
+use crate::{Head, HeadConfig, TunerError};
+
+/// What a fine-tuning job is asked to do.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FinetuneRequest {
+    /// Pipelined runs (NDPipe's `num_of_run`).
+    pub runs: u32,
+    /// Epochs per run.
+    pub epochs: usize,
+    /// Training batch size.
+    pub batch: usize,
+    /// Validation split: "val", or "test"; empty picks "val" when any node has such photos.
+    pub val_split: String,
+    /// Re-use stored features when the backbone is unchanged.
+    pub use_stored_features: bool,
+    /// Width of an optional hidden layer (not deployable in this version of the protocol).
+    pub hidden: Option<usize>,
+    /// Seed of initialisation and shuffling.
+    pub seed: u64,
+    /// Photos per feature chunk on the wire.
+    pub chunk_size: u32,
+    /// Run boundaries are aligned to this many photos (the nodes' batch size).
+    pub align: u32,
+    /// Deploy the new version to every node and re-label the stores when training is done.
+    pub deploy: bool,
+    /// Per-node throttle in images/s, by node name (for load-balancing experiments).
+    pub throttle: std::collections::BTreeMap<String, f64>,
+}
+
+impl Default for FinetuneRequest {
+    fn default() -> Self {
+        FinetuneRequest {
+            runs: 2,
+            epochs: 30,
+            batch: 1024,
+            val_split: String::new(),
+            use_stored_features: true,
+            hidden: None,
+            seed: 0,
+            chunk_size: 256,
+            align: 32,
+            deploy: true,
+            throttle: Default::default(),
+        }
+    }
+}
+
+/// The timeline of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunTimeline {
+    /// Run index, from 0.
+    pub run: usize,
+    /// Training rows of the run (all nodes).
+    pub images: usize,
+    /// Seconds from the job's start until every node had sent the run.
+    pub ready_at: f64,
+    /// Seconds from the job's start when training of the run began.
+    pub train_start: f64,
+    /// Seconds of training.
+    pub train_seconds: f64,
+    /// Validation top-1 after the run.
+    pub val_top1: f32,
+}
+
+/// Per-node figures of a job.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeReport {
+    /// "name (node N)".
+    pub node: String,
+    /// Photos whose features it sent.
+    pub images: u64,
+    /// Of those, features computed by its backbone during the job.
+    pub extracted: u64,
+    /// Its seconds from first to last feature.
+    pub seconds: f64,
+    /// Its last reported throughput.
+    pub images_per_second: f64,
+}
+
+/// What a deploy and the re-labelling after it did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DeployReport {
+    /// The version now serving.
+    pub version: String,
+    /// Nodes that committed it.
+    pub nodes: usize,
+    /// Photos re-labelled, all nodes.
+    pub relabelled: u64,
+    /// Photos whose top-1 label was compared with the previous version's.
+    pub compared: u64,
+    /// Of those, photos whose top-1 label changed.
+    pub changed: u64,
+    /// `changed / compared`.
+    pub changed_fraction: f64,
+    /// How nodes re-labelled ("head": a matrix multiply over stored features).
+    pub modes: Vec<String>,
+}
+
+/// The result of a fine-tuning job.
+#[derive(Debug, Clone, Serialize)]
+pub struct FinetuneReport {
+    /// The new version.
+    pub version: String,
+    /// The version it was derived from.
+    pub parent: Option<String>,
+    /// The head's classes.
+    pub classes: Vec<String>,
+    /// Training photos, all nodes.
+    pub train_images: usize,
+    /// Validation photos, all nodes.
+    pub val_images: usize,
+    /// The validation split used.
+    pub val_split: String,
+    /// Per run.
+    pub runs: Vec<RunTimeline>,
+    /// Validation top-1 of the head before this job (0 for a new head).
+    pub val_top1_before: f32,
+    /// Validation top-1 at the end.
+    pub val_top1: f32,
+    /// Bytes of features, labels and ids received.
+    pub bytes_received: u64,
+    /// `bytes_received / (train + val images)`.
+    pub bytes_per_image: f64,
+    /// Chunks whose checksum failed and were fetched again.
+    pub chunks_refetched: u64,
+    /// Seconds from start until the last node sent its last run.
+    pub extract_seconds: f64,
+    /// Seconds of training in all runs.
+    pub train_seconds: f64,
+    /// Training seconds that overlapped feature extraction.
+    pub train_hidden_seconds: f64,
+    /// Seconds until the head was trained.
+    pub seconds: f64,
+    /// Per node.
+    pub nodes: Vec<NodeReport>,
+    /// The deploy, when asked for.
+    pub deploy: Option<DeployReport>,
+}
+
+/// The Tuner: nodes, registry, and the jobs over them.
+pub struct Coordinator {
+    nodes: Arc<Nodes>,
+    versions: Versions,
+    job: tokio::sync::Mutex<()>,
+}
+
+enum Msg {
+    Event(usize, Event),
+    Failed(usize, String),
+    Ended(usize),
+    Trained(Result<(usize, f64, f64, f32), TunerError>),
+}
+
+struct NodeState {
+    val_ready: bool,
+    runs_ready: BTreeSet<u32>,
+    done: bool,
+    images: u64,
+    extracted: u64,
+    seconds: f64,
+    rate: f64,
+}
+
+impl Coordinator {
+    /// A Tuner over its node registry and model registry.
+    pub fn new(nodes: Arc<Nodes>, versions: Versions) -> Self {
+        Coordinator {
+            nodes,
+            versions,
+            job: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The node registry, shared with the Tuner's gRPC service.
+    pub fn nodes_handle(&self) -> Arc<Nodes> {
+        self.nodes.clone()
+    }
+
+    /// The registered nodes.
+    pub fn nodes(&self) -> Vec<Node> {
+        self.nodes.snapshot()
+    }
+
+    /// The model registry.
+    pub fn versions(&self) -> &Versions {
+        &self.versions
+    }
+
+    /// Fine-tunes a new head from the nodes' features; deploys and re-labels when asked.
+    pub async fn finetune(&self, req: FinetuneRequest) -> Result<FinetuneReport, TunerError> {
+        let _job = self.job.try_lock().map_err(|_| TunerError::Busy)?;
+        let started = Instant::now();
+        let nodes = self.nodes.snapshot();
+        if nodes.is_empty() {
+            return Err(TunerError::NoNodes);
+        }
+        let inventories = self.inventories(&nodes).await?;
+        let backbone = inventories[0].backbone_version.clone();
+        let feature_dim = inventories[0].feature_dim as usize;
+        for (node, inv) in nodes.iter().zip(&inventories) {
+            if inv.backbone_version != backbone {
+                return Err(node_error(
+                    node,
+                    format!(
+                        "runs backbone {}, others run {backbone}",
+                        inv.backbone_version
+                    ),
+                ));
+            }
+        }
+        let pretrained = inventories[0].active_version.clone();
+        let val_split = match req.val_split.as_str() {
+            "" if inventories
+                .iter()
+                .flat_map(|i| &i.classes)
+                .any(|c| c.val > 0) =>
+            {
+                "val".to_string()
+            }
+            "" => "test".to_string(),
+            s => s.to_string(),
+        };
+        if req.runs == 0 {
+            return Err(TunerError::InvalidArgument(
+                "runs must be at least 1".into(),
+            ));
+        }
+        let (head, parent) =
+            self.starting_head(&req, feature_dim, &inventories, &pretrained, &backbone)?;
+        let classes = head.classes().to_vec();
+        let mut head_slot = Some(head);
+        let job_id = format!("ft-{}", now_ms());
+        info!(job = %job_id, nodes = nodes.len(), classes = classes.len(), runs = req.runs, %val_split, "fine-tuning starts");
+
+        let (tx, mut rx) = mpsc::channel::<Msg>(64);
+        for (i, node) in nodes.iter().enumerate() {
+            let request = pb::ExtractRequest {
+                job_id: job_id.clone(),
+                runs: req.runs,
+                align: req.align,
+                classes: classes.clone(),
+                chunk_size: req.chunk_size,
+                use_stored_features: req.use_stored_features,
+                val_split: val_split.clone(),
+                throttle_images_per_second: req.throttle.get(&node.name).copied().unwrap_or(0.0),
+            };
+            tokio::spawn(stream_node(i, node.clone(), request, tx.clone()));
+        }
+
+        let (train_tx, train_rx) = std::sync::mpsc::channel::<(usize, Vec<f32>, Vec<u32>)>();
+        let mut train_rx_slot = Some(train_rx);
+        let mut val = empty(feature_dim);
+        let mut runs: Vec<Features> = (0..req.runs).map(|_| empty(feature_dim)).collect();
+        let mut state: Vec<NodeState> = nodes
+            .iter()
+            .map(|_| NodeState {
+                val_ready: false,
+                runs_ready: BTreeSet::new(),
+                done: false,
+                images: 0,
+                extracted: 0,
+                seconds: 0.0,
+                rate: 0.0,
+            })
+            .collect();
+        let mut timeline: Vec<RunTimeline> = Vec::new();
+        let mut next_to_train = 0usize;
+        let mut trainer: Option<std::thread::JoinHandle<Head>> = None;
+        let mut val_top1_before = 0.0;
+        let mut bytes = 0u64;
+        let mut refetched = 0u64;
+        let mut extract_seconds = 0.0;
+        let mut trained = 0usize;
+        let mut seen_chunks: HashSet<(i32, u32, u32, usize)> = HashSet::new();
+        let runs_total = req.runs as usize;
+
+        while let Some(msg) = rx.recv().await {
+            match msg {
+                Msg::Failed(i, message) => return Err(node_error(&nodes[i], message)),
+                Msg::Ended(i) if !state[i].done => {
+                    return Err(node_error(
+                        &nodes[i],
+                        "its feature stream ended before the job was done".into(),
+                    ));
+                }
+                Msg::Ended(_) => {}
+                Msg::Trained(result) => {
+                    let (run, start, seconds, top1) = result?;
+                    timeline[run].train_start = start;
+                    timeline[run].train_seconds = seconds;
+                    timeline[run].val_top1 = top1;
+                    trained += 1;
+                    if trained == runs_total {
+                        break;
+                    }
+                }
+                Msg::Event(i, Event::Chunk(chunk)) => {
+                    let key = (chunk.part, chunk.run, chunk.seq, i);
+                    if !seen_chunks.insert(key) {
+                        continue;
+                    }
+                    bytes += wire_bytes(&chunk);
+                    let features = match decode_chunk(&chunk, classes.len()) {
+                        Ok(f) => f,
+                        Err(ProtoError::Checksum { .. }) => {
+                            warn!(node = %nodes[i].label(), run = chunk.run, seq = chunk.seq, "chunk checksum mismatch; fetching it again");
+                            refetched += 1;
+                            let again = refetch(&nodes[i], &job_id, &chunk).await?;
+                            bytes += wire_bytes(&again);
+                            decode_chunk(&again, classes.len())
+                                .map_err(|e| node_error(&nodes[i], e.to_string()))?
+                        }
+                        Err(e) => return Err(node_error(&nodes[i], e.to_string())),
+                    };
+                    if features.dim != feature_dim {
+                        return Err(node_error(
+                            &nodes[i],
+                            format!("sent {}-d features, expected {feature_dim}", features.dim),
+                        ));
+                    }
+                    state[i].images += features.len() as u64;
+                    let target = if chunk.part == pb::Part::Val as i32 {
+                        &mut val
+                    } else {
+                        runs.get_mut(chunk.run as usize).ok_or_else(|| {
+                            node_error(&nodes[i], format!("sent run {} of {}", chunk.run, req.runs))
+                        })?
+                    };
+                    append(target, features);
+                }
+                Msg::Event(i, Event::RunReady(ready)) => {
+                    if ready.part == pb::Part::Val as i32 {
+                        state[i].val_ready = true;
+                    } else {
+                        state[i].runs_ready.insert(ready.run);
+                    }
+                }
+                Msg::Event(i, Event::Throughput(t)) => {
+                    state[i].rate = t.images_per_second;
+                }
+                Msg::Event(i, Event::Done(done)) => {
+                    state[i].done = true;
+                    state[i].extracted = done.extracted;
+                    state[i].seconds = done.seconds;
+                    if state.iter().all(|s| s.done) {
+                        extract_seconds = started.elapsed().as_secs_f64();
+                    }
+                }
+            }
+            // Start the next run once every node has sent it (and the validation set).
+            while next_to_train < runs_total
+                && state
+                    .iter()
+                    .all(|s| s.val_ready && s.runs_ready.contains(&(next_to_train as u32)))
+            {
+                if trainer.is_none() {
+                    let head = head_slot.take().ok_or_else(|| {
+                        TunerError::InvalidArgument("the head was already handed over".into())
+                    })?;
+                    val_top1_before = if val.is_empty() {
+                        0.0
+                    } else {
+                        head.evaluate(&val.values, &val.labels)?
+                    };
+                    let val_set = std::mem::replace(&mut val, empty(feature_dim));
+                    trainer = Some(spawn_trainer(
+                        head,
+                        val_set,
+                        req.epochs,
+                        runs_total,
+                        started,
+                        train_rx_slot.take().ok_or_else(|| {
+                            TunerError::InvalidArgument("trainer started twice".into())
+                        })?,
+                        tx.clone(),
+                    ));
+                }
+                let run = std::mem::replace(&mut runs[next_to_train], empty(feature_dim));
+                timeline.push(RunTimeline {
+                    run: next_to_train,
+                    images: run.len(),
+                    ready_at: started.elapsed().as_secs_f64(),
+                    train_start: 0.0,
+                    train_seconds: 0.0,
+                    val_top1: 0.0,
+                });
+                if train_tx
+                    .send((next_to_train, run.values, run.labels))
+                    .is_err()
+                {
+                    return Err(TunerError::InvalidArgument(
+                        "the training thread stopped".into(),
+                    ));
+                }
+                next_to_train += 1;
+            }
+        }
+        drop(train_tx);
+        let head = trainer
+            .ok_or_else(|| TunerError::InvalidArgument("no run was trained".into()))?
+            .join()
+            .map_err(|_| TunerError::InvalidArgument("the training thread panicked".into()))?;
+        if extract_seconds == 0.0 {
+            extract_seconds = started.elapsed().as_secs_f64();
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let train_images: usize = timeline.iter().map(|t| t.images).sum();
+        let val_images = state.iter().map(|s| s.images).sum::<u64>() as usize - train_images;
+        let train_seconds: f64 = timeline.iter().map(|t| t.train_seconds).sum();
+        let train_hidden_seconds: f64 = timeline
+            .iter()
+            .map(|t| {
+                (extract_seconds.min(t.train_start + t.train_seconds) - t.train_start).max(0.0)
+            })
+            .sum();
+        let val_top1 = timeline.last().map_or(0.0, |t| t.val_top1);
+        let version = format!("{job_id}-{}", &backbone[..backbone.len().min(8)]);
+        head.save(&self.versions.head_path(&version))?;
+        if !pretrained.is_empty() {
+            self.versions.record(&ModelVersion {
+                id: pretrained.clone(),
+                backbone: backbone.clone(),
+                parent: None,
+                metrics: serde_json::json!({"head": "pretrained"}),
+                created_ms: 0,
+                active: false,
+            })?;
+        }
+        let mut report = FinetuneReport {
+            version: version.clone(),
+            parent: parent.clone(),
+            classes: classes.clone(),
+            train_images,
+            val_images,
+            val_split,
+            runs: timeline,
+            val_top1_before,
+            val_top1,
+            bytes_received: bytes,
+            bytes_per_image: bytes as f64 / (train_images + val_images).max(1) as f64,
+            chunks_refetched: refetched,
+            extract_seconds,
+            train_seconds,
+            train_hidden_seconds,
+            seconds,
+            nodes: nodes
+                .iter()
+                .zip(&state)
+                .map(|(n, s)| NodeReport {
+                    node: n.label(),
+                    images: s.images,
+                    extracted: s.extracted,
+                    seconds: s.seconds,
+                    images_per_second: s.rate,
+                })
+                .collect(),
+            deploy: None,
+        };
+        self.versions.record(&ModelVersion {
+            id: version.clone(),
+            backbone: backbone.clone(),
+            parent,
+            metrics: serde_json::json!({
+                "val_top1": report.val_top1,
+                "val_top1_before": report.val_top1_before,
+                "val_split": report.val_split,
+                "train_images": report.train_images,
+                "runs": req.runs,
+                "epochs": req.epochs,
+                "classes": classes.len(),
+            }),
+            created_ms: now_ms(),
+            active: false,
+        })?;
+        info!(%version, val_top1, seconds, "fine-tuning done");
+        if req.deploy {
+            report.deploy = Some(self.deploy_locked(&version).await?);
+        }
+        Ok(report)
+    }
+
+    /// Deploys `version` (two-phase) to every node and re-labels the stores; also a rollback.
+    pub async fn deploy(&self, version: &str) -> Result<DeployReport, TunerError> {
+        let _job = self.job.try_lock().map_err(|_| TunerError::Busy)?;
+        self.deploy_locked(version).await
+    }
+
+    async fn deploy_locked(&self, version: &str) -> Result<DeployReport, TunerError> {
+        let record = self.versions.get(version)?;
+        let nodes = self.nodes.snapshot();
+        if nodes.is_empty() {
+            return Err(TunerError::NoNodes);
+        }
+        let path = self.versions.head_path(version);
+        if path.exists() {
+            let head = Head::load(&path)?;
+            let (weights, bias) = head.linear_weights()?;
+            let wire = HeadWeights {
+                classes: head.classes().to_vec(),
+                input_dim: head.input_dim(),
+                weights,
+                bias,
+            };
+            let (bytes, crc32c) = wire.to_bytes();
+            let request = pb::StageHeadRequest {
+                version: version.to_string(),
+                backbone_version: record.backbone.clone(),
+                classes: wire.classes.clone(),
+                input_dim: wire.input_dim as u32,
+                weights: bytes,
+                crc32c,
+                parent: record.parent.clone().unwrap_or_default(),
+                metrics_json: record.metrics.to_string(),
+            };
+            let staged = futures::future::join_all(nodes.iter().map(|n| {
+                let request = request.clone();
+                async move {
+                    n.client()
+                        .map_err(|e| e.message().to_string())?
+                        .stage_head(request)
+                        .await
+                        .map_err(|e| e.message().to_string())
+                }
+            }))
+            .await;
+            if let Some((node, err)) = nodes
+                .iter()
+                .zip(&staged)
+                .find_map(|(n, r)| r.as_ref().err().map(|e| (n, e.clone())))
+            {
+                for n in &nodes {
+                    if let Ok(mut c) = n.client() {
+                        let _ = c
+                            .abort_head(pb::AbortHeadRequest {
+                                version: version.to_string(),
+                            })
+                            .await;
+                    }
+                }
+                return Err(TunerError::DeployAborted {
+                    version: version.to_string(),
+                    reason: format!("{}: {err}", node.label()),
+                });
+            }
+        }
+        for n in &nodes {
+            n.client()
+                .map_err(|e| node_error(n, e.message().to_string()))?
+                .commit_head(pb::CommitHeadRequest {
+                    version: version.to_string(),
+                })
+                .await
+                .map_err(|e| node_error(n, format!("commit failed: {}", e.message())))?;
+        }
+        self.versions.set_active(version)?;
+        let mut report = DeployReport {
+            version: version.to_string(),
+            nodes: nodes.len(),
+            ..DeployReport::default()
+        };
+        let replies = futures::future::join_all(nodes.iter().map(|n| async move {
+            n.client()?
+                .relabel(pb::RelabelRequest {
+                    version: version.to_string(),
+                })
+                .await
+                .map(|r| r.into_inner())
+        }))
+        .await;
+        for (n, reply) in nodes.iter().zip(replies) {
+            let reply = reply
+                .map_err(|e| node_error(n, format!("re-labelling failed: {}", e.message())))?;
+            report.relabelled += reply.photos;
+            report.compared += reply.compared;
+            report.changed += reply.changed;
+            report.modes.push(reply.mode);
+        }
+        report.changed_fraction = if report.compared == 0 {
+            0.0
+        } else {
+            report.changed as f64 / report.compared as f64
+        };
+        info!(
+            version,
+            changed = report.changed_fraction,
+            "deployed and re-labelled"
+        );
+        Ok(report)
+    }
+
+    async fn inventories(&self, nodes: &[Node]) -> Result<Vec<pb::InventoryReply>, TunerError> {
+        let replies = futures::future::join_all(nodes.iter().map(|n| async move {
+            n.client()?
+                .inventory(pb::InventoryRequest {})
+                .await
+                .map(|r| r.into_inner())
+        }))
+        .await;
+        nodes
+            .iter()
+            .zip(replies)
+            .map(|(n, r)| r.map_err(|e| node_error(n, e.message().to_string())))
+            .collect()
+    }
+
+    /// The head to start from: the active version's (with new classes added) or a new one.
+    fn starting_head(
+        &self,
+        req: &FinetuneRequest,
+        feature_dim: usize,
+        inventories: &[pb::InventoryReply],
+        pretrained: &str,
+        backbone: &str,
+    ) -> Result<(Head, Option<String>), TunerError> {
+        let labels: BTreeSet<String> = inventories
+            .iter()
+            .flat_map(|i| &i.classes)
+            .filter(|c| c.train > 0)
+            .map(|c| c.label.clone())
+            .collect();
+        if labels.is_empty() {
+            return Err(TunerError::EmptyData);
+        }
+        let active = self.versions.active()?.filter(|v| v.backbone == backbone);
+        if let Some(active) = active {
+            let path = self.versions.head_path(&active.id);
+            if path.exists() && req.hidden.is_none() {
+                let mut head = Head::load(&path)?;
+                let new: Vec<String> = labels
+                    .iter()
+                    .filter(|l| !head.classes().contains(l))
+                    .cloned()
+                    .collect();
+                if !new.is_empty() {
+                    head.grow_classes(new)?;
+                }
+                return Ok((head, Some(active.id)));
+            }
+        }
+        let mut config = HeadConfig::new(labels.into_iter().collect());
+        config.input_dim = feature_dim;
+        config.hidden = req.hidden;
+        config.epochs = req.epochs;
+        config.batch = req.batch;
+        config.seed = req.seed;
+        Ok((
+            Head::new(config)?,
+            Some(pretrained.to_string()).filter(|p| !p.is_empty()),
+        ))
+    }
+}
+
+fn spawn_trainer(
+    mut head: Head,
+    val: Features,
+    epochs: usize,
+    runs: usize,
+    started: Instant,
+    rx: std::sync::mpsc::Receiver<(usize, Vec<f32>, Vec<u32>)>,
+    tx: mpsc::Sender<Msg>,
+) -> std::thread::JoinHandle<Head> {
+    std::thread::spawn(move || {
+        for (run, values, labels) in rx {
+            let start = started.elapsed().as_secs_f64();
+            let t = Instant::now();
+            let result = (|| {
+                if !labels.is_empty() {
+                    head.train_run(&values, &labels, run, runs, epochs)?;
+                }
+                let top1 = if val.is_empty() {
+                    0.0
+                } else {
+                    head.evaluate(&val.values, &val.labels)?
+                };
+                Ok((run, start, t.elapsed().as_secs_f64(), top1))
+            })();
+            if tx.blocking_send(Msg::Trained(result)).is_err() {
+                break;
+            }
+        }
+        head
+    })
+}
+
+async fn stream_node(i: usize, node: Node, request: pb::ExtractRequest, tx: mpsc::Sender<Msg>) {
+    let mut client = match node.client() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = tx.send(Msg::Failed(i, e.message().to_string())).await;
+            return;
+        }
+    };
+    let mut stream = match client.extract(request).await {
+        Ok(s) => s.into_inner(),
+        Err(e) => {
+            let _ = tx.send(Msg::Failed(i, e.message().to_string())).await;
+            return;
+        }
+    };
+    loop {
+        match stream.message().await {
+            Ok(Some(pb::ExtractEvent { event: Some(event) })) => {
+                if tx.send(Msg::Event(i, event)).await.is_err() {
+                    return;
+                }
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                let _ = tx.send(Msg::Ended(i)).await;
+                return;
+            }
+            Err(e) => {
+                let _ = tx.send(Msg::Failed(i, e.message().to_string())).await;
+                return;
+            }
+        }
+    }
+}
+
+async fn refetch(
+    node: &Node,
+    job_id: &str,
+    chunk: &pb::FeatureChunk,
+) -> Result<pb::FeatureChunk, TunerError> {
+    let mut client = node
+        .client()
+        .map_err(|e| node_error(node, e.message().to_string()))?;
+    client
+        .fetch_chunk(pb::FetchChunkRequest {
+            job_id: job_id.to_string(),
+            part: chunk.part,
+            run: chunk.run,
+            seq: chunk.seq,
+        })
+        .await
+        .map(|r| r.into_inner())
+        .map_err(|e| node_error(node, format!("re-fetching a chunk failed: {}", e.message())))
+}
+
+fn empty(dim: usize) -> Features {
+    Features {
+        values: Vec::new(),
+        dim,
+        labels: Vec::new(),
+        photo_ids: Vec::new(),
+    }
+}
+
+fn append(target: &mut Features, more: Features) {
+    target.values.extend(more.values);
+    target.labels.extend(more.labels);
+    target.photo_ids.extend(more.photo_ids);
+}
+
+fn wire_bytes(c: &pb::FeatureChunk) -> u64 {
+    (c.features.len() + c.labels.len() * 4 + c.photo_ids.len() * 8) as u64
+}
+
+fn node_error(node: &Node, message: String) -> TunerError {
+    TunerError::Node {
+        node: node.label(),
+        message,
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
