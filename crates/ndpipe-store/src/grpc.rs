@@ -23,7 +23,7 @@ use tracing::{info, warn};
 
 use crate::PhotoStore;
 use crate::labeler::{ActiveModel, SharedModel, head_predictions};
-use crate::relabel::{RelabelOptions, RelabelReport, Relabeler};
+use crate::relabel::{RelabelOptions, RelabelReport, Relabeler, previous_top1};
 
 /// A job's photos, fixed when extraction starts so that a chunk can be sent again.
 struct JobPlan {
@@ -60,6 +60,8 @@ pub struct PipeStoreNode {
     plans: Mutex<HashMap<String, Arc<JobPlan>>>,
     staged: Mutex<HashMap<String, Staged>>,
     heads_dir: PathBuf,
+    corrupt_chunks: AtomicU32,
+    previous: Mutex<Option<String>>,
 }
 
 impl PipeStoreNode {
@@ -86,9 +88,17 @@ impl PipeStoreNode {
             plans: Mutex::new(HashMap::new()),
             staged: Mutex::new(HashMap::new()),
             heads_dir,
+            corrupt_chunks: AtomicU32::new(0),
+            previous: Mutex::new(None),
         };
         node.load_active_head()?;
         Ok(node)
+    }
+
+    /// Testing only: damages the next `n` chunks sent, so that their checksum fails.
+    pub fn with_corrupt_chunks(self, n: u32) -> Self {
+        self.corrupt_chunks.store(n, Ordering::Relaxed);
+        self
     }
 
     /// Records the id the Tuner assigned.
@@ -257,7 +267,15 @@ impl PipeStoreNode {
                 extracted += computed as u64;
                 done += chunk.len() as u64;
                 throttle(started, done, req.throttle_images_per_second);
-                if !send(Event::Chunk(encode_chunk(part, run, seq as u32, &features))) {
+                let mut chunk = encode_chunk(part, run, seq as u32, &features);
+                let damage = self
+                    .corrupt_chunks
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok();
+                if damage && !chunk.features.is_empty() {
+                    chunk.features[0] ^= 0x55;
+                }
+                if !send(Event::Chunk(chunk)) {
                     return;
                 }
                 chunks += 1;
@@ -289,6 +307,10 @@ impl PipeStoreNode {
     }
 
     fn commit(&self, version: &str) -> Result<(), Status> {
+        let before = self.model.get().version;
+        if before != version {
+            *self.previous.lock().unwrap_or_else(|p| p.into_inner()) = Some(before);
+        }
         if version == self.pretrained.version {
             self.catalog.set_active_model(version).map_err(internal)?;
             self.model.set(self.pretrained.clone());
@@ -362,6 +384,11 @@ impl PipeStoreNode {
         let Some(head) = model.head.clone() else {
             return self.relabel_full(&model);
         };
+        let compare_with = self
+            .previous
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let started = Instant::now();
         let ids: Vec<u64> = self
             .store
@@ -379,14 +406,11 @@ impl PipeStoreNode {
             for (i, id) in batch.iter().enumerate() {
                 let f = &features.values[i * features.dim..(i + 1) * features.dim];
                 let preds = head_predictions(&head, f, 5);
-                let previous = self.catalog.predictions(*id).map_err(internal)?;
-                let old = previous
-                    .iter()
-                    .rfind(|(v, _)| *v != version)
-                    .and_then(|(_, p)| p.first());
+                let old = previous_top1(&*self.catalog, *id, version, compare_with.as_deref())
+                    .map_err(internal)?;
                 if let (Some(old), Some(new)) = (old, preds.first()) {
                     compared += 1;
-                    changed += u64::from(old.label != new.label);
+                    changed += u64::from(old != new.label);
                 }
                 out.push((*id, preds));
             }
@@ -411,7 +435,14 @@ impl PipeStoreNode {
 impl PipeStoreNode {
     /// Re-labels with the backbone's own classifier (a rollback to the pretrained version).
     fn relabel_full(&self, model: &ActiveModel) -> Result<pb::RelabelReply, Status> {
-        let options = RelabelOptions::default();
+        let options = RelabelOptions {
+            compare_with: self
+                .previous
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            ..RelabelOptions::default()
+        };
         let report = Mutex::new(RelabelReport::default());
         Relabeler {
             store: &self.store,

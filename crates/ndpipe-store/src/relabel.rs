@@ -29,6 +29,9 @@ pub struct RelabelOptions {
     pub top_k: usize,
     /// Depth of each queue between stages, in photos.
     pub queue: usize,
+    /// Measure label churn against this version's top-1 (default: the photo's previous labels
+    /// under the same version, else under any other).
+    pub compare_with: Option<String>,
 }
 
 impl Default for RelabelOptions {
@@ -37,6 +40,7 @@ impl Default for RelabelOptions {
             batch: 32,
             top_k: 5,
             queue: 256,
+            compare_with: None,
         }
     }
 }
@@ -200,7 +204,14 @@ fn run(
             };
             let previous: Vec<Option<String>> = ids
                 .iter()
-                .map(|id| previous_top1(&***catalog, *id, &model.version))
+                .map(|id| {
+                    previous_top1(
+                        &***catalog,
+                        *id,
+                        &model.version,
+                        options.compare_with.as_deref(),
+                    )
+                })
                 .collect::<Result<_, _>>()?;
             let rows = write_outputs(model, &***catalog, features, &ids, &outputs, options.top_k)?;
             for ((_, new), old) in rows.iter().zip(previous) {
@@ -245,15 +256,19 @@ fn update_rates(r: &mut RelabelReport, done_run: u64, wall: Duration, model: Dur
     };
 }
 
-/// The top-1 label the catalog held before: under the same version if present, else under any
-/// other version.
-fn previous_top1(
+/// The top-1 label the catalog held before: under `compare_with` when given, else under the same
+/// version if present, else under any other version.
+pub fn previous_top1(
     catalog: &dyn Catalog,
     id: u64,
     version: &str,
+    compare_with: Option<&str>,
 ) -> Result<Option<String>, crate::IngestError> {
     let all = catalog.predictions(id)?;
     let pick = |v: &(String, Vec<Prediction>)| v.1.first().map(|p| p.label.clone());
+    if let Some(other) = compare_with {
+        return Ok(all.iter().find(|v| v.0 == other).and_then(pick));
+    }
     Ok(all
         .iter()
         .find(|v| v.0 == version)

@@ -33,6 +33,10 @@ pub struct ImportArgs {
     /// Import at most this many photos (Fashion-MNIST: taken 6:1 from train and test).
     #[arg(long)]
     pub limit: Option<usize>,
+    /// Fashion-MNIST: skip this many photos first (taken 6:1 from train and test), e.g. to give
+    /// each PipeStore its own slice.
+    #[arg(long, default_value_t = 0)]
+    pub skip: usize,
     /// Ground-truth label for every photo of the folder.
     #[arg(long, conflicts_with = "label_from_folder")]
     pub label: Option<String>,

@@ -99,6 +99,10 @@ pub struct ServeArgs {
     /// The Tuner's gRPC URL to register with (`ndpipe pipestore`); `ndpipe serve` runs its own.
     #[arg(long, env = "NDPIPE_TUNER")]
     pub tuner: Option<String>,
+    /// Testing only: damage the first N feature chunks sent to the Tuner (their checksum then
+    /// fails and the Tuner must fetch them again).
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub fault_corrupt_chunks: u32,
 }
 
 impl ServeArgs {
@@ -126,6 +130,7 @@ impl ServeArgs {
             advertise_url: None,
             name: None,
             tuner: None,
+            fault_corrupt_chunks: 0,
         }
     }
 
@@ -265,7 +270,8 @@ pub async fn start(args: &ServeArgs) -> Result<Running> {
                 shared.clone(),
                 args.data.join("heads"),
             )
-            .map_err(|s| anyhow::anyhow!("starting the PipeStore service: {}", s.message()))?,
+            .map_err(|s| anyhow::anyhow!("starting the PipeStore service: {}", s.message()))?
+            .with_corrupt_chunks(args.fault_corrupt_chunks),
         )),
         None => None,
     };

@@ -91,6 +91,7 @@ pub fn sha256(bytes: &[u8]) -> String {
 pub struct Instance {
     pub data: PathBuf,
     pub url: String,
+    command: &'static str,
     port: u16,
     extra: Vec<String>,
     child: Option<Child>,
@@ -123,12 +124,35 @@ impl Instance {
         self.extra = flags.iter().map(|s| s.to_string()).collect();
     }
 
+    /// Starts `ndpipe pipestore` with the real model, registering as `name` with the Tuner at
+    /// `tuner` (its gRPC URL).
+    pub fn start_pipestore(tuner: &str, name: &str, extra: &[&str]) -> Self {
+        let dir = model_dir();
+        let mut flags = vec![
+            "--model-dir",
+            dir.to_str().unwrap(),
+            "--intra-threads",
+            "1",
+            "--tuner",
+            tuner,
+            "--name",
+            name,
+        ];
+        flags.extend_from_slice(extra);
+        Self::launch_as("pipestore", &flags)
+    }
+
     fn launch(extra: &[&str]) -> Self {
+        Self::launch_as("serve", extra)
+    }
+
+    fn launch_as(command: &'static str, extra: &[&str]) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let port = free_port();
         let mut inst = Instance {
             data: tmp.path().join("data"),
             url: format!("http://127.0.0.1:{port}"),
+            command,
             port,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
@@ -145,7 +169,7 @@ impl Instance {
             .open(self._tmp.path().join("serve.log"))
             .unwrap();
         let child = Command::new(exe())
-            .arg("serve")
+            .arg(self.command)
             .arg("--data")
             .arg(&self.data)
             .arg("--listen")
@@ -315,4 +339,86 @@ pub fn cli(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// A running `ndpipe tuner`.
+pub struct TunerProcess {
+    /// Its HTTP base URL.
+    pub url: String,
+    /// Its gRPC URL, for PipeStores.
+    pub grpc: String,
+    child: Child,
+    _tmp: tempfile::TempDir,
+}
+
+impl TunerProcess {
+    /// Starts a Tuner on free ports with a fresh registry.
+    pub fn start() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let (http, grpc) = (free_port(), free_port());
+        let log = std::fs::File::create(tmp.path().join("tuner.log")).unwrap();
+        let child = Command::new(exe())
+            .args(["tuner", "--data"])
+            .arg(tmp.path().join("tuner"))
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{http}"),
+                "--grpc-listen",
+                &format!("127.0.0.1:{grpc}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting ndpipe tuner");
+        let t = TunerProcess {
+            url: format!("http://127.0.0.1:{http}"),
+            grpc: format!("http://127.0.0.1:{grpc}"),
+            child,
+            _tmp: tmp,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", http)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the tuner did not start: {}",
+                t.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        t
+    }
+
+    /// The Tuner's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self._tmp.path().join("tuner.log")).unwrap_or_default()
+    }
+
+    /// Waits until `n` PipeStores are registered; returns the node list.
+    pub async fn wait_for_nodes(&self, n: usize) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let nodes: serde_json::Value = reqwest::get(format!("{}/v1/tuner/nodes", self.url))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if nodes.as_array().unwrap().len() >= n {
+                return nodes;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "only {nodes} registered\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for TunerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

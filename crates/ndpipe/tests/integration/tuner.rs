@@ -1,0 +1,246 @@
+//! A Tuner and two PipeStore processes on loopback: pipelined fine-tuning from features,
+//! two-phase deploy, re-labelling, rollback, and the faults around them.
+
+use std::time::{Duration, Instant};
+
+use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
+use ndpipe_proto::{HeadWeights, pb};
+
+use crate::common::{Instance, TunerProcess, cli};
+
+fn import(inst: &Instance, skip: usize, limit: usize) {
+    let fm = std::env::var("NDPIPE_FASHION_MNIST_DIR")
+        .unwrap_or_else(|_| "/usr/share/datasets/fashion-mnist".into());
+    let (ok, out, err) = cli(&[
+        "import",
+        "--server",
+        &inst.url,
+        "--quiet",
+        "--fashion-mnist",
+        "--fashion-mnist-dir",
+        &fm,
+        "--skip",
+        &skip.to_string(),
+        "--limit",
+        &limit.to_string(),
+    ]);
+    assert!(ok, "{out}{err}");
+}
+
+async fn post(url: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let resp = reqwest::Client::new()
+        .post(url)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn two_pipestores_finetune_deploy_relabel_and_roll_back() {
+    let tuner = TunerProcess::start();
+    let a = Instance::start_pipestore(&tuner.grpc, "ps-a", &["--fault-corrupt-chunks", "2"]);
+    let b = Instance::start_pipestore(&tuner.grpc, "ps-b", &[]);
+    import(&a, 0, 350);
+    import(&b, 350, 350);
+    tuner.wait_for_nodes(2).await;
+
+    let (status, report) = post(
+        &format!("{}/v1/tuner/finetune", tuner.url),
+        serde_json::json!({"runs": 2, "epochs": 8, "chunk_size": 64}),
+    )
+    .await;
+    assert_eq!(status, 200, "{report}\n{}", tuner.log());
+    assert_eq!(report["train_images"], 600);
+    assert_eq!(report["val_images"], 100);
+    assert_eq!(report["val_split"], "test");
+    assert_eq!(report["runs"].as_array().unwrap().len(), 2);
+    let top1 = report["val_top1"].as_f64().unwrap();
+    assert!(
+        top1 > 0.6,
+        "a head on EfficientNet features must learn Fashion-MNIST: {report}"
+    );
+    assert!(
+        report["val_top1_before"].as_f64().unwrap() < 0.3,
+        "a new head starts near chance"
+    );
+    let per_image = report["bytes_per_image"].as_f64().unwrap();
+    assert!(
+        per_image < 3000.0,
+        "features (2.5 KB), not 150 KB tensors, cross the network: {per_image}"
+    );
+    assert!(
+        report["chunks_refetched"].as_u64().unwrap() >= 2,
+        "damaged chunks are fetched again: {report}"
+    );
+    let deploy = &report["deploy"];
+    assert_eq!(deploy["nodes"], 2);
+    assert_eq!(deploy["relabelled"], 700);
+    assert_eq!(
+        deploy["modes"],
+        serde_json::json!(["head", "head"]),
+        "re-labelling ran the head over stored features"
+    );
+    let version = report["version"].as_str().unwrap().to_string();
+    let pretrained = report["parent"].as_str().unwrap().to_string();
+
+    for node in [&a, &b] {
+        let models = node.json("/v1/models").await;
+        let active: Vec<&str> = models
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["active"] == true)
+            .map(|m| m["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(active, vec![version.as_str()]);
+        let trousers = node.json("/v1/search?label=Trouser&limit=100").await;
+        assert!(
+            trousers["hits"].as_array().unwrap().len() >= 20,
+            "{trousers}"
+        );
+    }
+
+    let (status, rollback) = post(
+        &format!("{}/v1/tuner/deploy/{pretrained}", tuner.url),
+        serde_json::json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{rollback}");
+    assert_eq!(rollback["modes"], serde_json::json!(["full", "full"]));
+    assert_eq!(
+        rollback["changed_fraction"].as_f64().unwrap(),
+        1.0,
+        "ImageNet labels replace the Fashion classes"
+    );
+    let models = a.json("/v1/models").await;
+    assert!(
+        models
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["id"] == pretrained.as_str() && m["active"] == true)
+    );
+    let versions: serde_json::Value = reqwest::get(format!("{}/v1/tuner/versions", tuner.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(versions.as_array().unwrap().len(), 2);
+
+    let (status, unknown) = post(
+        &format!("{}/v1/tuner/deploy/nope", tuner.url),
+        serde_json::json!({}),
+    )
+    .await;
+    assert_eq!(status, 404, "{unknown}");
+}
+
+#[tokio::test]
+async fn a_pipestore_killed_mid_job_fails_the_job_naming_it_and_re_registers() {
+    let tuner = TunerProcess::start();
+    let a = Instance::start_pipestore(&tuner.grpc, "ps-a", &[]);
+    let mut b = Instance::start_pipestore(&tuner.grpc, "ps-b", &[]);
+    import(&a, 0, 140);
+    import(&b, 140, 140);
+    let before = tuner.wait_for_nodes(2).await;
+
+    let url = format!("{}/v1/tuner/finetune", tuner.url);
+    let job = tokio::spawn(async move {
+        post(&url, serde_json::json!({"runs": 2, "epochs": 2, "chunk_size": 8, "throttle": {"ps-b": 20.0}})).await
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    b.kill9();
+    let started = Instant::now();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(60), job)
+        .await
+        .expect("the job must not hang")
+        .unwrap();
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("ps-b"),
+        "the failed node is named: {body}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+
+    b.restart();
+    let after = tuner.wait_for_nodes(2).await;
+    assert_eq!(
+        after.as_array().unwrap().len(),
+        2,
+        "a restarted node keeps its place: {after}"
+    );
+    let id = |nodes: &serde_json::Value| {
+        nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == "ps-b")
+            .unwrap()["id"]
+            .clone()
+    };
+    assert_eq!(id(&before), id(&after));
+    let (status, report) = post(
+        &format!("{}/v1/tuner/finetune", tuner.url),
+        serde_json::json!({"runs": 1, "epochs": 2}),
+    )
+    .await;
+    assert_eq!(
+        status, 200,
+        "the job works again with the node back: {report}"
+    );
+}
+
+#[tokio::test]
+async fn a_head_of_the_wrong_input_dimension_is_refused() {
+    let tuner = TunerProcess::start();
+    let _a = Instance::start_pipestore(&tuner.grpc, "ps-a", &[]);
+    let nodes = tuner.wait_for_nodes(1).await;
+    let url = nodes[0]["url"].as_str().unwrap().to_string();
+    let mut client = PipeStoreClient::connect(url).await.unwrap();
+    let inventory = client
+        .inventory(pb::InventoryRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(inventory.feature_dim, 1280);
+    let head = HeadWeights {
+        classes: vec!["a".into(), "b".into()],
+        input_dim: 512,
+        weights: vec![0.1; 1024],
+        bias: vec![0.0; 2],
+    };
+    let (weights, crc32c) = head.to_bytes();
+    let request = pb::StageHeadRequest {
+        version: "bad-dim".into(),
+        backbone_version: inventory.backbone_version.clone(),
+        classes: head.classes.clone(),
+        input_dim: 512,
+        weights,
+        crc32c,
+        ..Default::default()
+    };
+    let err = client.stage_head(request.clone()).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert!(err.message().contains("1280"), "{}", err.message());
+    let mut damaged = request;
+    damaged.crc32c ^= 1;
+    assert_eq!(
+        client.stage_head(damaged).await.unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
+    let commit = client
+        .commit_head(pb::CommitHeadRequest {
+            version: "bad-dim".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        commit.code(),
+        tonic::Code::NotFound,
+        "nothing was staged, nothing changes"
+    );
+}
