@@ -97,7 +97,82 @@ pub fn encode_chunk(part: pb::Part, run: u32, seq: u32, f: &Features) -> pb::Fea
         labels: f.labels.clone(),
         photo_ids: f.photo_ids.clone(),
         crc32c,
+        encoding: pb::Encoding::F16Features as i32,
+        height: 0,
+        width: 0,
     }
+}
+
+/// Preprocessed u8 HWC tensors with their labels and photo ids (conventional mode).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensors {
+    /// `count` tensors of `height * width * 3` bytes each.
+    pub data: Vec<u8>,
+    /// Rows.
+    pub height: u32,
+    /// Columns.
+    pub width: u32,
+    /// Class index of each tensor.
+    pub labels: Vec<u32>,
+    /// Photo id of each tensor.
+    pub photo_ids: Vec<u64>,
+}
+
+/// Builds a wire chunk of u8 tensors (conventional mode).
+pub fn encode_tensor_chunk(part: pb::Part, run: u32, seq: u32, t: &Tensors) -> pb::FeatureChunk {
+    let crc32c = chunk_crc(&t.data, &t.labels, &t.photo_ids);
+    pb::FeatureChunk {
+        part: part as i32,
+        run,
+        seq,
+        count: t.labels.len() as u32,
+        dim: t.height * t.width * 3,
+        features: t.data.clone(),
+        labels: t.labels.clone(),
+        photo_ids: t.photo_ids.clone(),
+        crc32c,
+        encoding: pb::Encoding::U8Tensors as i32,
+        height: t.height,
+        width: t.width,
+    }
+}
+
+/// Checks and decodes a chunk of u8 tensors; `num_classes` bounds the labels.
+pub fn decode_tensor_chunk(
+    c: &pb::FeatureChunk,
+    num_classes: usize,
+) -> Result<Tensors, ProtoError> {
+    let what = format!("tensor chunk run {} seq {}", c.run, c.seq);
+    let count = c.count as usize;
+    let per = (c.height as usize) * (c.width as usize) * 3;
+    if c.encoding != pb::Encoding::U8Tensors as i32
+        || per == 0
+        || c.dim as usize != per
+        || c.features.len() != count * per
+        || c.labels.len() != count
+        || c.photo_ids.len() != count
+    {
+        return Err(ProtoError::Malformed {
+            what,
+            reason: "shape, counts or encoding disagree".into(),
+        });
+    }
+    if chunk_crc(&c.features, &c.labels, &c.photo_ids) != c.crc32c {
+        return Err(ProtoError::Checksum { what });
+    }
+    if let Some(l) = c.labels.iter().find(|l| **l as usize >= num_classes) {
+        return Err(ProtoError::Malformed {
+            what,
+            reason: format!("label {l} is not one of {num_classes} classes"),
+        });
+    }
+    Ok(Tensors {
+        data: c.features.clone(),
+        height: c.height,
+        width: c.width,
+        labels: c.labels.clone(),
+        photo_ids: c.photo_ids.clone(),
+    })
 }
 
 /// Checks a wire chunk and decodes it; `num_classes` bounds the labels.
@@ -108,6 +183,9 @@ pub fn decode_chunk(c: &pb::FeatureChunk, num_classes: usize) -> Result<Features
         reason,
     };
     let (count, dim) = (c.count as usize, c.dim as usize);
+    if c.encoding != pb::Encoding::F16Features as i32 {
+        return Err(bad("not a feature chunk".into()));
+    }
     if c.labels.len() != count || c.photo_ids.len() != count {
         return Err(bad(format!(
             "{count} rows but {} labels and {} photo ids",

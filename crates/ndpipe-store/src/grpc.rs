@@ -15,7 +15,7 @@ use ndpipe_catalog::{Catalog, ModelVersion, Prediction, Split};
 use ndpipe_model::TensorBlob;
 use ndpipe_proto::pb::pipe_store_server::PipeStore as PipeStoreRpc;
 use ndpipe_proto::pb::{self, extract_event::Event};
-use ndpipe_proto::{Features, HeadWeights, RunPlan, encode_chunk};
+use ndpipe_proto::{Features, HeadWeights, RunPlan, Tensors, encode_chunk, encode_tensor_chunk};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -31,6 +31,8 @@ struct JobPlan {
     train: Vec<(u64, u32)>,
     plan: RunPlan,
     chunk_size: usize,
+    ship_tensors: bool,
+    use_stored: bool,
 }
 
 impl JobPlan {
@@ -99,6 +101,11 @@ impl PipeStoreNode {
     pub fn with_corrupt_chunks(self, n: u32) -> Self {
         self.corrupt_chunks.store(n, Ordering::Relaxed);
         self
+    }
+
+    /// The backbone this node runs.
+    pub fn backbone(&self) -> Arc<dyn ndpipe_model::InferenceBackend> {
+        self.pretrained.backend.clone()
     }
 
     /// Records the id the Tuner assigned.
@@ -178,7 +185,46 @@ impl PipeStoreNode {
             train,
             plan,
             chunk_size: req.chunk_size as usize,
+            ship_tensors: req.ship_tensors,
+            use_stored: req.use_stored_features,
         })
+    }
+
+    /// One wire chunk of `rows`: features (computing missing ones), or u8 tensors in
+    /// conventional mode. Returns the chunk and how many features the backbone computed.
+    fn chunk(
+        &self,
+        plan: &JobPlan,
+        part: pb::Part,
+        run: u32,
+        seq: u32,
+        rows: &[(u64, u32)],
+    ) -> Result<(pb::FeatureChunk, usize), Status> {
+        if !plan.ship_tensors {
+            let (features, computed) = self.features(rows, plan.use_stored)?;
+            return Ok((encode_chunk(part, run, seq, &features), computed));
+        }
+        let mut data = Vec::new();
+        let (mut height, mut width) = (0, 0);
+        for (id, _) in rows {
+            let (_, blob) = self
+                .store
+                .tensor(*id)
+                .map_err(internal)?
+                .ok_or_else(|| Status::not_found(format!("photo {id} has no tensor")))?;
+            let t = TensorBlob::decode(&blob)
+                .map_err(|e| Status::data_loss(format!("tensor of photo {id}: {e}")))?;
+            (height, width) = (t.height(), t.width());
+            data.extend_from_slice(t.data());
+        }
+        let tensors = Tensors {
+            data,
+            height,
+            width,
+            labels: rows.iter().map(|r| r.1).collect(),
+            photo_ids: rows.iter().map(|r| r.0).collect(),
+        };
+        Ok((encode_tensor_chunk(part, run, seq, &tensors), 0))
     }
 
     /// The features of `rows` under the backbone: stored ones when allowed, the rest computed by
@@ -250,24 +296,26 @@ impl PipeStoreNode {
         let total = (plan.val.len() + plan.train.len()) as u64;
         let mut done = 0u64;
         let mut extracted = 0u64;
+        let mut sent_bytes = 0u64;
         let parts = std::iter::once((pb::Part::Val, 0))
             .chain((0..plan.plan.runs() as u32).map(|k| (pb::Part::Train, k)));
         for (part, run) in parts {
             let run_started = Instant::now();
             let rows = plan.rows(part, run);
             let mut chunks = 0;
-            for (seq, chunk) in rows.chunks(plan.chunk_size).enumerate() {
-                let (features, computed) = match self.features(chunk, req.use_stored_features) {
-                    Ok(f) => f,
+            for (seq, rows) in rows.chunks(plan.chunk_size).enumerate() {
+                let (mut chunk, computed) = match self.chunk(&plan, part, run, seq as u32, rows) {
+                    Ok(c) => c,
                     Err(status) => {
                         let _ = tx.blocking_send(Err(status));
                         return;
                     }
                 };
                 extracted += computed as u64;
-                done += chunk.len() as u64;
+                done += rows.len() as u64;
                 throttle(started, done, req.throttle_images_per_second);
-                let mut chunk = encode_chunk(part, run, seq as u32, &features);
+                sent_bytes += chunk.features.len() as u64;
+                throttle(started, sent_bytes, req.bandwidth_bytes_per_second);
                 let damage = self
                     .corrupt_chunks
                     .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
@@ -464,6 +512,7 @@ impl PipeStoreNode {
     }
 }
 
+/// Sleeps until `done` units (images or bytes) fit under `limit` per second since `started`.
 fn throttle(started: Instant, done: u64, limit: f64) {
     if limit > 0.0 {
         let due = Duration::from_secs_f64(done as f64 / limit);

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ndpipe_catalog::ModelVersion;
+use ndpipe_model::{ImageTensor, InferenceBackend};
 use ndpipe_proto::pb::{self, extract_event::Event};
-use ndpipe_proto::{Features, HeadWeights, ProtoError, decode_chunk};
+use ndpipe_proto::{Features, HeadWeights, ProtoError, Tensors, decode_chunk, decode_tensor_chunk};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -47,6 +48,11 @@ pub struct FinetuneRequest {
     pub deploy: bool,
     /// Per-node throttle in images/s, by node name (for load-balancing experiments).
     pub throttle: std::collections::BTreeMap<String, f64>,
+    /// "near-data" (nodes send features) or "conventional" (nodes send preprocessed tensors and
+    /// the Tuner runs the backbone), for comparison.
+    pub mode: String,
+    /// Cap on each node's sending rate, bytes/s (0: none): a stand-in for a slower network.
+    pub bandwidth_bytes_per_second: f64,
 }
 
 impl Default for FinetuneRequest {
@@ -63,6 +69,8 @@ impl Default for FinetuneRequest {
             align: 32,
             deploy: true,
             throttle: Default::default(),
+            mode: "near-data".into(),
+            bandwidth_bytes_per_second: 0.0,
         }
     }
 }
@@ -163,6 +171,7 @@ pub struct FinetuneReport {
 pub struct Coordinator {
     nodes: Arc<Nodes>,
     versions: Versions,
+    backbone: Option<Arc<dyn InferenceBackend>>,
     job: tokio::sync::Mutex<()>,
 }
 
@@ -189,8 +198,15 @@ impl Coordinator {
         Coordinator {
             nodes,
             versions,
+            backbone: None,
             job: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Gives the Tuner its own copy of the backbone, for conventional mode.
+    pub fn with_backbone(mut self, backbone: Arc<dyn InferenceBackend>) -> Self {
+        self.backbone = Some(backbone);
+        self
     }
 
     /// The node registry, shared with the Tuner's gRPC service.
@@ -247,6 +263,19 @@ impl Coordinator {
                 "runs must be at least 1".into(),
             ));
         }
+        let conventional = match req.mode.as_str() {
+            "near-data" | "" => None,
+            "conventional" => Some(self.backbone.clone().ok_or_else(|| {
+                TunerError::InvalidArgument(
+                    "conventional mode needs a backbone on the Tuner (--model-dir)".into(),
+                )
+            })?),
+            other => {
+                return Err(TunerError::InvalidArgument(format!(
+                    "unknown mode {other:?}: use near-data or conventional"
+                )));
+            }
+        };
         let (head, parent) =
             self.starting_head(&req, feature_dim, &inventories, &pretrained, &backbone)?;
         let classes = head.classes().to_vec();
@@ -265,6 +294,8 @@ impl Coordinator {
                 use_stored_features: req.use_stored_features,
                 val_split: val_split.clone(),
                 throttle_images_per_second: req.throttle.get(&node.name).copied().unwrap_or(0.0),
+                ship_tensors: conventional.is_some(),
+                bandwidth_bytes_per_second: req.bandwidth_bytes_per_second,
             };
             tokio::spawn(stream_node(i, node.clone(), request, tx.clone()));
         }
@@ -322,17 +353,32 @@ impl Coordinator {
                         continue;
                     }
                     bytes += wire_bytes(&chunk);
-                    let features = match decode_chunk(&chunk, classes.len()) {
-                        Ok(f) => f,
+                    let chunk = match verify(&chunk, classes.len()) {
+                        Ok(()) => chunk,
                         Err(ProtoError::Checksum { .. }) => {
                             warn!(node = %nodes[i].label(), run = chunk.run, seq = chunk.seq, "chunk checksum mismatch; fetching it again");
                             refetched += 1;
                             let again = refetch(&nodes[i], &job_id, &chunk).await?;
                             bytes += wire_bytes(&again);
-                            decode_chunk(&again, classes.len())
-                                .map_err(|e| node_error(&nodes[i], e.to_string()))?
+                            verify(&again, classes.len())
+                                .map_err(|e| node_error(&nodes[i], e.to_string()))?;
+                            again
                         }
                         Err(e) => return Err(node_error(&nodes[i], e.to_string())),
+                    };
+                    let features = match &conventional {
+                        None => decode_chunk(&chunk, classes.len())
+                            .map_err(|e| node_error(&nodes[i], e.to_string()))?,
+                        Some(backbone) => {
+                            let tensors = decode_tensor_chunk(&chunk, classes.len())
+                                .map_err(|e| node_error(&nodes[i], e.to_string()))?;
+                            let backbone = backbone.clone();
+                            tokio::task::spawn_blocking(move || {
+                                extract_on_tuner(&*backbone, tensors)
+                            })
+                            .await
+                            .map_err(|e| TunerError::InvalidArgument(e.to_string()))??
+                        }
                     };
                     if features.dim != feature_dim {
                         return Err(node_error(
@@ -757,6 +803,40 @@ async fn refetch(
         .await
         .map(|r| r.into_inner())
         .map_err(|e| node_error(node, format!("re-fetching a chunk failed: {}", e.message())))
+}
+
+/// Checks a chunk's shape and checksum without decoding it.
+fn verify(chunk: &pb::FeatureChunk, classes: usize) -> Result<(), ProtoError> {
+    if chunk.encoding == pb::Encoding::U8Tensors as i32 {
+        decode_tensor_chunk(chunk, classes).map(drop)
+    } else {
+        decode_chunk(chunk, classes).map(drop)
+    }
+}
+
+/// Conventional mode: the Tuner runs the backbone on shipped tensors.
+fn extract_on_tuner(backbone: &dyn InferenceBackend, t: Tensors) -> Result<Features, TunerError> {
+    let per = (t.height * t.width * 3) as usize;
+    let images: Vec<ImageTensor> = t
+        .data
+        .chunks_exact(per)
+        .map(|d| ImageTensor::new(t.height, t.width, 3, d.to_vec()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| TunerError::InvalidArgument(e.to_string()))?;
+    let dim = backbone.info().feature_dim;
+    let mut values = Vec::with_capacity(images.len() * dim);
+    for batch in images.chunks(backbone.max_batch().max(1)) {
+        let out = backbone
+            .run(batch)
+            .map_err(|e| TunerError::InvalidArgument(format!("backbone on the Tuner: {e}")))?;
+        values.extend_from_slice(out.all_features());
+    }
+    Ok(Features {
+        values,
+        dim,
+        labels: t.labels,
+        photo_ids: t.photo_ids,
+    })
 }
 
 fn empty(dim: usize) -> Features {

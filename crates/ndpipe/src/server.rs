@@ -324,10 +324,10 @@ pub async fn start(args: &ServeArgs) -> Result<Running> {
         let tuner = if embedded {
             let versions = Versions::open(&args.data.join("tuner"))
                 .context("opening the Tuner's model registry")?;
-            Some(Arc::new(Coordinator::new(
-                Arc::new(Nodes::default()),
-                versions,
-            )))
+            Some(Arc::new(
+                Coordinator::new(Arc::new(Nodes::default()), versions)
+                    .with_backbone(node.backbone()),
+            ))
         } else {
             None
         };

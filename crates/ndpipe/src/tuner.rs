@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use ndpipe_model::{ExecutionProvider, OrtBackend, RuntimeConfig};
 use ndpipe_proto::pb::tuner_server::TunerServer;
 use ndpipe_tuner::coordinator::Coordinator;
 use ndpipe_tuner::nodes::{Nodes, TunerService};
@@ -32,6 +33,12 @@ pub struct TunerArgs {
     /// Bearer token required for fine-tuning and deploys.
     #[arg(long, env = "NDPIPE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A model folder: gives the Tuner its own backbone, for the conventional comparison mode.
+    #[arg(long)]
+    model_dir: Option<PathBuf>,
+    /// Model threads on the Tuner (0: ONNX Runtime decides).
+    #[arg(long, default_value_t = 0)]
+    intra_threads: usize,
 }
 
 /// Runs `ndpipe tuner` until Ctrl-C or SIGTERM.
@@ -39,7 +46,19 @@ pub async fn run(args: TunerArgs) -> Result<()> {
     let versions = Versions::open(&args.data)
         .with_context(|| format!("opening the model registry in {}", args.data.display()))?;
     let nodes = Arc::new(Nodes::default());
-    let coordinator = Arc::new(Coordinator::new(nodes.clone(), versions));
+    let mut coordinator = Coordinator::new(nodes.clone(), versions);
+    if let Some(dir) = &args.model_dir {
+        let config = RuntimeConfig {
+            dylib: dir.join("lib/libonnxruntime.so"),
+            intra_threads: args.intra_threads,
+            max_batch: 32,
+            execution_provider: ExecutionProvider::Cpu,
+        };
+        let backend = OrtBackend::load(dir, &config)
+            .with_context(|| format!("loading the model from {}", dir.display()))?;
+        coordinator = coordinator.with_backbone(Arc::new(backend));
+    }
+    let coordinator = Arc::new(coordinator);
     let grpc = TcpListener::bind(args.grpc_listen)
         .await
         .with_context(|| format!("binding {}", args.grpc_listen))?;

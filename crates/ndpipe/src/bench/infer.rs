@@ -58,6 +58,9 @@ pub struct InferBench {
     /// Python with numpy and onnxruntime (default: MODEL_DIR/venv/bin/python).
     #[arg(long)]
     python: Option<PathBuf>,
+    /// Rounds of (a) and (b); the best of each is reported.
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
     /// Skip the Python peer.
     #[arg(long)]
     skip_python: bool,
@@ -85,6 +88,8 @@ struct Results {
     int8_relabel: Option<f64>,
     int8_agreement: Option<f64>,
     int8_agreement_photos: usize,
+    int8_agreement_real: Option<f64>,
+    int8_agreement_real_photos: usize,
     label_latency_p50_ms: f64,
     label_latency_p99_ms: f64,
 }
@@ -95,24 +100,32 @@ pub async fn run(args: InferBench) -> Result<()> {
     let backend: Arc<dyn InferenceBackend> = Arc::new(load(&args.model_dir, &args)?);
     let info = backend.info().clone();
     eprintln!("preparing {} stored photos...", args.photos);
-    let distinct = distinct_tensors(&args)?;
+    let (distinct, real_photos) = distinct_tensors(&args)?;
     let bench = BenchStore::create(work.path(), &distinct, args.photos).await?;
     let mut r = Results {
         photos: args.photos,
         ..Results::default()
     };
 
-    eprintln!("(a) model-only...");
-    r.model_only = model_only(&*backend, &distinct, args.photos, args.batch)?;
-    eprintln!("(b) re-labelling end to end...");
     let fp32 = ActiveModel {
         backend: backend.clone(),
         version: "fp32".into(),
         head: None,
     };
-    let report = bench.relabel(&fp32, args.batch)?;
-    r.relabel = report.images_per_second;
-    r.relabel_model_only = report.model_images_per_second;
+    // (a) and (b) alternate and the best of each counts: load from elsewhere on the machine
+    // must not decide their ratio.
+    for round in 1..=args.rounds {
+        eprintln!("round {round}: (a) model-only...");
+        r.model_only = r
+            .model_only
+            .max(model_only(&*backend, &distinct, args.photos, args.batch)?);
+        eprintln!("round {round}: (b) re-labelling end to end...");
+        let report = bench.relabel(&fp32, args.batch)?;
+        if report.images_per_second > r.relabel {
+            r.relabel = report.images_per_second;
+            r.relabel_model_only = report.model_images_per_second;
+        }
+    }
     eprintln!("(d) feed rate, ours...");
     let noop = ActiveModel {
         backend: Arc::new(Noop {
@@ -149,9 +162,12 @@ pub async fn run(args: InferBench) -> Result<()> {
             head: None,
         };
         r.int8_relabel = Some(bench.relabel(&int8_model, args.batch)?.images_per_second);
-        let (agree, n) = bench.agreement("fp32", "int8", distinct.len())?;
+        let (agree, n) = bench.agreement("fp32", "int8", 1, distinct.len())?;
         r.int8_agreement = Some(agree);
         r.int8_agreement_photos = n;
+        let (agree_real, n_real) = bench.agreement("fp32", "int8", 1, real_photos)?;
+        r.int8_agreement_real = Some(agree_real);
+        r.int8_agreement_real_photos = n_real;
     }
     eprintln!("201-to-label latency at ingest...");
     let (p50, p99) = label_latency(&args, work.path()).await?;
@@ -176,8 +192,12 @@ fn load(model_dir: &Path, args: &InferBench) -> Result<OrtBackend> {
         .with_context(|| format!("loading the model in {}", model_dir.display()))
 }
 
-/// The distinct photos of the benchmark: real photos, then Fashion-MNIST images.
-fn distinct_tensors(args: &InferBench) -> Result<Vec<(Vec<u8>, ImageTensor)>> {
+/// A photo's original bytes and its preprocessed tensor.
+type Photo = (Vec<u8>, ImageTensor);
+
+/// The distinct photos of the benchmark: real photos, then Fashion-MNIST images; and how many are
+/// real photos.
+fn distinct_tensors(args: &InferBench) -> Result<(Vec<Photo>, usize)> {
     let pre = Preprocessor::new(PreprocessConfig::default());
     let mut out = Vec::new();
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&args.samples)
@@ -191,6 +211,7 @@ fn distinct_tensors(args: &InferBench) -> Result<Vec<(Vec<u8>, ImageTensor)>> {
         let t = pre.run(&bytes)?.tensor;
         out.push((bytes, t));
     }
+    let real = out.len();
     let dir = fashion_mnist::dir(args.fashion_mnist_dir.as_ref());
     let test = fashion_mnist::load(&dir, "test")?;
     for i in 0..args.fashion.min(test.len()) {
@@ -198,8 +219,12 @@ fn distinct_tensors(args: &InferBench) -> Result<Vec<(Vec<u8>, ImageTensor)>> {
         let t = pre.run(&png)?.tensor;
         out.push((png, t));
     }
-    ensure!(!out.is_empty(), "no photos to benchmark with");
-    Ok(out)
+    ensure!(
+        real > 0,
+        "no real photos to benchmark with in {}",
+        args.samples.display()
+    );
+    Ok((out, real))
 }
 
 /// A temporary store filled with `n` photos cycling over the distinct ones.
@@ -209,7 +234,7 @@ struct BenchStore {
 }
 
 impl BenchStore {
-    async fn create(dir: &Path, distinct: &[(Vec<u8>, ImageTensor)], n: usize) -> Result<Self> {
+    async fn create(dir: &Path, distinct: &[Photo], n: usize) -> Result<Self> {
         let (store, _) = PhotoStore::open(&dir.join("store"), &StoreConfig::default())?;
         let store = Arc::new(store);
         let catalog: Arc<dyn Catalog> = Arc::new(SqliteCatalog::open(&dir.join("catalog.sqlite"))?);
@@ -273,10 +298,10 @@ impl BenchStore {
         Ok(report)
     }
 
-    /// Fraction of the first `distinct` photos whose top-1 label is the same under both versions.
-    fn agreement(&self, a: &str, b: &str, distinct: usize) -> Result<(f64, usize)> {
+    /// Fraction of photos `first..=last` whose top-1 label is the same under both versions.
+    fn agreement(&self, a: &str, b: &str, first: usize, last: usize) -> Result<(f64, usize)> {
         let mut same = 0;
-        for id in 1..=distinct as u64 {
+        for id in first as u64..=last as u64 {
             let preds = self.catalog.predictions(id)?;
             let top = |v: &str| {
                 preds
@@ -289,14 +314,15 @@ impl BenchStore {
                 same += 1;
             }
         }
-        Ok((same as f64 / distinct as f64, distinct))
+        let n = last + 1 - first;
+        Ok((same as f64 / n as f64, n))
     }
 }
 
 /// Model-only throughput of `backend` on tensors already in memory.
 fn model_only(
     backend: &dyn InferenceBackend,
-    distinct: &[(Vec<u8>, ImageTensor)],
+    distinct: &[Photo],
     n: usize,
     batch: usize,
 ) -> Result<f64> {
@@ -340,7 +366,7 @@ impl InferenceBackend for Noop {
 /// Writes NDPipe's offline-inference data set: one gzip-compressed fp32 CHW tensor per image.
 fn export_gzip_tensors(
     manifest: &ModelManifest,
-    distinct: &[(Vec<u8>, ImageTensor)],
+    distinct: &[Photo],
     n: usize,
     dir: &Path,
 ) -> Result<()> {
@@ -398,12 +424,7 @@ fn python_peer(
 
 /// Quantises the model to int8 (static, calibrated on the stored photos' tensors) into a new
 /// model folder next to `work`.
-fn quantise(
-    python: &Path,
-    model_dir: &Path,
-    distinct: &[(Vec<u8>, ImageTensor)],
-    work: &Path,
-) -> Result<PathBuf> {
+fn quantise(python: &Path, model_dir: &Path, distinct: &[Photo], work: &Path) -> Result<PathBuf> {
     let manifest = ModelManifest::load(model_dir)?;
     let normalizer = Normalizer::new(&manifest);
     let calib: Vec<ImageTensor> = distinct
@@ -561,9 +582,11 @@ fn print_table(r: &Results, args: &InferBench) {
     );
     if let (Some(a), Some(agree)) = (r.int8_model_only, r.int8_agreement) {
         println!(
-            "int8: {:.2}x fp32 model-only throughput; top-1 agreement with fp32 {:.1}% on {} distinct photos \
-             (target >= 1.8x at <= 1 point lower agreement)",
+            "int8: {:.2}x fp32 model-only throughput; top-1 agreement with fp32 {:.1}% on {} real photos, \
+             {:.1}% on all {} distinct photos (real + Fashion-MNIST) (target >= 1.8x at <= 1 point lower agreement)",
             a / r.model_only,
+            100.0 * r.int8_agreement_real.unwrap_or(0.0),
+            r.int8_agreement_real_photos,
             100.0 * agree,
             r.int8_agreement_photos
         );

@@ -1,6 +1,7 @@
 //! `ndpipe bench ...`: benchmarks that print a table with the ratio to a reference measured in the
 //! same run.
 
+mod finetune;
 mod infer;
 mod ingest;
 
@@ -21,6 +22,9 @@ enum Which {
     /// Offline inference: model-only limit, end-to-end re-labelling, NDPipe's Python loop, feed
     /// rates, int8, and the 201-to-label latency.
     Infer(infer::InferBench),
+    /// Fine-tuning across PipeStores: near-data vs conventional under bandwidth caps, r = 1, 2,
+    /// 4, and 1, 2, 4 PipeStores.
+    Finetune(finetune::FinetuneBench),
 }
 
 /// Runs `ndpipe bench`.
@@ -28,5 +32,6 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     match args.which {
         Which::Ingest(b) => ingest::run(b).await,
         Which::Infer(b) => infer::run(b).await,
+        Which::Finetune(b) => finetune::run(b).await,
     }
 }

@@ -1,0 +1,346 @@
+//! `ndpipe bench finetune`: NDPipe's fine-tuning experiments on loopback, in one run.
+//!
+//! In-process PipeStores (each with its own store, catalog, model session and gRPC service)
+//! register with an in-process Tuner; Fashion-MNIST photos are uploaded to them over HTTP. Then:
+//! near-data (features cross the network) vs conventional (preprocessed tensors cross it and the
+//! Tuner runs the backbone) under two bandwidth caps; r = 1, 2, 4 pipelined runs; 1, 2 and 4
+//! PipeStores. Each row reports bytes on the wire per image, seconds and validation top-1.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use clap::Args;
+use ndpipe_model::{ExecutionProvider, OrtBackend, RuntimeConfig};
+use ndpipe_proto::pb::tuner_server::TunerServer;
+use ndpipe_tuner::coordinator::{Coordinator, FinetuneReport, FinetuneRequest};
+use ndpipe_tuner::nodes::{Nodes, TunerService};
+use ndpipe_tuner::versions::Versions;
+use serde::Serialize;
+
+use crate::client::{Client, ServerArgs};
+use crate::fashion_mnist;
+use crate::server::{self, Running, ServeArgs};
+
+/// Flags of `ndpipe bench finetune`.
+#[derive(Debug, Args)]
+pub struct FinetuneBench {
+    /// Fashion-MNIST photos in all (6:1 train:test), split evenly across the PipeStores.
+    #[arg(long, default_value_t = 1400)]
+    images: usize,
+    /// Epochs per run.
+    #[arg(long, default_value_t = 10)]
+    epochs: usize,
+    /// The two bandwidth caps, in MB/s: NDPipe's 1 and 10 Gbit/s scaled by this machine's
+    /// extraction rate (about 120 img/s here vs 1,913 img/s on NDPipe's T4).
+    #[arg(long, value_delimiter = ',', default_value = "8,80")]
+    caps_mb: Vec<f64>,
+    /// Model folder.
+    #[arg(long, env = "NDPIPE_MODEL_DIR", default_value = ".cache/model")]
+    model_dir: PathBuf,
+    /// Where the Fashion-MNIST IDX files are.
+    #[arg(long, env = "NDPIPE_FASHION_MNIST_DIR")]
+    fashion_mnist_dir: Option<PathBuf>,
+    /// Write the results as JSON to this file as well.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+struct Row {
+    experiment: String,
+    nodes: usize,
+    runs: u32,
+    mode: String,
+    cap_mb_s: f64,
+    bytes_per_image: f64,
+    seconds: f64,
+    train_seconds: f64,
+    hidden_seconds: f64,
+    val_top1: f32,
+}
+
+/// Runs `ndpipe bench finetune`.
+pub async fn run(args: FinetuneBench) -> Result<()> {
+    let photos = photos(&args)?;
+    let mut rows = Vec::new();
+    {
+        let cluster = Cluster::start(2, &photos, &args).await?;
+        for &cap in &args.caps_mb {
+            for mode in ["near-data", "conventional"] {
+                let r = cluster.finetune(mode, 2, cap, &args, false).await?;
+                rows.push(row("mode x bandwidth", 2, 2, mode, cap, &r));
+            }
+        }
+        let r = cluster.finetune("near-data", 2, 0.0, &args, true).await?;
+        rows.push(row(
+            "stored features (no backbone run)",
+            2,
+            2,
+            "near-data",
+            0.0,
+            &r,
+        ));
+        for runs in [1, 2, 4] {
+            let r = cluster
+                .finetune("near-data", runs, 0.0, &args, false)
+                .await?;
+            rows.push(row("pipelined runs", 2, runs, "near-data", 0.0, &r));
+        }
+        cluster.stop().await?;
+    }
+    for n in [1, 2, 4] {
+        let cluster = Cluster::start(n, &photos, &args).await?;
+        let r = cluster.finetune("near-data", 2, 0.0, &args, false).await?;
+        rows.push(row("PipeStores", n, 2, "near-data", 0.0, &r));
+        cluster.stop().await?;
+    }
+    print(&rows, &args);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&rows)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn row(experiment: &str, nodes: usize, runs: u32, mode: &str, cap: f64, r: &FinetuneReport) -> Row {
+    Row {
+        experiment: experiment.into(),
+        nodes,
+        runs,
+        mode: mode.into(),
+        cap_mb_s: cap,
+        bytes_per_image: r.bytes_per_image,
+        seconds: r.seconds,
+        train_seconds: r.train_seconds,
+        hidden_seconds: r.train_hidden_seconds,
+        val_top1: r.val_top1,
+    }
+}
+
+/// (PNG, label, split) of the photos used.
+fn photos(args: &FinetuneBench) -> Result<Vec<(Vec<u8>, &'static str, &'static str)>> {
+    let dir = fashion_mnist::dir(args.fashion_mnist_dir.as_ref());
+    let train = fashion_mnist::load(&dir, "train")?;
+    let test = fashion_mnist::load(&dir, "test")?;
+    let n_train = (args.images * 6).div_ceil(7);
+    let mut out = Vec::with_capacity(args.images);
+    for i in 0..n_train.min(train.len()) {
+        out.push((
+            fashion_mnist::png(train.image(i))?,
+            fashion_mnist::CLASSES[usize::from(train.labels[i])],
+            "train",
+        ));
+    }
+    for i in 0..(args.images - n_train).min(test.len()) {
+        out.push((
+            fashion_mnist::png(test.image(i))?,
+            fashion_mnist::CLASSES[usize::from(test.labels[i])],
+            "test",
+        ));
+    }
+    Ok(out)
+}
+
+/// A Tuner and `n` PipeStores in this process.
+struct Cluster {
+    tuner: Arc<Coordinator>,
+    nodes: Vec<Running>,
+    stop_grpc: tokio::sync::watch::Sender<bool>,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start(
+        n: usize,
+        photos: &[(Vec<u8>, &str, &str)],
+        args: &FinetuneBench,
+    ) -> Result<Self> {
+        eprintln!(
+            "starting a Tuner and {n} PipeStores, uploading {} photos...",
+            photos.len()
+        );
+        let dir = tempfile::tempdir()?;
+        let registry = Arc::new(Nodes::default());
+        let backbone = OrtBackend::load(
+            &args.model_dir,
+            &RuntimeConfig {
+                dylib: args.model_dir.join("lib/libonnxruntime.so"),
+                intra_threads: 2,
+                max_batch: 32,
+                execution_provider: ExecutionProvider::Cpu,
+            },
+        )?;
+        let tuner = Arc::new(
+            Coordinator::new(registry.clone(), Versions::open(&dir.path().join("tuner"))?)
+                .with_backbone(Arc::new(backbone)),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let grpc = format!("http://{}", listener.local_addr()?);
+        let (stop_grpc, mut stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(TunerServer::new(TunerService(registry)))
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async move {
+                        let _ = stopped.wait_for(|s| *s).await;
+                    },
+                ),
+        );
+        let mut nodes = Vec::new();
+        for i in 0..n {
+            let mut a = ServeArgs::new(dir.path().join(format!("node{i}")), "127.0.0.1:0".parse()?);
+            a.no_model = false;
+            a.model_dir = args.model_dir.clone();
+            a.intra_threads = 1;
+            a.tuner = Some(grpc.clone());
+            a.name = Some(format!("bench-{i}"));
+            nodes.push(server::start(&a).await?);
+        }
+        for (i, node) in nodes.iter().enumerate() {
+            let client = Client::new(&ServerArgs {
+                server: format!("http://{}", node.addr),
+                token: None,
+            })?;
+            for (png, label, split) in photos.iter().skip(i).step_by(n) {
+                client
+                    .upload(png.clone(), Some(label), Some(split))
+                    .await
+                    .map_err(|e| anyhow::anyhow!("upload failed: {e:?}"))?;
+            }
+            wait_labelled(&client, photos.len().saturating_sub(i).div_ceil(n)).await?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while tuner.nodes().len() < n {
+            ensure!(Instant::now() < deadline, "PipeStores did not register");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(Cluster {
+            tuner,
+            nodes,
+            stop_grpc,
+            _dir: dir,
+        })
+    }
+
+    async fn finetune(
+        &self,
+        mode: &str,
+        runs: u32,
+        cap_mb: f64,
+        args: &FinetuneBench,
+        stored: bool,
+    ) -> Result<FinetuneReport> {
+        eprintln!(
+            "  {} PipeStores, {mode}, r = {runs}, cap {cap_mb} MB/s, stored features: {stored}",
+            self.nodes.len()
+        );
+        let req = FinetuneRequest {
+            runs,
+            epochs: args.epochs,
+            mode: mode.into(),
+            bandwidth_bytes_per_second: cap_mb * 1e6,
+            use_stored_features: stored,
+            deploy: false,
+            chunk_size: 64,
+            ..FinetuneRequest::default()
+        };
+        Ok(self.tuner.finetune(req).await?)
+    }
+
+    async fn stop(self) -> Result<()> {
+        for node in self.nodes {
+            node.stop().await?;
+        }
+        let _ = self.stop_grpc.send(true);
+        Ok(())
+    }
+}
+
+/// Waits until a node's online labelling has caught up with its uploads (or stopped making
+/// progress, when its queue overflowed), so that it does not compete with the experiment.
+async fn wait_labelled(client: &Client, n: usize) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let (mut last, mut since) = (0usize, Instant::now());
+    loop {
+        let metrics = String::from_utf8(client.get_bytes("/metrics").await?)?;
+        let labelled = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("ndpipe_store_labelled_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        let labelled = labelled as usize;
+        if labelled >= n || (labelled == last && since.elapsed() > Duration::from_secs(2)) {
+            return Ok(());
+        }
+        if labelled != last {
+            (last, since) = (labelled, Instant::now());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "online labelling did not catch up ({labelled} of {n})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn print(rows: &[Row], args: &FinetuneBench) {
+    println!();
+    println!(
+        "bench finetune: {} Fashion-MNIST photos (6:1 train:test), {} epochs per run, EfficientNet-Lite0 features",
+        args.images, args.epochs
+    );
+    println!(
+        "| {:<34} | {:>5} | {:>4} | {:<12} | {:>8} | {:>10} | {:>8} | {:>8} | {:>8} | {:>7} |",
+        "experiment",
+        "nodes",
+        "runs",
+        "mode",
+        "cap MB/s",
+        "bytes/img",
+        "total s",
+        "train s",
+        "hidden s",
+        "top-1"
+    );
+    println!(
+        "|{:-<36}|{:->7}|{:->6}|{:-<14}|{:->10}|{:->12}|{:->10}|{:->10}|{:->10}|{:->9}|",
+        "", "", "", "", "", "", "", "", "", ""
+    );
+    for r in rows {
+        let cap = if r.cap_mb_s > 0.0 {
+            format!("{:.0}", r.cap_mb_s)
+        } else {
+            "none".into()
+        };
+        println!(
+            "| {:<34} | {:>5} | {:>4} | {:<12} | {:>8} | {:>10.0} | {:>8.1} | {:>8.2} | {:>8.2} | {:>6.1}% |",
+            r.experiment,
+            r.nodes,
+            r.runs,
+            r.mode,
+            cap,
+            r.bytes_per_image,
+            r.seconds,
+            r.train_seconds,
+            r.hidden_seconds,
+            100.0 * r.val_top1
+        );
+    }
+    for &cap in &args.caps_mb {
+        let pick = |mode: &str| {
+            rows.iter()
+                .find(|r| r.experiment == "mode x bandwidth" && r.mode == mode && r.cap_mb_s == cap)
+        };
+        if let (Some(n), Some(c)) = (pick("near-data"), pick("conventional")) {
+            println!(
+                "cap {cap} MB/s: near-data sends {:.1}x fewer bytes per image and finishes in {:.2}x the time of conventional",
+                c.bytes_per_image / n.bytes_per_image,
+                n.seconds / c.seconds
+            );
+        }
+    }
+    println!("load balancing on/off with a throttled node: not implemented yet (see issue 4)");
+}
