@@ -16,6 +16,8 @@ use ndpipe_model::TensorBlob;
 use ndpipe_proto::pb::pipe_store_server::PipeStore as PipeStoreRpc;
 use ndpipe_proto::pb::{self, extract_event::Event};
 use ndpipe_proto::{Features, HeadWeights, RunPlan, Tensors, encode_chunk, encode_tensor_chunk};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -177,7 +179,13 @@ impl PipeStoreNode {
                 .filter_map(|(id, label)| index.get(label.as_str()).map(|c| (id, *c)))
                 .collect())
         };
-        let train = select(Split::Train)?;
+        // Runs are contiguous chunks, so the training photos are shuffled first (seeded by the
+        // job): in id order, a run would hold only the photos of one arrival period.
+        let mut train = select(Split::Train)?;
+        let seed = req.job_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        train.shuffle(&mut rand_pcg::Pcg64Mcg::seed_from_u64(seed));
         let plan = RunPlan::new(train.len(), req.runs as usize, req.align as usize)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         Ok(JobPlan {

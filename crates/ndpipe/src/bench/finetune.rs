@@ -32,6 +32,9 @@ pub struct FinetuneBench {
     /// Epochs per run.
     #[arg(long, default_value_t = 10)]
     epochs: usize,
+    /// Training batch size (NDPipe's 1024 leaves one step per epoch on data this small).
+    #[arg(long, default_value_t = 128)]
+    batch: usize,
     /// The two bandwidth caps, in MB/s: NDPipe's 1 and 10 Gbit/s scaled by this machine's
     /// extraction rate (about 120 img/s here vs 1,913 img/s on NDPipe's T4).
     #[arg(long, value_delimiter = ',', default_value = "8,80")]
@@ -66,7 +69,7 @@ pub async fn run(args: FinetuneBench) -> Result<()> {
     let photos = photos(&args)?;
     let mut rows = Vec::new();
     {
-        let cluster = Cluster::start(2, &photos, &args).await?;
+        let cluster = Cluster::start(2, &photos, &args.model_dir).await?;
         for &cap in &args.caps_mb {
             for mode in ["near-data", "conventional"] {
                 let r = cluster.finetune(mode, 2, cap, &args, false).await?;
@@ -91,7 +94,7 @@ pub async fn run(args: FinetuneBench) -> Result<()> {
         cluster.stop().await?;
     }
     for n in [1, 2, 4] {
-        let cluster = Cluster::start(n, &photos, &args).await?;
+        let cluster = Cluster::start(n, &photos, &args.model_dir).await?;
         let r = cluster.finetune("near-data", 2, 0.0, &args, false).await?;
         rows.push(row("PipeStores", n, 2, "near-data", 0.0, &r));
         cluster.stop().await?;
@@ -119,8 +122,11 @@ fn row(experiment: &str, nodes: usize, runs: u32, mode: &str, cap: f64, r: &Fine
     }
 }
 
-/// (PNG, label, split) of the photos used.
-fn photos(args: &FinetuneBench) -> Result<Vec<(Vec<u8>, &'static str, &'static str)>> {
+/// A photo to upload: PNG bytes, label, split.
+pub(super) type Photo = (Vec<u8>, &'static str, &'static str);
+
+/// The photos used.
+fn photos(args: &FinetuneBench) -> Result<Vec<Photo>> {
     let dir = fashion_mnist::dir(args.fashion_mnist_dir.as_ref());
     let train = fashion_mnist::load(&dir, "train")?;
     let test = fashion_mnist::load(&dir, "test")?;
@@ -144,7 +150,7 @@ fn photos(args: &FinetuneBench) -> Result<Vec<(Vec<u8>, &'static str, &'static s
 }
 
 /// A Tuner and `n` PipeStores in this process.
-struct Cluster {
+pub(super) struct Cluster {
     tuner: Arc<Coordinator>,
     nodes: Vec<Running>,
     stop_grpc: tokio::sync::watch::Sender<bool>,
@@ -152,10 +158,12 @@ struct Cluster {
 }
 
 impl Cluster {
-    async fn start(
+    /// Starts the Tuner and `n` PipeStores, uploads `photos` round-robin and waits until they
+    /// are labelled and the nodes registered.
+    pub(super) async fn start(
         n: usize,
-        photos: &[(Vec<u8>, &str, &str)],
-        args: &FinetuneBench,
+        photos: &[Photo],
+        model_dir: &std::path::Path,
     ) -> Result<Self> {
         eprintln!(
             "starting a Tuner and {n} PipeStores, uploading {} photos...",
@@ -164,9 +172,9 @@ impl Cluster {
         let dir = tempfile::tempdir()?;
         let registry = Arc::new(Nodes::default());
         let backbone = OrtBackend::load(
-            &args.model_dir,
+            model_dir,
             &RuntimeConfig {
-                dylib: args.model_dir.join("lib/libonnxruntime.so"),
+                dylib: model_dir.join("lib/libonnxruntime.so"),
                 intra_threads: 2,
                 max_batch: 32,
                 execution_provider: ExecutionProvider::Cpu,
@@ -193,7 +201,7 @@ impl Cluster {
         for i in 0..n {
             let mut a = ServeArgs::new(dir.path().join(format!("node{i}")), "127.0.0.1:0".parse()?);
             a.no_model = false;
-            a.model_dir = args.model_dir.clone();
+            a.model_dir = model_dir.to_path_buf();
             a.intra_threads = 1;
             a.tuner = Some(grpc.clone());
             a.name = Some(format!("bench-{i}"));
@@ -240,6 +248,7 @@ impl Cluster {
         let req = FinetuneRequest {
             runs,
             epochs: args.epochs,
+            batch: args.batch,
             mode: mode.into(),
             bandwidth_bytes_per_second: cap_mb * 1e6,
             use_stored_features: stored,
@@ -250,7 +259,27 @@ impl Cluster {
         Ok(self.tuner.finetune(req).await?)
     }
 
-    async fn stop(self) -> Result<()> {
+    /// The Tuner.
+    pub(super) fn tuner(&self) -> &Coordinator {
+        &self.tuner
+    }
+
+    /// The HTTP address of PipeStore `i`.
+    pub(super) fn node_addr(&self, i: usize) -> std::net::SocketAddr {
+        self.nodes[i].addr
+    }
+
+    /// Waits until PipeStore `i` has labelled `n` photos (or stopped making progress).
+    pub(super) async fn wait_labelled(&self, i: usize, n: usize) -> Result<()> {
+        let client = Client::new(&ServerArgs {
+            server: format!("http://{}", self.nodes[i].addr),
+            token: None,
+        })?;
+        wait_labelled(&client, n).await
+    }
+
+    /// Stops every PipeStore and the Tuner.
+    pub(super) async fn stop(self) -> Result<()> {
         for node in self.nodes {
             node.stop().await?;
         }

@@ -1,6 +1,7 @@
 //! `ndpipe bench ...`: benchmarks that print a table with the ratio to a reference measured in the
 //! same run.
 
+mod drift;
 mod finetune;
 mod infer;
 mod ingest;
@@ -25,6 +26,8 @@ enum Which {
     /// Fine-tuning across PipeStores: near-data vs conventional under bandwidth caps, r = 1, 2,
     /// 4, and 1, 2, 4 PipeStores.
     Finetune(finetune::FinetuneBench),
+    /// Drift: classes arrive in stages; stale vs fine-tuned accuracy at each stage.
+    Drift(drift::DriftBench),
 }
 
 /// Runs `ndpipe bench`.
@@ -33,5 +36,6 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         Which::Ingest(b) => ingest::run(b).await,
         Which::Infer(b) => infer::run(b).await,
         Which::Finetune(b) => finetune::run(b).await,
+        Which::Drift(b) => drift::run(b).await,
     }
 }
