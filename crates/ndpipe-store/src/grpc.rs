@@ -35,17 +35,80 @@ struct JobPlan {
     chunk_size: usize,
     ship_tensors: bool,
     use_stored: bool,
+    /// The last run's (next row to extract, rows it keeps): load balancing may lower the limit
+    /// while extraction runs, giving the tail to a faster node.
+    last: Mutex<(usize, usize)>,
 }
 
 impl JobPlan {
+    fn is_last(&self, part: pb::Part, run: u32) -> bool {
+        part == pb::Part::Train && run as usize + 1 == self.plan.runs()
+    }
+
+    /// All rows of a part and run (the last run without the tail given away).
     fn rows(&self, part: pb::Part, run: u32) -> &[(u64, u32)] {
         match part {
-            pb::Part::Train => self
-                .plan
-                .chunk(run as usize)
-                .map_or(&[][..], |r| &self.train[r]),
+            pb::Part::Train => {
+                let all = self
+                    .plan
+                    .chunk(run as usize)
+                    .map_or(&[][..], |r| &self.train[r]);
+                if self.is_last(part, run) {
+                    &all[..self
+                        .last
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .1
+                        .min(all.len())]
+                } else {
+                    all
+                }
+            }
             _ => &self.val,
         }
+    }
+
+    /// The next chunk to extract of a part and run, as (seq, rows); `cursor` tracks progress in
+    /// runs that cannot shrink.
+    fn take_chunk(
+        &self,
+        part: pb::Part,
+        run: u32,
+        cursor: &mut usize,
+    ) -> Option<(u32, &[(u64, u32)])> {
+        let cs = self.chunk_size;
+        if self.is_last(part, run) {
+            let all = self
+                .plan
+                .chunk(run as usize)
+                .map_or(&[][..], |r| &self.train[r]);
+            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            let (start, limit) = *last;
+            if start >= limit {
+                return None;
+            }
+            let end = (start + cs).min(limit);
+            last.0 = end;
+            return Some(((start / cs) as u32, &all[start..end]));
+        }
+        let rows = self.rows(part, run);
+        if *cursor >= rows.len() {
+            return None;
+        }
+        let start = *cursor;
+        *cursor = (start + cs).min(rows.len());
+        Some(((start / cs) as u32, &rows[start..*cursor]))
+    }
+
+    /// Gives up to `give` not yet extracted rows from the tail of the last run.
+    fn give_tail(&self, give: usize) -> (u32, Vec<(u64, u32)>) {
+        let run = self.plan.runs().saturating_sub(1);
+        let all = self.plan.chunk(run).map_or(&[][..], |r| &self.train[r]);
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let (next, limit) = *last;
+        let new_limit = limit.saturating_sub(give).max(next);
+        last.1 = new_limit;
+        (run as u32, all[new_limit..limit].to_vec())
     }
 }
 
@@ -188,6 +251,9 @@ impl PipeStoreNode {
         train.shuffle(&mut rand_pcg::Pcg64Mcg::seed_from_u64(seed));
         let plan = RunPlan::new(train.len(), req.runs as usize, req.align as usize)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let last_len = plan
+            .chunk(plan.runs().saturating_sub(1))
+            .map_or(0, |r| r.len());
         Ok(JobPlan {
             val: select(val_split)?,
             train,
@@ -195,6 +261,7 @@ impl PipeStoreNode {
             chunk_size: req.chunk_size as usize,
             ship_tensors: req.ship_tensors,
             use_stored: req.use_stored_features,
+            last: Mutex::new((0, last_len)),
         })
     }
 
@@ -309,10 +376,12 @@ impl PipeStoreNode {
             .chain((0..plan.plan.runs() as u32).map(|k| (pb::Part::Train, k)));
         for (part, run) in parts {
             let run_started = Instant::now();
-            let rows = plan.rows(part, run);
             let mut chunks = 0;
-            for (seq, rows) in rows.chunks(plan.chunk_size).enumerate() {
-                let (mut chunk, computed) = match self.chunk(&plan, part, run, seq as u32, rows) {
+            let mut count = 0u64;
+            let mut cursor = 0;
+            while let Some((seq, rows)) = plan.take_chunk(part, run, &mut cursor) {
+                count += rows.len() as u64;
+                let (mut chunk, computed) = match self.chunk(&plan, part, run, seq, rows) {
                     Ok(c) => c,
                     Err(status) => {
                         let _ = tx.blocking_send(Err(status));
@@ -348,7 +417,7 @@ impl PipeStoreNode {
                 part: part as i32,
                 run,
                 chunks,
-                count: rows.len() as u64,
+                count,
                 seconds: run_started.elapsed().as_secs_f64(),
             };
             if !send(Event::RunReady(ready)) {
@@ -563,6 +632,153 @@ pub struct PipeStoreService(pub Arc<PipeStoreNode>);
 #[tonic::async_trait]
 impl PipeStoreRpc for PipeStoreService {
     type ExtractStream = ExtractStream;
+    type TakeOverStream = ExtractStream;
+
+    async fn rebalance(
+        &self,
+        request: Request<pb::RebalanceRequest>,
+    ) -> Result<Response<pb::RebalanceReply>, Status> {
+        let req = request.into_inner();
+        let plan = self
+            .0
+            .plans
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&req.job_id)
+            .cloned()
+            .ok_or_else(|| Status::not_found(format!("unknown job {}", req.job_id)))?;
+        let (run, given) = plan.give_tail(req.give as usize);
+        info!(job = %req.job_id, asked = req.give, given = given.len(), "gave the tail of the last run away");
+        Ok(Response::new(pb::RebalanceReply {
+            photos: given
+                .into_iter()
+                .map(|(id, label)| pb::LabelledPhoto { id, label })
+                .collect(),
+            run,
+        }))
+    }
+
+    async fn take_over(
+        &self,
+        request: Request<pb::TakeOverRequest>,
+    ) -> Result<Response<Self::TakeOverStream>, Status> {
+        let req = request.into_inner();
+        if req.chunk_size == 0 {
+            return Err(Status::invalid_argument("chunk_size must be at least 1"));
+        }
+        let mut source = pb::pipe_store_client::PipeStoreClient::connect(req.source_url.clone())
+            .await
+            .map_err(|e| Status::unavailable(format!("cannot reach {}: {e}", req.source_url)))?
+            .max_decoding_message_size(64 << 20);
+        let backbone = self.0.backbone();
+        let (tx, rx) = mpsc::channel(8);
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let mut done = 0u64;
+            for (k, photos) in req.photos.chunks(req.chunk_size as usize).enumerate() {
+                let ids: Vec<u64> = photos.iter().map(|p| p.id).collect();
+                let blobs = match source
+                    .get_tensors(pb::GetTensorsRequest { ids: ids.clone() })
+                    .await
+                {
+                    Ok(r) => r.into_inner().tensors,
+                    Err(e) => {
+                        let _ = tx
+                            .send(Err(Status::unavailable(format!(
+                                "fetching tensors from {}: {}",
+                                req.source_url,
+                                e.message()
+                            ))))
+                            .await;
+                        return;
+                    }
+                };
+                let backbone = backbone.clone();
+                let labels: Vec<u32> = photos.iter().map(|p| p.label).collect();
+                let features = tokio::task::spawn_blocking(move || -> Result<Features, Status> {
+                    let tensors = blobs
+                        .iter()
+                        .map(|b| {
+                            TensorBlob::decode(b).map_err(|e| Status::data_loss(e.to_string()))
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let dim = backbone.info().feature_dim;
+                    let mut values = Vec::with_capacity(tensors.len() * dim);
+                    for batch in tensors.chunks(backbone.max_batch().max(1)) {
+                        values.extend_from_slice(
+                            backbone.run(batch).map_err(internal)?.all_features(),
+                        );
+                    }
+                    Ok(Features {
+                        values,
+                        dim,
+                        labels,
+                        photo_ids: ids,
+                    })
+                })
+                .await;
+                let features = match features {
+                    Ok(Ok(f)) => f,
+                    Ok(Err(status)) => {
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(internal(e))).await;
+                        return;
+                    }
+                };
+                done += features.len() as u64;
+                let chunk = encode_chunk(
+                    pb::Part::Train,
+                    req.run,
+                    req.first_seq + k as u32,
+                    &features,
+                );
+                if tx
+                    .send(Ok(pb::ExtractEvent {
+                        event: Some(Event::Chunk(chunk)),
+                    }))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            let _ = tx
+                .send(Ok(pb::ExtractEvent {
+                    event: Some(Event::Done(pb::ExtractDone {
+                        images: done,
+                        seconds: started.elapsed().as_secs_f64(),
+                        extracted: done,
+                    })),
+                }))
+                .await;
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn get_tensors(
+        &self,
+        request: Request<pb::GetTensorsRequest>,
+    ) -> Result<Response<pb::GetTensorsReply>, Status> {
+        let ids = request.into_inner().ids;
+        let store = self.0.store.clone();
+        let tensors = tokio::task::spawn_blocking(move || {
+            ids.iter()
+                .map(|id| {
+                    store
+                        .tensor(*id)
+                        .map_err(internal)?
+                        .map(|(_, blob)| blob)
+                        .ok_or_else(|| Status::not_found(format!("photo {id} has no tensor")))
+                })
+                .collect::<Result<Vec<_>, Status>>()
+        })
+        .await
+        .map_err(internal)??;
+        Ok(Response::new(pb::GetTensorsReply { tensors }))
+    }
 
     async fn inventory(
         &self,
@@ -650,10 +866,8 @@ impl PipeStoreRpc for PipeStoreService {
                 .ok_or_else(|| {
                     Status::not_found(format!("no chunk {} in run {}", req.seq, req.run))
                 })?;
-            let (features, _) = node.features(chunk, true)?;
-            Ok(Response::new(encode_chunk(
-                part, req.run, req.seq, &features,
-            )))
+            let (chunk, _) = node.chunk(&plan, part, req.run, req.seq, chunk)?;
+            Ok(Response::new(chunk))
         })
         .await
         .map_err(internal)?

@@ -53,6 +53,9 @@ pub struct FinetuneRequest {
     pub mode: String,
     /// Cap on each node's sending rate, bytes/s (0: none): a stand-in for a slower network.
     pub bandwidth_bytes_per_second: f64,
+    /// Once every node has sent its validation set, move work from slow nodes to fast ones in
+    /// proportion to their measured throughput (the fast node fetches the slow node's tensors).
+    pub load_balance: bool,
 }
 
 impl Default for FinetuneRequest {
@@ -71,6 +74,7 @@ impl Default for FinetuneRequest {
             throttle: Default::default(),
             mode: "near-data".into(),
             bandwidth_bytes_per_second: 0.0,
+            load_balance: true,
         }
     }
 }
@@ -105,6 +109,17 @@ pub struct NodeReport {
     pub seconds: f64,
     /// Its last reported throughput.
     pub images_per_second: f64,
+}
+
+/// Photos moved from a slow node to a fast one.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rebalanced {
+    /// The slow node.
+    pub from: String,
+    /// The fast node.
+    pub to: String,
+    /// Photos moved.
+    pub photos: usize,
 }
 
 /// What a deploy and the re-labelling after it did.
@@ -163,6 +178,8 @@ pub struct FinetuneReport {
     pub seconds: f64,
     /// Per node.
     pub nodes: Vec<NodeReport>,
+    /// Work moved by load balancing.
+    pub rebalanced: Vec<Rebalanced>,
     /// The deploy, when asked for.
     pub deploy: Option<DeployReport>,
 }
@@ -326,100 +343,190 @@ impl Coordinator {
         let mut trained = 0usize;
         let mut seen_chunks: HashSet<(i32, u32, u32, usize)> = HashSet::new();
         let runs_total = req.runs as usize;
+        let have: Vec<u64> = inventories
+            .iter()
+            .map(|i| i.classes.iter().map(|c| c.train).sum())
+            .collect();
+        let mut balanced = !req.load_balance || nodes.len() < 2;
+        let mut takeovers: Vec<(usize, bool)> = Vec::new();
+        let mut rebalanced = Vec::new();
 
         while let Some(msg) = rx.recv().await {
-            match msg {
-                Msg::Failed(i, message) => return Err(node_error(&nodes[i], message)),
-                Msg::Ended(i) if !state[i].done => {
+            let msg = match msg {
+                Msg::Event(v, event) if v >= nodes.len() => {
+                    let (fast, done) = &mut takeovers[v - nodes.len()];
+                    match event {
+                        Event::Chunk(chunk) => {
+                            bytes += wire_bytes(&chunk);
+                            let f = decode_chunk(&chunk, classes.len())
+                                .map_err(|e| node_error(&nodes[*fast], e.to_string()))?;
+                            state[*fast].images += f.len() as u64;
+                            append(&mut runs[chunk.run as usize % runs_total], f);
+                        }
+                        Event::Done(_) => *done = true,
+                        Event::RunReady(_) | Event::Throughput(_) => {}
+                    }
+                    None
+                }
+                Msg::Failed(v, message) if v >= nodes.len() => {
                     return Err(node_error(
-                        &nodes[i],
-                        "its feature stream ended before the job was done".into(),
+                        &nodes[takeovers[v - nodes.len()].0],
+                        format!("taking over work failed: {message}"),
                     ));
                 }
-                Msg::Ended(_) => {}
-                Msg::Trained(result) => {
-                    let (run, start, seconds, top1) = result?;
-                    timeline[run].train_start = start;
-                    timeline[run].train_seconds = seconds;
-                    timeline[run].val_top1 = top1;
-                    trained += 1;
-                    if trained == runs_total {
-                        break;
-                    }
-                }
-                Msg::Event(i, Event::Chunk(chunk)) => {
-                    let key = (chunk.part, chunk.run, chunk.seq, i);
-                    if !seen_chunks.insert(key) {
-                        continue;
-                    }
-                    bytes += wire_bytes(&chunk);
-                    let chunk = match verify(&chunk, classes.len()) {
-                        Ok(()) => chunk,
-                        Err(ProtoError::Checksum { .. }) => {
-                            warn!(node = %nodes[i].label(), run = chunk.run, seq = chunk.seq, "chunk checksum mismatch; fetching it again");
-                            refetched += 1;
-                            let again = refetch(&nodes[i], &job_id, &chunk).await?;
-                            bytes += wire_bytes(&again);
-                            verify(&again, classes.len())
-                                .map_err(|e| node_error(&nodes[i], e.to_string()))?;
-                            again
-                        }
-                        Err(e) => return Err(node_error(&nodes[i], e.to_string())),
-                    };
-                    let features = match &conventional {
-                        None => decode_chunk(&chunk, classes.len())
-                            .map_err(|e| node_error(&nodes[i], e.to_string()))?,
-                        Some(backbone) => {
-                            let tensors = decode_tensor_chunk(&chunk, classes.len())
-                                .map_err(|e| node_error(&nodes[i], e.to_string()))?;
-                            let backbone = backbone.clone();
-                            tokio::task::spawn_blocking(move || {
-                                extract_on_tuner(&*backbone, tensors)
-                            })
-                            .await
-                            .map_err(|e| TunerError::InvalidArgument(e.to_string()))??
-                        }
-                    };
-                    if features.dim != feature_dim {
+                Msg::Ended(v) if v >= nodes.len() => {
+                    if !takeovers[v - nodes.len()].1 {
                         return Err(node_error(
-                            &nodes[i],
-                            format!("sent {}-d features, expected {feature_dim}", features.dim),
+                            &nodes[takeovers[v - nodes.len()].0],
+                            "its take-over stream ended early".into(),
                         ));
                     }
-                    state[i].images += features.len() as u64;
-                    let target = if chunk.part == pb::Part::Val as i32 {
-                        &mut val
-                    } else {
-                        runs.get_mut(chunk.run as usize).ok_or_else(|| {
-                            node_error(&nodes[i], format!("sent run {} of {}", chunk.run, req.runs))
-                        })?
-                    };
-                    append(target, features);
+                    None
                 }
-                Msg::Event(i, Event::RunReady(ready)) => {
-                    if ready.part == pb::Part::Val as i32 {
-                        state[i].val_ready = true;
-                    } else {
-                        state[i].runs_ready.insert(ready.run);
+                other => Some(other),
+            };
+            if let Some(msg) = msg {
+                match msg {
+                    Msg::Failed(i, message) => return Err(node_error(&nodes[i], message)),
+                    Msg::Ended(i) if !state[i].done => {
+                        return Err(node_error(
+                            &nodes[i],
+                            "its feature stream ended before the job was done".into(),
+                        ));
                     }
-                }
-                Msg::Event(i, Event::Throughput(t)) => {
-                    state[i].rate = t.images_per_second;
-                }
-                Msg::Event(i, Event::Done(done)) => {
-                    state[i].done = true;
-                    state[i].extracted = done.extracted;
-                    state[i].seconds = done.seconds;
-                    if state.iter().all(|s| s.done) {
-                        extract_seconds = started.elapsed().as_secs_f64();
+                    Msg::Ended(_) => {}
+                    Msg::Trained(result) => {
+                        let (run, start, seconds, top1) = result?;
+                        timeline[run].train_start = start;
+                        timeline[run].train_seconds = seconds;
+                        timeline[run].val_top1 = top1;
+                        trained += 1;
+                        if trained == runs_total {
+                            break;
+                        }
+                    }
+                    Msg::Event(i, Event::Chunk(chunk)) => {
+                        let key = (chunk.part, chunk.run, chunk.seq, i);
+                        if !seen_chunks.insert(key) {
+                            continue;
+                        }
+                        bytes += wire_bytes(&chunk);
+                        let chunk = match verify(&chunk, classes.len()) {
+                            Ok(()) => chunk,
+                            Err(ProtoError::Checksum { .. }) => {
+                                warn!(node = %nodes[i].label(), run = chunk.run, seq = chunk.seq, "chunk checksum mismatch; fetching it again");
+                                refetched += 1;
+                                let again = refetch(&nodes[i], &job_id, &chunk).await?;
+                                bytes += wire_bytes(&again);
+                                verify(&again, classes.len())
+                                    .map_err(|e| node_error(&nodes[i], e.to_string()))?;
+                                again
+                            }
+                            Err(e) => return Err(node_error(&nodes[i], e.to_string())),
+                        };
+                        let features = match &conventional {
+                            None => decode_chunk(&chunk, classes.len())
+                                .map_err(|e| node_error(&nodes[i], e.to_string()))?,
+                            Some(backbone) => {
+                                let tensors = decode_tensor_chunk(&chunk, classes.len())
+                                    .map_err(|e| node_error(&nodes[i], e.to_string()))?;
+                                let backbone = backbone.clone();
+                                tokio::task::spawn_blocking(move || {
+                                    extract_on_tuner(&*backbone, tensors)
+                                })
+                                .await
+                                .map_err(|e| TunerError::InvalidArgument(e.to_string()))??
+                            }
+                        };
+                        if features.dim != feature_dim {
+                            return Err(node_error(
+                                &nodes[i],
+                                format!("sent {}-d features, expected {feature_dim}", features.dim),
+                            ));
+                        }
+                        state[i].images += features.len() as u64;
+                        let target = if chunk.part == pb::Part::Val as i32 {
+                            &mut val
+                        } else {
+                            runs.get_mut(chunk.run as usize).ok_or_else(|| {
+                                node_error(
+                                    &nodes[i],
+                                    format!("sent run {} of {}", chunk.run, req.runs),
+                                )
+                            })?
+                        };
+                        append(target, features);
+                    }
+                    Msg::Event(i, Event::RunReady(ready)) => {
+                        if ready.part == pb::Part::Val as i32 {
+                            state[i].val_ready = true;
+                        } else {
+                            state[i].runs_ready.insert(ready.run);
+                        }
+                    }
+                    Msg::Event(i, Event::Throughput(t)) => {
+                        state[i].rate = t.images_per_second;
+                    }
+                    Msg::Event(i, Event::Done(done)) => {
+                        state[i].done = true;
+                        state[i].extracted = done.extracted;
+                        state[i].seconds = done.seconds;
+                        if state.iter().all(|s| s.done) {
+                            extract_seconds = started.elapsed().as_secs_f64();
+                        }
                     }
                 }
             }
-            // Start the next run once every node has sent it (and the validation set).
+            if !balanced && state.iter().all(|s| s.val_ready) {
+                balanced = true;
+                let rates: Vec<f64> = state.iter().map(|s| s.rate).collect();
+                for (slow, fast, n) in balance_plan(&have, &rates, req.chunk_size as u64) {
+                    let reply = nodes[slow]
+                        .client()
+                        .map_err(|e| node_error(&nodes[slow], e.message().to_string()))?
+                        .rebalance(pb::RebalanceRequest {
+                            job_id: job_id.clone(),
+                            give: n as u32,
+                        })
+                        .await
+                        .map_err(|e| {
+                            node_error(&nodes[slow], format!("rebalance failed: {}", e.message()))
+                        })?
+                        .into_inner();
+                    if reply.photos.is_empty() {
+                        continue;
+                    }
+                    info!(from = %nodes[slow].label(), to = %nodes[fast].label(), photos = reply.photos.len(), "load balancing");
+                    rebalanced.push(Rebalanced {
+                        from: nodes[slow].label(),
+                        to: nodes[fast].label(),
+                        photos: reply.photos.len(),
+                    });
+                    let request = pb::TakeOverRequest {
+                        job_id: job_id.clone(),
+                        source_url: nodes[slow].url.clone(),
+                        photos: reply.photos,
+                        run: reply.run,
+                        chunk_size: req.chunk_size,
+                        first_seq: 1_000_000 * (takeovers.len() as u32 + 1),
+                    };
+                    let index = nodes.len() + takeovers.len();
+                    takeovers.push((fast, false));
+                    tokio::spawn(stream_takeover(
+                        index,
+                        nodes[fast].clone(),
+                        request,
+                        tx.clone(),
+                    ));
+                }
+            }
+            // Start the next run once every node has sent it (and the validation set); the last
+            // run also waits for the work other nodes took over.
             while next_to_train < runs_total
                 && state
                     .iter()
                     .all(|s| s.val_ready && s.runs_ready.contains(&(next_to_train as u32)))
+                && (next_to_train + 1 < runs_total || takeovers.iter().all(|t| t.1))
             {
                 if trainer.is_none() {
                     let head = head_slot.take().ok_or_else(|| {
@@ -522,6 +629,7 @@ impl Coordinator {
                     images_per_second: s.rate,
                 })
                 .collect(),
+            rebalanced,
             deploy: None,
         };
         self.versions.record(&ModelVersion {
@@ -758,13 +866,16 @@ async fn stream_node(i: usize, node: Node, request: pb::ExtractRequest, tx: mpsc
             return;
         }
     };
-    let mut stream = match client.extract(request).await {
-        Ok(s) => s.into_inner(),
+    match client.extract(request).await {
+        Ok(s) => forward(i, s.into_inner(), tx).await,
         Err(e) => {
             let _ = tx.send(Msg::Failed(i, e.message().to_string())).await;
-            return;
         }
-    };
+    }
+}
+
+/// Passes a node's events to the job until the stream ends.
+async fn forward(i: usize, mut stream: tonic::Streaming<pb::ExtractEvent>, tx: mpsc::Sender<Msg>) {
     loop {
         match stream.message().await {
             Ok(Some(pb::ExtractEvent { event: Some(event) })) => {
@@ -783,6 +894,58 @@ async fn stream_node(i: usize, node: Node, request: pb::ExtractRequest, tx: mpsc
             }
         }
     }
+}
+
+/// Streams the features of work `node` took over from another node.
+async fn stream_takeover(
+    i: usize,
+    node: Node,
+    request: pb::TakeOverRequest,
+    tx: mpsc::Sender<Msg>,
+) {
+    let mut client = match node.client() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = tx.send(Msg::Failed(i, e.message().to_string())).await;
+            return;
+        }
+    };
+    match client.take_over(request).await {
+        Ok(stream) => forward(i, stream.into_inner(), tx).await,
+        Err(e) => {
+            let _ = tx.send(Msg::Failed(i, e.message().to_string())).await;
+        }
+    }
+}
+
+/// NDPipe's proportional split: node `i` should do `rate_i / sum(rates)` of all the work; each
+/// overloaded node gives its excess to underloaded ones. Returns (slow, fast, photos) moves of at
+/// least `min_move` photos.
+pub fn balance_plan(have: &[u64], rates: &[f64], min_move: u64) -> Vec<(usize, usize, u64)> {
+    let total: u64 = have.iter().sum();
+    let rate_total: f64 = rates.iter().sum();
+    if rate_total <= 0.0 || rates.iter().any(|r| *r <= 0.0) {
+        return Vec::new();
+    }
+    let mut diff: Vec<i64> = have
+        .iter()
+        .zip(rates)
+        .map(|(h, r)| *h as i64 - (r / rate_total * total as f64).floor() as i64)
+        .collect();
+    let mut moves = Vec::new();
+    while let (Some((slow, &most)), Some((fast, &least))) = (
+        diff.iter().enumerate().max_by_key(|(_, d)| **d),
+        diff.iter().enumerate().min_by_key(|(_, d)| **d),
+    ) {
+        let n = most.min(-least);
+        if n < min_move.max(1) as i64 {
+            break;
+        }
+        moves.push((slow, fast, n as u64));
+        diff[slow] -= n;
+        diff[fast] += n;
+    }
+    moves
 }
 
 async fn refetch(
@@ -870,4 +1033,28 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::balance_plan;
+
+    #[test]
+    fn work_moves_from_slow_to_fast_in_proportion() {
+        // Equal shares, but node 1 is three times slower: it should keep a quarter.
+        assert_eq!(
+            balance_plan(&[400, 400], &[300.0, 100.0], 10),
+            vec![(1, 0, 200)]
+        );
+        // Balanced already, or moves smaller than a chunk: nothing to do.
+        assert!(balance_plan(&[400, 400], &[100.0, 100.0], 10).is_empty());
+        assert!(balance_plan(&[400, 405], &[100.0, 100.0], 10).is_empty());
+        // No rate yet: no plan.
+        assert!(balance_plan(&[400, 400], &[100.0, 0.0], 10).is_empty());
+        // Three nodes: the slow one feeds both fast ones; the total is preserved.
+        let moves = balance_plan(&[300, 300, 300], &[200.0, 200.0, 50.0], 1);
+        let moved: u64 = moves.iter().map(|m| m.2).sum();
+        assert!(moves.iter().all(|m| m.0 == 2 && m.1 != 2), "{moves:?}");
+        assert_eq!(moved, 300 - 100, "{moves:?}");
+    }
 }

@@ -45,6 +45,9 @@ pub struct FinetuneBench {
     /// Where the Fashion-MNIST IDX files are.
     #[arg(long, env = "NDPIPE_FASHION_MNIST_DIR")]
     fashion_mnist_dir: Option<PathBuf>,
+    /// Images/s of the throttled PipeStore in the load-balancing rows.
+    #[arg(long, default_value_t = 15.0)]
+    throttle: f64,
     /// Write the results as JSON to this file as well.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -233,6 +236,32 @@ impl Cluster {
         })
     }
 
+    /// Near-data fine-tuning with PipeStore 1 throttled to a quarter of PipeStore 0's rate.
+    async fn finetune_throttled(
+        &self,
+        load_balance: bool,
+        args: &FinetuneBench,
+    ) -> Result<FinetuneReport> {
+        eprintln!(
+            "  {} PipeStores, bench-1 throttled, load balancing {load_balance}",
+            self.nodes.len()
+        );
+        let req = FinetuneRequest {
+            runs: 2,
+            epochs: args.epochs,
+            batch: args.batch,
+            use_stored_features: false,
+            deploy: false,
+            chunk_size: 32,
+            load_balance,
+            throttle: [("bench-1".to_string(), args.throttle)]
+                .into_iter()
+                .collect(),
+            ..FinetuneRequest::default()
+        };
+        Ok(self.tuner.finetune(req).await?)
+    }
+
     async fn finetune(
         &self,
         mode: &str,
@@ -254,6 +283,7 @@ impl Cluster {
             use_stored_features: stored,
             deploy: false,
             chunk_size: 64,
+            load_balance: false,
             ..FinetuneRequest::default()
         };
         Ok(self.tuner.finetune(req).await?)
@@ -371,5 +401,4 @@ fn print(rows: &[Row], args: &FinetuneBench) {
             );
         }
     }
-    println!("load balancing on/off with a throttled node: not implemented yet (see issue 4)");
 }

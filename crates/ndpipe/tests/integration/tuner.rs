@@ -244,3 +244,42 @@ async fn a_head_of_the_wrong_input_dimension_is_refused() {
         "nothing was staged, nothing changes"
     );
 }
+
+#[tokio::test]
+async fn a_fast_node_takes_over_the_tail_of_a_throttled_one() {
+    let tuner = TunerProcess::start();
+    let a = Instance::start_pipestore(&tuner.grpc, "ps-a", &[]);
+    let b = Instance::start_pipestore(&tuner.grpc, "ps-b", &[]);
+    import(&a, 0, 210);
+    import(&b, 210, 210);
+    tuner.wait_for_nodes(2).await;
+    let (status, report) = post(
+        &format!("{}/v1/tuner/finetune", tuner.url),
+        serde_json::json!({"runs": 2, "epochs": 2, "chunk_size": 8, "throttle": {"ps-b": 25.0}, "deploy": false}),
+    )
+    .await;
+    assert_eq!(status, 200, "{report}\n{}", tuner.log());
+    let moved = &report["rebalanced"];
+    assert_eq!(moved.as_array().unwrap().len(), 1, "{report}");
+    assert!(
+        moved[0]["from"].as_str().unwrap().starts_with("ps-b"),
+        "{report}"
+    );
+    assert!(
+        moved[0]["to"].as_str().unwrap().starts_with("ps-a"),
+        "{report}"
+    );
+    let n = moved[0]["photos"].as_u64().unwrap();
+    assert!(n >= 8, "{report}");
+    assert_eq!(
+        report["train_images"], 360,
+        "every training photo once, none lost or doubled: {report}"
+    );
+    let images: Vec<u64> = report["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["images"].as_u64().unwrap())
+        .collect();
+    assert_eq!(images, vec![210 + n, 210 - n], "{report}");
+}
