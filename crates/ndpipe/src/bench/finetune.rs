@@ -88,6 +88,15 @@ pub async fn run(args: FinetuneBench) -> Result<()> {
             0.0,
             &r,
         ));
+        for lb in [false, true] {
+            let r = cluster.finetune_throttled(lb, &args).await?;
+            let name = if lb {
+                "throttled node, load balancing on"
+            } else {
+                "throttled node, load balancing off"
+            };
+            rows.push(row(name, 2, 2, "near-data", 0.0, &r));
+        }
         for runs in [1, 2, 4] {
             let r = cluster
                 .finetune("near-data", runs, 0.0, &args, false)
