@@ -5,7 +5,7 @@ export NDPIPE_MODEL_DIR := $(CACHE)/model
 export NDPIPE_SAMPLES_DIR := $(CACHE)/model/samples
 export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 
-.PHONY: setup build demo test lint bench-ingest bench-infer
+.PHONY: setup build demo test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -33,3 +33,15 @@ bench-ingest: build
 ## Offline inference: model-only limit, re-labelling, NDPipe's Python loop, feed rates, int8, latency.
 bench-infer: build
 	target/release/ndpipe bench infer --json $(CACHE)/bench-infer.json
+
+## Fine-tuning across PipeStores: near-data vs conventional, bandwidth caps, runs, nodes, load balancing.
+bench-finetune: build
+	target/release/ndpipe bench finetune --json $(CACHE)/bench-finetune.json
+
+## Drift: classes arrive in stages; stale vs fine-tuned accuracy.
+bench-drift: build
+	target/release/ndpipe bench drift --json $(CACHE)/bench-drift.json
+
+## SpiderCache vs its peers on a real training run reading a PipeStore (about 15 minutes).
+bench-cache: build
+	target/release/ndpipe bench cache run --out $(CACHE)/bench-cache

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The embedded default, end to end: start `ndpipe serve` on ./data with the EfficientNet-Lite0
 # model, import the sample photos and a slice of Fashion-MNIST (each photo is labelled on the
-# store as it arrives), search by label, re-label the whole store, then keep serving until Ctrl-C.
+# store as it arrives), search by label, re-label the whole store, fine-tune a new head from the
+# stored features and deploy it, then keep serving until Ctrl-C.
 # DEMO_EXIT=1 stops the server after the demo instead of serving on.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,6 +38,11 @@ echo "== search: espresso"
 "$BIN" photos search espresso --limit 3
 echo "== re-label the whole store on the storage node"
 "$BIN" relabel
+echo "== fine-tune a Fashion-MNIST head from the stored features (2 pipelined runs), deploy it, re-label"
+"$BIN" finetune --runs 2 --epochs 10 --batch 128
+"$BIN" versions
+echo "== search with the fine-tuned model"
+"$BIN" photos search Trouser --limit 3
 if [[ ${DEMO_EXIT:-0} == 1 ]]; then exit 0; fi
 echo "== serving on $URL (data in $DATA); Ctrl-C to stop"
 wait $SERVER

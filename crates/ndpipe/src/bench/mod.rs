@@ -28,6 +28,8 @@ enum Which {
     Finetune(finetune::FinetuneBench),
     /// Drift: classes arrive in stages; stale vs fine-tuned accuracy at each stage.
     Drift(drift::DriftBench),
+    /// SpiderCache and its peers on a real training run reading a PipeStore (or a replay).
+    Cache(cachebench::cli::CacheArgs),
 }
 
 /// Runs `ndpipe bench`.
@@ -37,5 +39,9 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         Which::Infer(b) => infer::run(b).await,
         Which::Finetune(b) => finetune::run(b).await,
         Which::Drift(b) => drift::run(b).await,
+        Which::Cache(b) => {
+            let exe = std::env::current_exe()?;
+            tokio::task::spawn_blocking(move || cachebench::cli::run(b, exe)).await?
+        }
     }
 }

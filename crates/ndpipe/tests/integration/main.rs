@@ -4,9 +4,11 @@
 //! - `durability`: kill -9, torn tails, a lost index, corruption, compaction.
 //! - `cli`: the import and photos commands.
 //! - `inference`: labels at ingest with the real model, search, re-labelling jobs, model faults.
+//! - `cache`: the cache policies on a real training run reading a PipeStore (quick mode).
 //! - `tuner`: a Tuner and two PipeStore processes: fine-tuning, deploy, rollback, faults.
 
 mod api;
+mod cache;
 mod cli;
 mod common;
 mod durability;

@@ -156,7 +156,9 @@ impl ICache {
     /// Tops the L-cache FIFO up from the shuffled full-dataset stream.
     fn refill(&self, st: &mut State) -> Result<(), CacheError> {
         let l = &mut st.l;
-        while l.fifo.len() < l.limit.items {
+        // One full pass without a sample that fits means none ever will: stop, do not spin.
+        let mut skipped = 0usize;
+        while l.fifo.len() < l.limit.items && skipped < self.spec.num_samples {
             if l.next >= l.stream.len() {
                 l.stream = (0..self.spec.num_samples as SampleId).collect();
                 l.stream
@@ -170,6 +172,7 @@ impl ICache {
             let len = sample.data.len() as u64;
             if len > l.limit.bytes {
                 l.next += 1;
+                skipped += 1;
                 continue;
             }
             if l.bytes + len > l.limit.bytes {
