@@ -1,6 +1,6 @@
 //! The command line: import, photos, compact, and their error exits.
 
-use crate::common::{Instance, cli, samples_dir};
+use crate::common::{Instance, cli, import_fashion, samples_dir};
 
 #[tokio::test]
 async fn import_a_folder_and_fashion_mnist() {
@@ -16,23 +16,7 @@ async fn import_a_folder_and_fashion_mnist() {
     ]);
     assert!(ok, "{out}{err}");
     assert!(out.contains("imported 20 photos"), "{out}");
-    let fm = std::env::var("NDPIPE_FASHION_MNIST_DIR")
-        .unwrap_or_else(|_| "/usr/share/datasets/fashion-mnist".into());
-    let (ok, out, err) = cli(&[
-        "import",
-        "--server",
-        &inst.url,
-        "--quiet",
-        "--fashion-mnist",
-        "--fashion-mnist-dir",
-        &fm,
-        "--limit",
-        "70",
-    ]);
-    assert!(
-        ok,
-        "Fashion-MNIST import failed (is dataset-fashion-mnist installed?): {out}{err}"
-    );
+    let out = import_fashion(&inst, 0, 70);
     assert!(out.contains("imported 70 photos"), "{out}");
     let page = inst.json("/v1/photos?after=20&limit=100").await;
     let photos = page["photos"].as_array().unwrap();

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use crate::common::{Instance, cli, model_dir, sample};
+use crate::common::{Instance, cli, import_fashion, model_dir, sample};
 
 fn top_labels(labels: &serde_json::Value) -> Vec<String> {
     labels[0]["labels"]
@@ -106,20 +106,7 @@ async fn photos_are_labelled_at_ingest_and_found_by_search() {
 #[tokio::test]
 async fn relabel_skips_corrupt_tensors_resumes_after_kill_and_reports_churn() {
     let mut inst = Instance::start();
-    let fm = std::env::var("NDPIPE_FASHION_MNIST_DIR")
-        .unwrap_or_else(|_| "/usr/share/datasets/fashion-mnist".into());
-    let (ok, out, err) = cli(&[
-        "import",
-        "--server",
-        &inst.url,
-        "--quiet",
-        "--fashion-mnist",
-        "--fashion-mnist-dir",
-        &fm,
-        "--limit",
-        "400",
-    ]);
-    assert!(ok, "{out}{err}");
+    import_fashion(&inst, 0, 400);
     inst.kill9();
     let vol = inst.volumes("tensors").pop().unwrap();
     let mut f = std::fs::OpenOptions::new().write(true).open(&vol).unwrap();

@@ -6,26 +6,7 @@ use std::time::{Duration, Instant};
 use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
 use ndpipe_proto::{HeadWeights, pb};
 
-use crate::common::{Instance, TunerProcess, cli};
-
-fn import(inst: &Instance, skip: usize, limit: usize) {
-    let fm = std::env::var("NDPIPE_FASHION_MNIST_DIR")
-        .unwrap_or_else(|_| "/usr/share/datasets/fashion-mnist".into());
-    let (ok, out, err) = cli(&[
-        "import",
-        "--server",
-        &inst.url,
-        "--quiet",
-        "--fashion-mnist",
-        "--fashion-mnist-dir",
-        &fm,
-        "--skip",
-        &skip.to_string(),
-        "--limit",
-        &limit.to_string(),
-    ]);
-    assert!(ok, "{out}{err}");
-}
+use crate::common::{Instance, TunerProcess, import_fashion};
 
 async fn post(url: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
     let resp = reqwest::Client::new()
@@ -43,8 +24,8 @@ async fn two_pipestores_finetune_deploy_relabel_and_roll_back() {
     let tuner = TunerProcess::start();
     let a = Instance::start_pipestore(&tuner.grpc, "ps-a", &["--fault-corrupt-chunks", "2"]);
     let b = Instance::start_pipestore(&tuner.grpc, "ps-b", &[]);
-    import(&a, 0, 350);
-    import(&b, 350, 350);
+    import_fashion(&a, 0, 350);
+    import_fashion(&b, 350, 350);
     tuner.wait_for_nodes(2).await;
 
     let (status, report) = post(
@@ -144,8 +125,8 @@ async fn a_pipestore_killed_mid_job_fails_the_job_naming_it_and_re_registers() {
     let tuner = TunerProcess::start();
     let a = Instance::start_pipestore(&tuner.grpc, "ps-a", &[]);
     let mut b = Instance::start_pipestore(&tuner.grpc, "ps-b", &[]);
-    import(&a, 0, 140);
-    import(&b, 140, 140);
+    import_fashion(&a, 0, 140);
+    import_fashion(&b, 140, 140);
     let before = tuner.wait_for_nodes(2).await;
 
     let url = format!("{}/v1/tuner/finetune", tuner.url);
@@ -250,8 +231,8 @@ async fn a_fast_node_takes_over_the_tail_of_a_throttled_one() {
     let tuner = TunerProcess::start();
     let a = Instance::start_pipestore(&tuner.grpc, "ps-a", &[]);
     let b = Instance::start_pipestore(&tuner.grpc, "ps-b", &[]);
-    import(&a, 0, 210);
-    import(&b, 210, 210);
+    import_fashion(&a, 0, 210);
+    import_fashion(&b, 210, 210);
     tuner.wait_for_nodes(2).await;
     let (status, report) = post(
         &format!("{}/v1/tuner/finetune", tuner.url),

@@ -422,3 +422,28 @@ impl Drop for TunerProcess {
         let _ = self.child.wait();
     }
 }
+
+/// Imports Fashion-MNIST photos `skip..skip+limit` (taken 6:1 from train and test) with the CLI;
+/// returns its stdout.
+pub fn import_fashion(inst: &Instance, skip: usize, limit: usize) -> String {
+    let fm = std::env::var("NDPIPE_FASHION_MNIST_DIR")
+        .unwrap_or_else(|_| "/usr/share/datasets/fashion-mnist".into());
+    let (ok, out, err) = cli(&[
+        "import",
+        "--server",
+        &inst.url,
+        "--quiet",
+        "--fashion-mnist",
+        "--fashion-mnist-dir",
+        &fm,
+        "--skip",
+        &skip.to_string(),
+        "--limit",
+        &limit.to_string(),
+    ]);
+    assert!(
+        ok,
+        "Fashion-MNIST import failed (is dataset-fashion-mnist installed?): {out}{err}"
+    );
+    out
+}
