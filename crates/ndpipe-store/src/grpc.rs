@@ -758,6 +758,26 @@ impl PipeStoreRpc for PipeStoreService {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
+    async fn get_features(
+        &self,
+        request: Request<pb::GetFeaturesRequest>,
+    ) -> Result<Response<pb::FeatureChunk>, Status> {
+        let ids = request.into_inner().ids;
+        let node = self.0.clone();
+        tokio::task::spawn_blocking(move || {
+            let rows: Vec<(u64, u32)> = ids.iter().map(|id| (*id, 0)).collect();
+            let (features, _) = node.features(&rows, true)?;
+            Ok(Response::new(encode_chunk(
+                pb::Part::Train,
+                0,
+                0,
+                &features,
+            )))
+        })
+        .await
+        .map_err(internal)?
+    }
+
     async fn get_tensors(
         &self,
         request: Request<pb::GetTensorsRequest>,

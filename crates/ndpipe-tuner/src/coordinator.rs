@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use crate::cached::{CacheReport, CacheSetup, RemoteRow, train_run_cached};
 use crate::nodes::{Node, Nodes};
 use crate::versions::Versions;
 use crate::{Head, HeadConfig, TunerError};
@@ -56,6 +57,12 @@ pub struct FinetuneRequest {
     /// Once every node has sent its validation set, move work from slow nodes to fast ones in
     /// proportion to their measured throughput (the fast node fetches the slow node's tensors).
     pub load_balance: bool,
+    /// Bytes of training features the Tuner may hold (0: no limit). When the job's features
+    /// exceed it, training reads them through `cache_policy`, fetching misses from the nodes.
+    pub memory_budget_bytes: u64,
+    /// The cache used over the memory budget: spidercache, shade, icache, quiver, lru, lfu,
+    /// static or nocache.
+    pub cache_policy: String,
 }
 
 impl Default for FinetuneRequest {
@@ -75,6 +82,8 @@ impl Default for FinetuneRequest {
             mode: "near-data".into(),
             bandwidth_bytes_per_second: 0.0,
             load_balance: true,
+            memory_budget_bytes: 0,
+            cache_policy: "spidercache".into(),
         }
     }
 }
@@ -180,6 +189,8 @@ pub struct FinetuneReport {
     pub nodes: Vec<NodeReport>,
     /// Work moved by load balancing.
     pub rebalanced: Vec<Rebalanced>,
+    /// The cache's figures, when the features exceeded the memory budget.
+    pub cache: Option<CacheReport>,
     /// The deploy, when asked for.
     pub deploy: Option<DeployReport>,
 }
@@ -317,7 +328,7 @@ impl Coordinator {
             tokio::spawn(stream_node(i, node.clone(), request, tx.clone()));
         }
 
-        let (train_tx, train_rx) = std::sync::mpsc::channel::<(usize, Vec<f32>, Vec<u32>)>();
+        let (train_tx, train_rx) = std::sync::mpsc::channel::<(usize, RunData)>();
         let mut train_rx_slot = Some(train_rx);
         let mut val = empty(feature_dim);
         let mut runs: Vec<Features> = (0..req.runs).map(|_| empty(feature_dim)).collect();
@@ -335,7 +346,7 @@ impl Coordinator {
             .collect();
         let mut timeline: Vec<RunTimeline> = Vec::new();
         let mut next_to_train = 0usize;
-        let mut trainer: Option<std::thread::JoinHandle<Head>> = None;
+        let mut trainer: Option<std::thread::JoinHandle<(Head, Option<CacheReport>)>> = None;
         let mut val_top1_before = 0.0;
         let mut bytes = 0u64;
         let mut refetched = 0u64;
@@ -348,20 +359,49 @@ impl Coordinator {
             .map(|i| i.classes.iter().map(|c| c.train).sum())
             .collect();
         let mut balanced = !req.load_balance || nodes.len() < 2;
-        let mut takeovers: Vec<(usize, bool)> = Vec::new();
+        let mut takeovers: Vec<(usize, bool, usize)> = Vec::new();
+        let feature_bytes: u64 = have.iter().sum::<u64>() * feature_dim as u64 * 4;
+        let cache_setup = if req.memory_budget_bytes > 0 && feature_bytes > req.memory_budget_bytes
+        {
+            crate::cached::policy_kind(&req.cache_policy)?;
+            info!(feature_bytes, budget = req.memory_budget_bytes, policy = %req.cache_policy, "features exceed the memory budget: training reads them through the cache");
+            Some(CacheSetup {
+                policy: req.cache_policy.clone(),
+                budget_bytes: req.memory_budget_bytes,
+                clients: nodes
+                    .iter()
+                    .map(|n| {
+                        n.client()
+                            .map_err(|e| node_error(n, e.message().to_string()))
+                    })
+                    .collect::<Result<_, _>>()?,
+                handle: tokio::runtime::Handle::current(),
+                dim: feature_dim,
+                batch: req.batch,
+                seed: req.seed,
+            })
+        } else {
+            None
+        };
+        let mut remote: Vec<Vec<RemoteRow>> = (0..req.runs).map(|_| Vec::new()).collect();
         let mut rebalanced = Vec::new();
 
         while let Some(msg) = rx.recv().await {
             let msg = match msg {
                 Msg::Event(v, event) if v >= nodes.len() => {
-                    let (fast, done) = &mut takeovers[v - nodes.len()];
+                    let (fast, done, slow) = &mut takeovers[v - nodes.len()];
                     match event {
                         Event::Chunk(chunk) => {
                             bytes += wire_bytes(&chunk);
                             let f = decode_chunk(&chunk, classes.len())
                                 .map_err(|e| node_error(&nodes[*fast], e.to_string()))?;
                             state[*fast].images += f.len() as u64;
-                            append(&mut runs[chunk.run as usize % runs_total], f);
+                            let run = chunk.run as usize % runs_total;
+                            if cache_setup.is_some() {
+                                remote[run].extend(rows_of(*slow, &f));
+                            } else {
+                                append(&mut runs[run], f);
+                            }
                         }
                         Event::Done(_) => *done = true,
                         Event::RunReady(_) | Event::Throughput(_) => {}
@@ -445,6 +485,16 @@ impl Coordinator {
                             ));
                         }
                         state[i].images += features.len() as u64;
+                        if cache_setup.is_some() && chunk.part == pb::Part::Train as i32 {
+                            let run = remote.get_mut(chunk.run as usize).ok_or_else(|| {
+                                node_error(
+                                    &nodes[i],
+                                    format!("sent run {} of {}", chunk.run, req.runs),
+                                )
+                            })?;
+                            run.extend(rows_of(i, &features));
+                            continue;
+                        }
                         let target = if chunk.part == pb::Part::Val as i32 {
                             &mut val
                         } else {
@@ -511,7 +561,7 @@ impl Coordinator {
                         first_seq: 1_000_000 * (takeovers.len() as u32 + 1),
                     };
                     let index = nodes.len() + takeovers.len();
-                    takeovers.push((fast, false));
+                    takeovers.push((fast, false, slow));
                     tokio::spawn(stream_takeover(
                         index,
                         nodes[fast].clone(),
@@ -548,21 +598,24 @@ impl Coordinator {
                             TunerError::InvalidArgument("trainer started twice".into())
                         })?,
                         tx.clone(),
+                        cache_setup.clone(),
                     ));
                 }
                 let run = std::mem::replace(&mut runs[next_to_train], empty(feature_dim));
+                let data = if cache_setup.is_some() {
+                    RunData::Remote(std::mem::take(&mut remote[next_to_train]))
+                } else {
+                    RunData::Memory(run.values, run.labels)
+                };
                 timeline.push(RunTimeline {
                     run: next_to_train,
-                    images: run.len(),
+                    images: data.len(),
                     ready_at: started.elapsed().as_secs_f64(),
                     train_start: 0.0,
                     train_seconds: 0.0,
                     val_top1: 0.0,
                 });
-                if train_tx
-                    .send((next_to_train, run.values, run.labels))
-                    .is_err()
-                {
+                if train_tx.send((next_to_train, data)).is_err() {
                     return Err(TunerError::InvalidArgument(
                         "the training thread stopped".into(),
                     ));
@@ -571,7 +624,7 @@ impl Coordinator {
             }
         }
         drop(train_tx);
-        let head = trainer
+        let (head, cache_report) = trainer
             .ok_or_else(|| TunerError::InvalidArgument("no run was trained".into()))?
             .join()
             .map_err(|_| TunerError::InvalidArgument("the training thread panicked".into()))?;
@@ -630,6 +683,7 @@ impl Coordinator {
                 })
                 .collect(),
             rebalanced,
+            cache: cache_report,
             deploy: None,
         };
         self.versions.record(&ModelVersion {
@@ -826,27 +880,68 @@ impl Coordinator {
     }
 }
 
+/// The training data of one run: in memory, or by reference (read through a cache).
+enum RunData {
+    Memory(Vec<f32>, Vec<u32>),
+    Remote(Vec<RemoteRow>),
+}
+
+impl RunData {
+    fn len(&self) -> usize {
+        match self {
+            RunData::Memory(_, labels) => labels.len(),
+            RunData::Remote(rows) => rows.len(),
+        }
+    }
+}
+
+fn rows_of(node: usize, f: &Features) -> impl Iterator<Item = RemoteRow> + '_ {
+    f.photo_ids
+        .iter()
+        .zip(&f.labels)
+        .map(move |(photo, label)| RemoteRow {
+            node,
+            photo: *photo,
+            label: *label,
+        })
+}
+
+#[allow(clippy::too_many_arguments)]
 fn spawn_trainer(
     mut head: Head,
     val: Features,
     epochs: usize,
     runs: usize,
     started: Instant,
-    rx: std::sync::mpsc::Receiver<(usize, Vec<f32>, Vec<u32>)>,
+    rx: std::sync::mpsc::Receiver<(usize, RunData)>,
     tx: mpsc::Sender<Msg>,
-) -> std::thread::JoinHandle<Head> {
+    cache: Option<CacheSetup>,
+) -> std::thread::JoinHandle<(Head, Option<CacheReport>)> {
     std::thread::spawn(move || {
-        for (run, values, labels) in rx {
+        let mut report = cache.as_ref().map(|_| CacheReport::default());
+        for (run, data) in rx {
             let start = started.elapsed().as_secs_f64();
             let t = Instant::now();
             let result = (|| {
-                if !labels.is_empty() {
-                    head.train_run(&values, &labels, run, runs, epochs)?;
-                }
-                let top1 = if val.is_empty() {
-                    0.0
-                } else {
-                    head.evaluate(&val.values, &val.labels)?
+                let top1 = match (data, &cache, report.as_mut()) {
+                    (RunData::Remote(rows), Some(setup), Some(report)) => {
+                        train_run_cached(&mut head, rows, run, runs, epochs, &val, setup, report)?
+                    }
+                    (RunData::Memory(values, labels), _, _) => {
+                        if !labels.is_empty() {
+                            head.train_run(&values, &labels, run, runs, epochs)?;
+                        }
+                        if val.is_empty() {
+                            0.0
+                        } else {
+                            head.evaluate(&val.values, &val.labels)?
+                        }
+                    }
+                    _ => {
+                        return Err(TunerError::InvalidArgument(
+                            "remote rows without a cache".into(),
+                        ));
+                    }
                 };
                 Ok((run, start, t.elapsed().as_secs_f64(), top1))
             })();
@@ -854,7 +949,7 @@ fn spawn_trainer(
                 break;
             }
         }
-        head
+        (head, report)
     })
 }
 

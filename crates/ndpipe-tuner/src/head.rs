@@ -305,6 +305,38 @@ impl Head {
         })
     }
 
+    /// Starts run `run` of `runs` (of `epochs` epochs) fed batch by batch, for training data that
+    /// does not fit in memory: the caller draws each batch (e.g. through a cache).
+    pub fn streaming(
+        &mut self,
+        run: usize,
+        runs: usize,
+        epochs: usize,
+    ) -> Result<StreamingRun<'_>, TunerError> {
+        if run >= runs || epochs == 0 {
+            return Err(TunerError::InvalidArgument(format!(
+                "run {run} of {runs} with {epochs} epochs"
+            )));
+        }
+        let optimizer = AdamW::new(
+            self.vars(),
+            ParamsAdamW {
+                lr: learning_rate(0, epochs, run, runs),
+                beta1: ADAM_BETA1,
+                beta2: ADAM_BETA2,
+                eps: ADAM_EPS,
+                weight_decay: 0.0,
+            },
+        )?;
+        Ok(StreamingRun {
+            head: self,
+            optimizer,
+            run,
+            runs,
+            epochs,
+        })
+    }
+
     /// The training objective (cross-entropy plus penalties) over all of `features`, without training.
     pub fn loss(&self, features: &[f32], labels: &[u32]) -> Result<f32, TunerError> {
         let rows = self.check_labelled(features, labels)?;
@@ -616,4 +648,46 @@ fn glorot_values(rows: usize, cols: usize, fans: usize, rng: &mut Pcg64Mcg) -> V
 /// An independent random stream for (`seed`, purpose `tag`, `index`).
 fn stream(seed: u64, tag: u64, index: u64) -> Pcg64Mcg {
     Pcg64Mcg::seed_from_u64(seed ^ tag.rotate_right(8) ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// A training run fed batch by batch; see [`Head::streaming`].
+pub struct StreamingRun<'a> {
+    head: &'a mut Head,
+    optimizer: AdamW,
+    run: usize,
+    runs: usize,
+    epochs: usize,
+}
+
+impl StreamingRun<'_> {
+    /// Sets the learning rate of `epoch` (NDPipe's step schedule, scaled for the run).
+    pub fn begin_epoch(&mut self, epoch: usize) {
+        self.optimizer
+            .set_learning_rate(learning_rate(epoch, self.epochs, self.run, self.runs));
+    }
+
+    /// One optimizer step on a batch; returns each row's cross-entropy before the step (what
+    /// importance-aware caches rank samples by).
+    pub fn step(&mut self, features: &[f32], labels: &[u32]) -> Result<Vec<f32>, TunerError> {
+        let rows = self.head.check_labelled(features, labels)?;
+        if rows == 0 {
+            return Err(TunerError::EmptyData);
+        }
+        let x = Tensor::from_slice(features, (rows, self.head.config.input_dim), &Device::Cpu)?;
+        let y = Tensor::from_slice(labels, rows, &Device::Cpu)?;
+        let log_p = candle_nn::ops::log_softmax(&self.head.forward(&x)?, 1)?;
+        let per_row = log_p
+            .gather(&y.unsqueeze(1)?, 1)?
+            .squeeze(1)?
+            .neg()?
+            .to_vec1::<f32>()?;
+        let loss = self.head.objective(&x, &y)?;
+        self.optimizer.backward_step(&loss)?;
+        Ok(per_row)
+    }
+
+    /// The head being trained.
+    pub fn head(&self) -> &Head {
+        self.head
+    }
 }

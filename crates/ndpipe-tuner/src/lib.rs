@@ -50,6 +50,7 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod cached;
 pub mod coordinator;
 mod error;
 pub mod head;

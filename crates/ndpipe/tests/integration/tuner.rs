@@ -264,3 +264,42 @@ async fn a_fast_node_takes_over_the_tail_of_a_throttled_one() {
         .collect();
     assert_eq!(images, vec![210 + n, 210 - n], "{report}");
 }
+
+#[tokio::test]
+async fn over_the_memory_budget_training_reads_features_through_spidercache() {
+    let tuner = TunerProcess::start();
+    let a = Instance::start_pipestore(&tuner.grpc, "ps-a", &[]);
+    let b = Instance::start_pipestore(&tuner.grpc, "ps-b", &[]);
+    import_fashion(&a, 0, 350);
+    import_fashion(&b, 350, 350);
+    tuner.wait_for_nodes(2).await;
+    // 600 training features of 1280 f32 are 3 MB; the Tuner may hold a fifth of that.
+    let (status, report) = post(
+        &format!("{}/v1/tuner/finetune", tuner.url),
+        serde_json::json!({"runs": 2, "epochs": 4, "batch": 64, "memory_budget_bytes": 600_000, "cache_policy": "spidercache", "deploy": false}),
+    )
+    .await;
+    assert_eq!(status, 200, "{report}\n{}", tuner.log());
+    let cache = &report["cache"];
+    assert_eq!(cache["policy"], "spidercache", "{report}");
+    assert_eq!(cache["capacity_items"], 600_000 / 2560);
+    let requests = cache["requests"].as_u64().unwrap();
+    let hits = cache["exact_hits"].as_u64().unwrap() + cache["substitutes"].as_u64().unwrap();
+    assert_eq!(requests, hits + cache["misses"].as_u64().unwrap());
+    assert!(
+        requests >= 4 * 600 / 2,
+        "every epoch draws about the run's samples: {cache}"
+    );
+    assert!(hits > 0 && cache["misses"].as_u64().unwrap() > 0, "{cache}");
+    assert!(cache["fetched_bytes"].as_u64().unwrap() > 0);
+    assert!(
+        report["val_top1"].as_f64().unwrap() > 0.5,
+        "training through the cache still learns: {report}"
+    );
+    let (status, bad) = post(
+        &format!("{}/v1/tuner/finetune", tuner.url),
+        serde_json::json!({"runs": 1, "epochs": 1, "memory_budget_bytes": 1000, "cache_policy": "fifo"}),
+    )
+    .await;
+    assert_eq!(status, 400, "{bad}");
+}
