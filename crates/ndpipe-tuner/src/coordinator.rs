@@ -409,9 +409,13 @@ impl Coordinator {
                     None
                 }
                 Msg::Failed(v, message) if v >= nodes.len() => {
+                    let (fast, _, slow) = takeovers[v - nodes.len()];
                     return Err(node_error(
-                        &nodes[takeovers[v - nodes.len()].0],
-                        format!("taking over work failed: {message}"),
+                        &nodes[fast],
+                        format!(
+                            "taking over work from {} failed: {message}",
+                            nodes[slow].label()
+                        ),
                     ));
                 }
                 Msg::Ended(v) if v >= nodes.len() => {
