@@ -7,16 +7,18 @@
 //! 201-to-label latency is exported as `ndpipe_store_label_latency_seconds`. A photo whose labels
 //! are lost (queue full, crash) is picked up by the next re-labelling.
 
+use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ndpipe_catalog::{Catalog, Prediction};
-use ndpipe_model::{ImageTensor, InferenceBackend, ModelInfo, Outputs, top_k};
+use ndpipe_model::{ImageTensor, InferenceBackend, ModelInfo, Outputs, TensorBlob, top_k};
 use ndpipe_proto::HeadWeights;
 use tracing::warn;
 
+use crate::PhotoStore;
 use crate::features::FeatureStore;
 use crate::metrics::StoreMetrics;
 
@@ -124,25 +126,32 @@ pub struct Labeler {
     tx: Option<SyncSender<Request>>,
     thread: Option<JoinHandle<()>>,
     model: SharedModel,
-    metrics: Arc<StoreMetrics>,
+    backlog: Backlog,
 }
+
+/// Photos that arrived while the queue was full, labelled from their stored tensors when the
+/// model thread is idle.
+type Backlog = Arc<Mutex<VecDeque<(u64, Instant)>>>;
 
 impl Labeler {
     /// Starts the model thread.
     pub fn start(
         model: SharedModel,
+        store: Arc<PhotoStore>,
         catalog: Arc<dyn Catalog>,
-        features: Arc<FeatureStore>,
         metrics: Arc<StoreMetrics>,
         config: LabelerConfig,
     ) -> std::io::Result<Self> {
         let (tx, rx) = std::sync::mpsc::sync_channel(config.queue.max(1));
+        let backlog = Backlog::default();
         let worker = Worker {
             model: model.clone(),
+            features: store.features_arc().clone(),
+            store,
             catalog,
-            features,
-            metrics: metrics.clone(),
+            metrics,
             config,
+            backlog: backlog.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("ndpipe-labeler".into())
@@ -151,7 +160,7 @@ impl Labeler {
             tx: Some(tx),
             thread: Some(thread),
             model,
-            metrics,
+            backlog,
         })
     }
 
@@ -160,20 +169,17 @@ impl Labeler {
         &self.model
     }
 
-    /// Queues a stored photo for labelling. Returns false when the queue is full (the photo
-    /// stays unlabelled until the next re-labelling).
-    pub fn submit(&self, id: u64, tensor: ImageTensor) -> bool {
-        let Some(tx) = &self.tx else { return false };
-        match tx.try_send(Request {
+    /// Queues a stored photo for labelling. When the queue is full, the photo's id goes to a
+    /// backlog that the model thread works off (reading the stored tensor) when it is idle.
+    pub fn submit(&self, id: u64, tensor: ImageTensor) {
+        let Some(tx) = &self.tx else { return };
+        let enqueued = Instant::now();
+        if let Err(TrySendError::Full(_)) = tx.try_send(Request {
             id,
             tensor,
-            enqueued: Instant::now(),
+            enqueued,
         }) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.metrics.error("label_queue_full");
-                false
-            }
+            lock(&self.backlog).push_back((id, enqueued));
         }
     }
 }
@@ -191,10 +197,12 @@ impl Drop for Labeler {
 
 struct Worker {
     model: SharedModel,
+    store: Arc<PhotoStore>,
     catalog: Arc<dyn Catalog>,
     features: Arc<FeatureStore>,
     metrics: Arc<StoreMetrics>,
     config: LabelerConfig,
+    backlog: Backlog,
 }
 
 impl Worker {
@@ -204,7 +212,15 @@ impl Worker {
             .max_batch
             .min(self.model.get().backend.max_batch())
             .max(1);
-        while let Ok(first) = rx.recv() {
+        loop {
+            let first = match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(first) => first,
+                Err(RecvTimeoutError::Timeout) => {
+                    self.work_off_backlog(max_batch);
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
             let deadline = Instant::now() + self.config.max_wait;
             let mut batch = vec![first];
             while batch.len() < max_batch {
@@ -218,6 +234,37 @@ impl Worker {
                 warn!(error = %e, photos = batch.len(), "online labelling failed; the photos stay unlabelled");
                 self.metrics.error("label_failed");
             }
+        }
+    }
+
+    /// Labels up to one batch of backlogged photos from their stored tensors.
+    fn work_off_backlog(&self, max_batch: usize) {
+        let taken: Vec<(u64, Instant)> = {
+            let mut backlog = lock(&self.backlog);
+            let n = backlog.len().min(max_batch);
+            backlog.drain(..n).collect()
+        };
+        let mut batch = Vec::with_capacity(taken.len());
+        for (id, enqueued) in taken {
+            let tensor = match self.store.tensor(id) {
+                Ok(Some((_, blob))) => TensorBlob::decode(&blob).map_err(|e| e.to_string()),
+                Ok(None) => continue,
+                Err(e) => Err(e.to_string()),
+            };
+            match tensor {
+                Ok(tensor) => batch.push(Request {
+                    id,
+                    tensor,
+                    enqueued,
+                }),
+                Err(e) => warn!(photo = id, error = %e, "cannot read a backlogged photo's tensor"),
+            }
+        }
+        if !batch.is_empty()
+            && let Err(e) = self.label(&batch)
+        {
+            warn!(error = %e, photos = batch.len(), "labelling backlogged photos failed");
+            self.metrics.error("label_failed");
         }
     }
 
@@ -281,4 +328,8 @@ pub fn write_outputs(
     features.put_many(&info.backbone_version, &feature_rows)?;
     catalog.put_predictions_many(&model.version, &rows)?;
     Ok(rows)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }

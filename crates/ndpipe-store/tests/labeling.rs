@@ -34,7 +34,12 @@ fn setup() -> Setup {
     Setup {
         store: Arc::new(store),
         catalog: Arc::new(SqliteCatalog::open(&dir.path().join("c.sqlite")).unwrap()),
-        fake: Arc::new(FakeBackend::new(16, 10).with_max_batch(8)),
+        // Slow enough that 16 concurrent uploads overflow a queue of 4.
+        fake: Arc::new(
+            FakeBackend::new(16, 10)
+                .with_max_batch(8)
+                .with_latency(Duration::from_millis(40)),
+        ),
         _dir: dir,
     }
 }
@@ -47,15 +52,17 @@ async fn concurrent_uploads_share_batches_and_get_labels_and_features() {
         version: "fake-v1".into(),
         head: None,
     };
+    // A queue of 4 for 16 uploads: the rest go through the backlog, from their stored tensors.
     let config = LabelerConfig {
         max_batch: 8,
         max_wait: Duration::from_millis(50),
+        queue: 4,
         ..LabelerConfig::default()
     };
     let labeler = Labeler::start(
         SharedModel::new(model),
+        s.store.clone(),
         s.catalog.clone(),
-        s.store.features_arc().clone(),
         Arc::new(StoreMetrics::default()),
         config,
     )

@@ -284,8 +284,8 @@ pub async fn start(args: &ServeArgs) -> Result<Running> {
         };
         let labeler = Labeler::start(
             model.clone(),
+            store.clone(),
             catalog.clone(),
-            store.features_arc().clone(),
             metrics.clone(),
             labeler_config,
         )
