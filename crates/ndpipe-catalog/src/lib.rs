@@ -70,6 +70,9 @@ pub trait Catalog: Send + Sync {
         rows: &[(PhotoId, Vec<Prediction>)],
     ) -> Result<usize, CatalogError>;
 
+    /// Photos that have no predictions under `model_version`, in id order.
+    fn unlabelled(&self, model_version: &str) -> Result<Vec<PhotoId>, CatalogError>;
+
     /// The predictions of every model version for one photo, grouped by version, best first.
     fn predictions(&self, id: PhotoId) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError>;
 

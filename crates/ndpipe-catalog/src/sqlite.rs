@@ -380,6 +380,23 @@ impl Catalog for SqliteCatalog {
         })
     }
 
+    fn unlabelled(&self, model_version: &str) -> Result<Vec<PhotoId>, CatalogError> {
+        self.with(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT id FROM photos WHERE id NOT IN
+                       (SELECT photo_id FROM predictions WHERE model_version = ?1 AND rank = 0)
+                     ORDER BY id",
+                )
+                .map_err(CatalogError::db("list unlabelled photos"))?;
+            let rows = stmt
+                .query_map(params![model_version], |r| Ok(r.get::<_, i64>(0)? as u64))
+                .map_err(CatalogError::db("list unlabelled photos"))?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .map_err(CatalogError::db("list unlabelled photos"))
+        })
+    }
+
     fn predictions(&self, id: PhotoId) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError> {
         let sid = sql_id(id)?;
         self.with(|conn| {

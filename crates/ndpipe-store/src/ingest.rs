@@ -71,6 +71,8 @@ pub struct ReconcileReport {
     pub tensors_rebuilt: u64,
     /// Photos whose tensor could not be rebuilt: (id, reason).
     pub tensor_failures: Vec<(u64, String)>,
+    /// Photos without labels from the active model, queued for labelling.
+    pub queued_for_labels: u64,
 }
 
 /// The ingest pipeline shared by the HTTP handlers.
@@ -169,7 +171,8 @@ impl Ingestor {
     }
 
     /// Brings the catalog in line with the store (which is the source of truth for which photos
-    /// exist) and recomputes missing tensors. Run at start-up, after crash recovery.
+    /// exist), recomputes missing tensors and queues photos the active model has not labelled.
+    /// Run at start-up, after crash recovery.
     pub async fn reconcile(&self) -> Result<ReconcileReport, IngestError> {
         let mut report = ReconcileReport::default();
         let store = self.store.clone();
@@ -188,7 +191,16 @@ impl Ingestor {
                 }
             }
         }
-        if added + removed + report.tensors_rebuilt > 0 {
+        if let Some(labeler) = &self.labeler {
+            let catalog = self.catalog.clone();
+            let version = labeler.model().get().version;
+            let unlabelled = tokio::task::spawn_blocking(move || catalog.unlabelled(&version))
+                .await
+                .map_err(|e| IngestError::Internal(e.to_string()))??;
+            report.queued_for_labels = unlabelled.len() as u64;
+            labeler.enqueue_stored(unlabelled);
+        }
+        if added + removed + report.tensors_rebuilt + report.queued_for_labels > 0 {
             info!(?report, "catalog and tensors reconciled with the store");
         }
         Ok(report)

@@ -169,6 +169,13 @@ impl Labeler {
         &self.model
     }
 
+    /// Queues stored photos for labelling from their stored tensors (e.g. photos stored while
+    /// no model was loaded, or whose labels a crash lost).
+    pub fn enqueue_stored(&self, ids: impl IntoIterator<Item = u64>) {
+        let now = Instant::now();
+        lock(&self.backlog).extend(ids.into_iter().map(|id| (id, now)));
+    }
+
     /// Queues a stored photo for labelling. When the queue is full, the photo's id goes to a
     /// backlog that the model thread works off (reading the stored tensor) when it is idle.
     pub fn submit(&self, id: u64, tensor: ImageTensor) {

@@ -268,3 +268,28 @@ fn a_broken_model_is_a_clear_error_at_start() {
         "the error names the missing output: {err}"
     );
 }
+
+/// Photos stored while no model was loaded are labelled once a model is, without a re-labelling.
+#[tokio::test]
+async fn photos_stored_without_a_model_are_labelled_after_a_restart_with_one() {
+    let mut inst = Instance::start();
+    let (status, body) = inst.upload(sample("coffee.png"), "").await;
+    assert_eq!(status, 201);
+    let id = body["id"].as_u64().unwrap();
+    assert!(
+        inst.json(&format!("/v1/photos/{id}/labels"))
+            .await
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let dir = model_dir();
+    inst.set_flags(&["--model-dir", dir.to_str().unwrap(), "--intra-threads", "2"]);
+    inst.restart();
+    let labels = inst
+        .wait_for(&format!("/v1/photos/{id}/labels"), 60, |v| {
+            v.as_array().is_some_and(|a| !a.is_empty())
+        })
+        .await;
+    assert_eq!(top_labels(&labels)[0], "espresso");
+}
