@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ndpipe_catalog::{Catalog, ModelVersion, Prediction, Split};
-use ndpipe_model::TensorBlob;
+use ndpipe_model::{ImageTensor, TensorBlob};
 use ndpipe_proto::pb::pipe_store_server::PipeStore as PipeStoreRpc;
 use ndpipe_proto::pb::{self, extract_event::Event};
 use ndpipe_proto::{Features, HeadWeights, RunPlan, Tensors, encode_chunk, encode_tensor_chunk};
@@ -54,12 +54,7 @@ impl JobPlan {
                     .chunk(run as usize)
                     .map_or(&[][..], |r| &self.train[r]);
                 if self.is_last(part, run) {
-                    &all[..self
-                        .last
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .1
-                        .min(all.len())]
+                    &all[..lock(&self.last).1.min(all.len())]
                 } else {
                     all
                 }
@@ -82,7 +77,7 @@ impl JobPlan {
                 .plan
                 .chunk(run as usize)
                 .map_or(&[][..], |r| &self.train[r]);
-            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            let mut last = lock(&self.last);
             let (start, limit) = *last;
             if start >= limit {
                 return None;
@@ -104,7 +99,7 @@ impl JobPlan {
     fn give_tail(&self, give: usize) -> (u32, Vec<(u64, u32)>) {
         let run = self.plan.runs().saturating_sub(1);
         let all = self.plan.chunk(run).map_or(&[][..], |r| &self.train[r]);
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = lock(&self.last);
         let (next, limit) = *last;
         let new_limit = limit.saturating_sub(give).max(next);
         last.1 = new_limit;
@@ -171,6 +166,29 @@ impl PipeStoreNode {
     /// The backbone this node runs.
     pub fn backbone(&self) -> Arc<dyn ndpipe_model::InferenceBackend> {
         self.pretrained.backend.clone()
+    }
+
+    /// A stored photo's compressed tensor.
+    fn stored_blob(&self, id: u64) -> Result<Vec<u8>, Status> {
+        self.store
+            .tensor(id)
+            .map_err(internal)?
+            .map(|(_, blob)| blob)
+            .ok_or_else(|| Status::not_found(format!("photo {id} has no tensor")))
+    }
+
+    /// A stored photo's decoded tensor.
+    fn stored_tensor(&self, id: u64) -> Result<ImageTensor, Status> {
+        TensorBlob::decode(&self.stored_blob(id)?)
+            .map_err(|e| Status::data_loss(format!("tensor of photo {id}: {e}")))
+    }
+
+    /// The plan of a job whose extraction started on this node.
+    fn job(&self, id: &str) -> Result<Arc<JobPlan>, Status> {
+        lock(&self.plans)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Status::not_found(format!("unknown job {id}")))
     }
 
     /// Records the id the Tuner assigned.
@@ -282,13 +300,7 @@ impl PipeStoreNode {
         let mut data = Vec::new();
         let (mut height, mut width) = (0, 0);
         for (id, _) in rows {
-            let (_, blob) = self
-                .store
-                .tensor(*id)
-                .map_err(internal)?
-                .ok_or_else(|| Status::not_found(format!("photo {id} has no tensor")))?;
-            let t = TensorBlob::decode(&blob)
-                .map_err(|e| Status::data_loss(format!("tensor of photo {id}: {e}")))?;
+            let t = self.stored_tensor(*id)?;
             (height, width) = (t.height(), t.width());
             data.extend_from_slice(t.data());
         }
@@ -324,19 +336,10 @@ impl PipeStoreNode {
             }
         }
         for batch in missing.chunks(model.backend.max_batch().max(1)) {
-            let mut tensors = Vec::with_capacity(batch.len());
-            for &i in batch {
-                let id = rows[i].0;
-                let (_, blob) = self
-                    .store
-                    .tensor(id)
-                    .map_err(internal)?
-                    .ok_or_else(|| Status::not_found(format!("photo {id} has no tensor")))?;
-                tensors.push(
-                    TensorBlob::decode(&blob)
-                        .map_err(|e| Status::data_loss(format!("tensor of photo {id}: {e}")))?,
-                );
-            }
+            let tensors = batch
+                .iter()
+                .map(|&i| self.stored_tensor(rows[i].0))
+                .collect::<Result<Vec<_>, _>>()?;
             let out = model.backend.run(&tensors).map_err(internal)?;
             let mut stored = Vec::with_capacity(batch.len());
             for (j, &i) in batch.iter().enumerate() {
@@ -434,18 +437,14 @@ impl PipeStoreNode {
     fn commit(&self, version: &str) -> Result<(), Status> {
         let before = self.model.get().version;
         if before != version {
-            *self.previous.lock().unwrap_or_else(|p| p.into_inner()) = Some(before);
+            *lock(&self.previous) = Some(before);
         }
         if version == self.pretrained.version {
             self.catalog.set_active_model(version).map_err(internal)?;
             self.model.set(self.pretrained.clone());
             return Ok(());
         }
-        let staged = self
-            .staged
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(version);
+        let staged = lock(&self.staged).remove(version);
         let staged = match staged {
             Some(s) => s,
             None if self.head_path(version).exists() => {
@@ -509,11 +508,7 @@ impl PipeStoreNode {
         let Some(head) = model.head.clone() else {
             return self.relabel_full(&model);
         };
-        let compare_with = self
-            .previous
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let compare_with = lock(&self.previous).clone();
         let started = Instant::now();
         let ids: Vec<u64> = self
             .store
@@ -561,11 +556,7 @@ impl PipeStoreNode {
     /// Re-labels with the backbone's own classifier (a rollback to the pretrained version).
     fn relabel_full(&self, model: &ActiveModel) -> Result<pb::RelabelReply, Status> {
         let options = RelabelOptions {
-            compare_with: self
-                .previous
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            compare_with: lock(&self.previous).clone(),
             ..RelabelOptions::default()
         };
         let report = Mutex::new(RelabelReport::default());
@@ -629,6 +620,19 @@ type ExtractStream =
 /// The tonic service over a shared node.
 pub struct PipeStoreService(pub Arc<PipeStoreNode>);
 
+impl PipeStoreService {
+    /// Runs `f` on the node off the async runtime (store, catalog and model calls block).
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&PipeStoreNode) -> Result<T, Status> + Send + 'static,
+    ) -> Result<T, Status> {
+        let node = self.0.clone();
+        tokio::task::spawn_blocking(move || f(&node))
+            .await
+            .map_err(internal)?
+    }
+}
+
 #[tonic::async_trait]
 impl PipeStoreRpc for PipeStoreService {
     type ExtractStream = ExtractStream;
@@ -639,14 +643,7 @@ impl PipeStoreRpc for PipeStoreService {
         request: Request<pb::RebalanceRequest>,
     ) -> Result<Response<pb::RebalanceReply>, Status> {
         let req = request.into_inner();
-        let plan = self
-            .0
-            .plans
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&req.job_id)
-            .cloned()
-            .ok_or_else(|| Status::not_found(format!("unknown job {}", req.job_id)))?;
+        let plan = self.0.job(&req.job_id)?;
         let (run, given) = plan.give_tail(req.give as usize);
         info!(job = %req.job_id, asked = req.give, given = given.len(), "gave the tail of the last run away");
         Ok(Response::new(pb::RebalanceReply {
@@ -763,8 +760,7 @@ impl PipeStoreRpc for PipeStoreService {
         request: Request<pb::GetFeaturesRequest>,
     ) -> Result<Response<pb::FeatureChunk>, Status> {
         let ids = request.into_inner().ids;
-        let node = self.0.clone();
-        tokio::task::spawn_blocking(move || {
+        self.blocking(move |node| {
             let rows: Vec<(u64, u32)> = ids.iter().map(|id| (*id, 0)).collect();
             let (features, _) = node.features(&rows, true)?;
             Ok(Response::new(encode_chunk(
@@ -775,7 +771,6 @@ impl PipeStoreRpc for PipeStoreService {
             )))
         })
         .await
-        .map_err(internal)?
     }
 
     async fn get_tensors(
@@ -783,20 +778,9 @@ impl PipeStoreRpc for PipeStoreService {
         request: Request<pb::GetTensorsRequest>,
     ) -> Result<Response<pb::GetTensorsReply>, Status> {
         let ids = request.into_inner().ids;
-        let store = self.0.store.clone();
-        let tensors = tokio::task::spawn_blocking(move || {
-            ids.iter()
-                .map(|id| {
-                    store
-                        .tensor(*id)
-                        .map_err(internal)?
-                        .map(|(_, blob)| blob)
-                        .ok_or_else(|| Status::not_found(format!("photo {id} has no tensor")))
-                })
-                .collect::<Result<Vec<_>, Status>>()
-        })
-        .await
-        .map_err(internal)??;
+        let tensors = self
+            .blocking(move |node| ids.iter().map(|id| node.stored_blob(*id)).collect())
+            .await?;
         Ok(Response::new(pb::GetTensorsReply { tensors }))
     }
 
@@ -804,8 +788,7 @@ impl PipeStoreRpc for PipeStoreService {
         &self,
         _: Request<pb::InventoryRequest>,
     ) -> Result<Response<pb::InventoryReply>, Status> {
-        let node = self.0.clone();
-        tokio::task::spawn_blocking(move || {
+        self.blocking(|node| {
             let mut counts: BTreeMap<String, pb::ClassCount> = BTreeMap::new();
             for split in [Split::Train, Split::Val, Split::Test] {
                 for (_, label) in node.catalog.labelled(split).map_err(internal)? {
@@ -832,7 +815,6 @@ impl PipeStoreRpc for PipeStoreService {
             }))
         })
         .await
-        .map_err(internal)?
     }
 
     async fn extract(
@@ -840,20 +822,10 @@ impl PipeStoreRpc for PipeStoreService {
         request: Request<pb::ExtractRequest>,
     ) -> Result<Response<Self::ExtractStream>, Status> {
         let req = request.into_inner();
+        let r = req.clone();
+        let plan = Arc::new(self.blocking(move |node| node.plan(&r)).await?);
         let node = self.0.clone();
-        let plan = {
-            let n = node.clone();
-            let r = req.clone();
-            Arc::new(
-                tokio::task::spawn_blocking(move || n.plan(&r))
-                    .await
-                    .map_err(internal)??,
-            )
-        };
-        node.plans
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(req.job_id.clone(), plan.clone());
+        lock(&node.plans).insert(req.job_id.clone(), plan.clone());
         info!(job = %req.job_id, val = plan.val.len(), train = plan.train.len(), runs = req.runs, "extraction starts");
         let (tx, rx) = mpsc::channel(8);
         std::thread::Builder::new()
@@ -868,15 +840,8 @@ impl PipeStoreRpc for PipeStoreService {
         request: Request<pb::FetchChunkRequest>,
     ) -> Result<Response<pb::FeatureChunk>, Status> {
         let req = request.into_inner();
-        let node = self.0.clone();
-        tokio::task::spawn_blocking(move || {
-            let plan = node
-                .plans
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&req.job_id)
-                .cloned()
-                .ok_or_else(|| Status::not_found(format!("unknown job {}", req.job_id)))?;
+        self.blocking(move |node| {
+            let plan = node.job(&req.job_id)?;
             let part = pb::Part::try_from(req.part)
                 .map_err(|_| Status::invalid_argument("unknown part"))?;
             let rows = plan.rows(part, req.run);
@@ -890,7 +855,6 @@ impl PipeStoreRpc for PipeStoreService {
             Ok(Response::new(chunk))
         })
         .await
-        .map_err(internal)?
     }
 
     async fn stage_head(
@@ -914,11 +878,7 @@ impl PipeStoreRpc for PipeStoreService {
             )));
         }
         let version = req.version.clone();
-        self.0
-            .staged
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(version.clone(), Staged { head, request: req });
+        lock(&self.0.staged).insert(version.clone(), Staged { head, request: req });
         info!(version, "staged a head");
         Ok(Response::new(pb::StageHeadReply {}))
     }
@@ -928,10 +888,7 @@ impl PipeStoreRpc for PipeStoreService {
         request: Request<pb::CommitHeadRequest>,
     ) -> Result<Response<pb::CommitHeadReply>, Status> {
         let version = request.into_inner().version;
-        let node = self.0.clone();
-        tokio::task::spawn_blocking(move || node.commit(&version))
-            .await
-            .map_err(internal)??;
+        self.blocking(move |node| node.commit(&version)).await?;
         Ok(Response::new(pb::CommitHeadReply {}))
     }
 
@@ -940,14 +897,7 @@ impl PipeStoreRpc for PipeStoreService {
         request: Request<pb::AbortHeadRequest>,
     ) -> Result<Response<pb::AbortHeadReply>, Status> {
         let version = request.into_inner().version;
-        if self
-            .0
-            .staged
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&version)
-            .is_some()
-        {
+        if lock(&self.0.staged).remove(&version).is_some() {
             warn!(version, "aborted a staged head");
         }
         Ok(Response::new(pb::AbortHeadReply {}))
@@ -958,10 +908,11 @@ impl PipeStoreRpc for PipeStoreService {
         request: Request<pb::RelabelRequest>,
     ) -> Result<Response<pb::RelabelReply>, Status> {
         let version = request.into_inner().version;
-        let node = self.0.clone();
-        let reply = tokio::task::spawn_blocking(move || node.relabel(&version))
-            .await
-            .map_err(internal)??;
+        let reply = self.blocking(move |node| node.relabel(&version)).await?;
         Ok(Response::new(reply))
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }

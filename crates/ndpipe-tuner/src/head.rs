@@ -265,16 +265,7 @@ impl Head {
         let start = Instant::now();
         let xs = Tensor::from_slice(features, (rows, self.config.input_dim), &Device::Cpu)?;
         let ys = Tensor::from_slice(labels, rows, &Device::Cpu)?;
-        let mut optimizer = AdamW::new(
-            self.vars(),
-            ParamsAdamW {
-                lr: learning_rate(0, epochs, run, runs),
-                beta1: ADAM_BETA1,
-                beta2: ADAM_BETA2,
-                eps: ADAM_EPS,
-                weight_decay: 0.0,
-            },
-        )?;
+        let mut optimizer = self.adam(learning_rate(0, epochs, run, runs))?;
         let mut rng = stream(self.config.seed, STREAM_SHUFFLE, run as u64);
         let mut learning_rates = Vec::with_capacity(epochs);
         let mut losses = Vec::with_capacity(epochs);
@@ -318,16 +309,7 @@ impl Head {
                 "run {run} of {runs} with {epochs} epochs"
             )));
         }
-        let optimizer = AdamW::new(
-            self.vars(),
-            ParamsAdamW {
-                lr: learning_rate(0, epochs, run, runs),
-                beta1: ADAM_BETA1,
-                beta2: ADAM_BETA2,
-                eps: ADAM_EPS,
-                weight_decay: 0.0,
-            },
-        )?;
+        let optimizer = self.adam(learning_rate(0, epochs, run, runs))?;
         Ok(StreamingRun {
             head: self,
             optimizer,
@@ -335,6 +317,20 @@ impl Head {
             runs,
             epochs,
         })
+    }
+
+    /// A fresh Adam (Keras constants, no decoupled weight decay: the L2 is in the objective).
+    fn adam(&self, lr: f64) -> Result<AdamW, TunerError> {
+        Ok(AdamW::new(
+            self.vars(),
+            ParamsAdamW {
+                lr,
+                beta1: ADAM_BETA1,
+                beta2: ADAM_BETA2,
+                eps: ADAM_EPS,
+                weight_decay: 0.0,
+            },
+        )?)
     }
 
     /// The training objective (cross-entropy plus penalties) over all of `features`, without training.
