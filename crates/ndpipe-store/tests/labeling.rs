@@ -2,7 +2,7 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ndpipe_catalog::{Catalog, SqliteCatalog};
 use ndpipe_model::{FakeBackend, ImageTensor, InferenceBackend};
@@ -81,18 +81,22 @@ async fn concurrent_uploads_share_batches_and_get_labels_and_features() {
     for u in uploads {
         ids.push(u.await.unwrap());
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
     for id in &ids {
-        loop {
-            let preds = s.catalog.predictions(*id).unwrap();
-            if !preds.is_empty() {
-                assert_eq!(preds[0].0, "fake-v1");
-                assert_eq!(preds[0].1.len(), 5);
-                break;
+        let labelled = async {
+            loop {
+                let preds = s.catalog.predictions(*id).unwrap();
+                if !preds.is_empty() {
+                    return preds;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            assert!(Instant::now() < deadline, "photo {id} was never labelled");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        };
+        // A guard against hanging, not a speed target.
+        let preds = tokio::time::timeout(Duration::from_secs(120), labelled)
+            .await
+            .unwrap_or_else(|_| panic!("photo {id} was never labelled"));
+        assert_eq!(preds[0].0, "fake-v1");
+        assert_eq!(preds[0].1.len(), 5);
         let backbone = s.fake.info().backbone_version.clone();
         assert_eq!(
             s.store
