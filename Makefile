@@ -5,43 +5,50 @@ export NDPIPE_MODEL_DIR := $(CACHE)/model
 export NDPIPE_SAMPLES_DIR := $(CACHE)/model/samples
 export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 
-.PHONY: setup build demo test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache
+.PHONY: setup build build-bench demo test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
 	tools/setup.sh
 
 build: setup
-	cargo build --release --locked
+	cargo build --release --locked -p ndpipe
+
+## The product binary and the benchmark binary (bench/ndpipe-bench), which starts it.
+build-bench: setup
+	cargo build --release --locked -p ndpipe -p ndpipe-bench
 
 ## Set up, start the embedded store, import sample photos and Fashion-MNIST, keep serving.
 demo: build
 	scripts/demo.sh
 
+## Format, lints (-D warnings), rustdoc (warnings denied) and the crate graph's rules.
 lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
+	scripts/check-deps.sh
 
 ## Set up, lint, and run every test.
 test: setup lint
 	cargo test --workspace --locked
 
 ## Ingest throughput over HTTP vs the decode-limited rate, in one run.
-bench-ingest: build
-	target/release/ndpipe bench ingest --json $(CACHE)/bench-ingest.json
+bench-ingest: build-bench
+	target/release/ndpipe-bench ingest --json $(CACHE)/bench-ingest.json
 
 ## Offline inference: model-only limit, re-labelling, NDPipe's Python loop, feed rates, int8, latency.
-bench-infer: build
-	target/release/ndpipe bench infer --json $(CACHE)/bench-infer.json
+bench-infer: build-bench
+	target/release/ndpipe-bench infer --json $(CACHE)/bench-infer.json
 
 ## Fine-tuning across PipeStores: near-data vs conventional, bandwidth caps, runs, nodes, load balancing.
-bench-finetune: build
-	target/release/ndpipe bench finetune --json $(CACHE)/bench-finetune.json
+bench-finetune: build-bench
+	target/release/ndpipe-bench finetune --json $(CACHE)/bench-finetune.json
 
 ## Drift: classes arrive in stages; stale vs fine-tuned accuracy.
-bench-drift: build
-	target/release/ndpipe bench drift --json $(CACHE)/bench-drift.json
+bench-drift: build-bench
+	target/release/ndpipe-bench drift --json $(CACHE)/bench-drift.json
 
 ## SpiderCache vs its peers on a real training run reading a PipeStore (about 15 minutes).
-bench-cache: build
-	target/release/ndpipe bench cache run --out $(CACHE)/bench-cache
+bench-cache: build-bench
+	target/release/ndpipe-bench cache run --out $(CACHE)/bench-cache

@@ -1,29 +1,39 @@
 //! The catalog: what the system knows *about* photos, as opposed to their bytes.
 //!
 //! It records each stored photo (size, dimensions, checksum), its ground-truth label and split
-//! when the uploader supplied one, the labels predicted by each model version, and the model
-//! versions themselves. The photo bytes and tensors live in `ndpipe-store`; the store is the
-//! source of truth for which photos exist, and the catalog can be rebuilt from it.
+//! when the uploader supplied one, the labels predicted by each model version, the model versions
+//! themselves and the log of long-running jobs. The photo bytes and tensors live in
+//! `ndpipe-store`; the store is the source of truth for which photos exist, and the photo part of
+//! the catalog can be rebuilt from it.
 //!
-//! [`Catalog`] is the one interface; [`SqliteCatalog`] is the embedded implementation used by
-//! `ndpipe serve`. A PostgreSQL implementation for multi-host deployments satisfies the same
-//! trait and must pass the same [`test_suite`].
+//! The interface is split by the role each part serves, so that a component depends only on what
+//! it uses:
+//! - [`PhotoCatalog`]: photos, ground truth, predictions and search (a PipeStore's ingest, labelling
+//!   and HTTP API);
+//! - [`ModelRegistry`]: model versions and which one serves (PipeStores and the Tuner);
+//! - [`JobLog`]: long-running jobs and their resumable state;
+//! - [`Catalog`]: all three, as one PipeStore uses them.
+//!
+//! [`SqliteCatalog`] is the embedded implementation used by `ndpipe serve`. Every implementation
+//! must pass the shared `test_suite` (feature `testing`), as the SQLite one does in its tests.
 #![deny(missing_docs)]
 
 mod error;
 mod sqlite;
+#[cfg(any(test, feature = "testing"))]
 pub mod test_suite;
 mod types;
 
 pub use error::CatalogError;
 pub use sqlite::SqliteCatalog;
 pub use types::{
-    GroundTruth, JobRecord, ModelVersion, PhotoId, PhotoRecord, Prediction, SearchHit, Split,
+    GroundTruth, JobRecord, ModelVersion, PhotoId, PhotoMeta, PhotoRecord, Prediction, SearchHit,
+    Split,
 };
 
-/// Storage of photo metadata, labels and model versions. Implementations are thread-safe and
-/// every method is one transaction.
-pub trait Catalog: Send + Sync {
+/// Photos, their ground truth and predicted labels. Implementations are thread-safe and every
+/// method is one transaction.
+pub trait PhotoCatalog: Send + Sync {
     /// Inserts a photo, or replaces the row of the same id (ground truth included).
     fn upsert_photo(&self, photo: &PhotoRecord) -> Result<(), CatalogError>;
 
@@ -76,12 +86,6 @@ pub trait Catalog: Send + Sync {
     /// The predictions of every model version for one photo, grouped by version, best first.
     fn predictions(&self, id: PhotoId) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError>;
 
-    /// Records a model version. Fails with [`CatalogError::Conflict`] if the id exists.
-    fn register_model(&self, model: &ModelVersion) -> Result<(), CatalogError>;
-
-    /// All model versions, oldest first.
-    fn models(&self) -> Result<Vec<ModelVersion>, CatalogError>;
-
     /// Photos whose predictions under `model_version` include `label` (exactly, or as one of the
     /// comma-separated names of a class such as "tabby, tabby cat"), best score first.
     fn search(
@@ -91,13 +95,36 @@ pub trait Catalog: Send + Sync {
         offset: usize,
         limit: usize,
     ) -> Result<Vec<SearchHit>, CatalogError>;
+}
 
+/// Model versions: their lineage, metrics, and the one that serves.
+pub trait ModelRegistry: Send + Sync {
+    /// Records a model version. Fails with [`CatalogError::Conflict`] if the id exists.
+    fn register_model(&self, model: &ModelVersion) -> Result<(), CatalogError>;
+
+    /// All model versions, oldest first.
+    fn models(&self) -> Result<Vec<ModelVersion>, CatalogError>;
+
+    /// One model version.
+    fn model(&self, id: &str) -> Result<Option<ModelVersion>, CatalogError>;
+
+    /// The version that serves now, if any.
+    fn active_model(&self) -> Result<Option<ModelVersion>, CatalogError>;
+
+    /// Makes `id` the one active version. Fails with [`CatalogError::NotFound`] if unknown.
+    fn set_active_model(&self, id: &str) -> Result<(), CatalogError>;
+}
+
+/// Long-running jobs (e.g. re-labelling) with their resumable state.
+pub trait JobLog: Send + Sync {
     /// Inserts or updates a job (status and state).
     fn put_job(&self, job: &JobRecord) -> Result<(), CatalogError>;
 
     /// All jobs, oldest first.
     fn jobs(&self) -> Result<Vec<JobRecord>, CatalogError>;
-
-    /// Makes `id` the one active version. Fails with [`CatalogError::NotFound`] if unknown.
-    fn set_active_model(&self, id: &str) -> Result<(), CatalogError>;
 }
+
+/// Everything a PipeStore keeps in its catalog: photos, the model registry and the job log.
+pub trait Catalog: PhotoCatalog + ModelRegistry + JobLog {}
+
+impl<T: PhotoCatalog + ModelRegistry + JobLog> Catalog for T {}

@@ -1,23 +1,26 @@
 //! Behaviour every [`Catalog`] implementation must show, run by each implementation's tests.
 
 use crate::{
-    Catalog, CatalogError, GroundTruth, JobRecord, ModelVersion, PhotoRecord, Prediction, Split,
+    Catalog, CatalogError, GroundTruth, JobRecord, ModelVersion, PhotoMeta, PhotoRecord,
+    Prediction, Split,
 };
 
 /// A photo record with predictable fields, for tests.
 pub fn photo(id: u64, truth: Option<(&str, Split)>) -> PhotoRecord {
     PhotoRecord {
         id,
-        sha256: format!("{id:064x}"),
-        bytes: 100 + id,
-        width: 640,
-        height: 480,
-        content_type: "image/jpeg".into(),
-        created_ms: 1_700_000_000_000 + id as i64,
-        ground_truth: truth.map(|(label, split)| GroundTruth {
-            label: label.into(),
-            split,
-        }),
+        meta: PhotoMeta {
+            sha256: format!("{id:064x}"),
+            bytes: 100 + id,
+            width: 640,
+            height: 480,
+            content_type: "image/jpeg".into(),
+            created_ms: 1_700_000_000_000 + id.cast_signed(),
+            ground_truth: truth.map(|(label, split)| GroundTruth {
+                label: label.into(),
+                split,
+            }),
+        },
     }
 }
 
@@ -104,7 +107,7 @@ fn photos_round_trip_and_page(c: &dyn Catalog) {
         c.photo(2).unwrap().unwrap(),
         photo(2, Some(("dog", Split::Train)))
     );
-    assert_eq!(c.photo(3).unwrap().unwrap().ground_truth, None);
+    assert_eq!(c.photo(3).unwrap().unwrap().meta.ground_truth, None);
     let page: Vec<u64> = c
         .list_photos(Some(2), 2)
         .unwrap()
@@ -130,9 +133,9 @@ fn ground_truth_updates(c: &dyn Catalog) {
         split: Split::Test,
     };
     c.set_ground_truth(1, Some(&truth)).unwrap();
-    assert_eq!(c.photo(1).unwrap().unwrap().ground_truth, Some(truth));
+    assert_eq!(c.photo(1).unwrap().unwrap().meta.ground_truth, Some(truth));
     c.set_ground_truth(1, None).unwrap();
-    assert_eq!(c.photo(1).unwrap().unwrap().ground_truth, None);
+    assert_eq!(c.photo(1).unwrap().unwrap().meta.ground_truth, None);
     assert!(matches!(
         c.set_ground_truth(999, None),
         Err(CatalogError::NotFound { .. })
@@ -187,6 +190,9 @@ fn models_have_one_active(c: &dyn Catalog) {
         .map(|m| m.id)
         .collect();
     assert_eq!(active, vec!["m2".to_string()]);
+    assert_eq!(c.active_model().unwrap().map(|m| m.id), Some("m2".into()));
+    assert_eq!(c.model("m1").unwrap().map(|m| m.created_ms), Some(1));
+    assert_eq!(c.model("nope").unwrap(), None);
     assert!(matches!(
         c.set_active_model("nope"),
         Err(CatalogError::NotFound { .. })

@@ -61,11 +61,10 @@ pub struct GroundTruth {
     pub split: Split,
 }
 
-/// What the catalog holds about one stored photo.
+/// What is known about a photo without reading its bytes. The store keeps it in the photo's
+/// volume record (so the index and the catalog can be rebuilt) and the catalog in its row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PhotoRecord {
-    /// Store-assigned id.
-    pub id: PhotoId,
+pub struct PhotoMeta {
     /// Hex SHA-256 of the original bytes.
     pub sha256: String,
     /// Size of the original in bytes.
@@ -80,6 +79,16 @@ pub struct PhotoRecord {
     pub created_ms: i64,
     /// Ground truth, when known.
     pub ground_truth: Option<GroundTruth>,
+}
+
+/// A stored photo as the catalog lists it: its id and metadata (one flat JSON object).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhotoRecord {
+    /// Store-assigned id.
+    pub id: PhotoId,
+    /// Everything else.
+    #[serde(flatten)]
+    pub meta: PhotoMeta,
 }
 
 /// One predicted label.

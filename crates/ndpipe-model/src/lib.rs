@@ -10,7 +10,10 @@
 //! - [`tensor`]: the versioned, compressed [`tensor::TensorBlob`] format (u8 RGB, HWC).
 //! - [`manifest`]: `model.json`, which says how to feed a model and what its outputs are called.
 //! - [`backend`]: the sync [`InferenceBackend`] trait (features + logits for a batch of tensors),
-//!   normalisation, [`top_k`], and with feature `testing` a deterministic `FakeBackend`.
+//!   normalisation, [`top_k`], and with feature `testing` a deterministic `FakeBackend`;
+//!   [`extract_features`] runs it over many tensors.
+//! - [`head`]: fine-tuned classifier heads over the features: [`HeadWeights`] (what PipeStores
+//!   run to label photos) and [`HeadFile`], the one on-disk head format.
 //! - `session` (feature `ort`, on by default): [`OrtBackend`], the model run by ONNX Runtime loaded
 //!   from a shared library at run time, checked against its manifest at load.
 //!
@@ -34,6 +37,8 @@
 #![deny(missing_docs)]
 
 pub mod backend;
+mod extract;
+pub mod head;
 pub mod manifest;
 pub mod preprocess;
 #[cfg(feature = "ort")]
@@ -43,9 +48,11 @@ pub mod tensor;
 #[cfg(feature = "testing")]
 pub use backend::FakeBackend;
 pub use backend::{InferenceBackend, ModelError, ModelInfo, Normalizer, Outputs, top_k};
+pub use extract::extract_features;
+pub use head::{HeadError, HeadFile, HeadVersion, HeadWeights};
 pub use manifest::{Layout, ModelManifest, OutputNames};
 #[cfg(feature = "ort")]
 pub use session::{ExecutionProvider, OrtBackend, RuntimeConfig};
 
 pub use preprocess::{PhotoFormat, PreprocessConfig, PreprocessError, Preprocessed, Preprocessor};
-pub use tensor::{Codec, ImageTensor, TensorBlob, TensorError};
+pub use tensor::{Codec, CodecKind, ImageTensor, TensorBlob, TensorError};

@@ -63,6 +63,32 @@ impl ExecutionProvider {
     }
 }
 
+impl std::str::FromStr for ExecutionProvider {
+    type Err = ModelError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "cpu" => Ok(ExecutionProvider::Cpu),
+            "cuda" => Ok(ExecutionProvider::Cuda),
+            "tensorrt" => Ok(ExecutionProvider::TensorRt),
+            other => Err(ModelError::Config(format!(
+                "unknown execution provider {other:?}: use cpu, cuda or tensorrt"
+            ))),
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// The settings for a model folder made by the setup step, whose ONNX Runtime library is
+    /// `lib/libonnxruntime.so` inside it.
+    pub fn for_model_dir(dir: &Path) -> Self {
+        RuntimeConfig {
+            dylib: dir.join("lib/libonnxruntime.so"),
+            ..RuntimeConfig::default()
+        }
+    }
+}
+
 impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {

@@ -44,6 +44,9 @@ pub enum TensorError {
     /// The payload does not decompress to the declared shape.
     #[error("tensor payload is corrupt: {0}")]
     Corrupt(String),
+    /// A codec name or level that does not exist.
+    #[error("invalid tensor codec: {0}")]
+    Codec(String),
     /// The shape does not match the data length.
     #[error("tensor shape {height}x{width}x{channels} does not match {len} bytes")]
     Shape {
@@ -128,6 +131,53 @@ pub enum Codec {
         /// Compression level.
         level: u32,
     },
+}
+
+/// A codec by name, as settings name it (`zstd`, `deflate`, `none`); [`CodecKind::at`] adds the
+/// level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CodecKind {
+    /// [`Codec::None`].
+    None,
+    /// [`Codec::Zstd`].
+    Zstd,
+    /// [`Codec::Deflate`].
+    Deflate,
+}
+
+impl std::str::FromStr for CodecKind {
+    type Err = TensorError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "zstd" => Ok(CodecKind::Zstd),
+            "deflate" => Ok(CodecKind::Deflate),
+            "none" => Ok(CodecKind::None),
+            other => Err(TensorError::Codec(format!(
+                "unknown tensor codec {other:?}: use zstd, deflate or none"
+            ))),
+        }
+    }
+}
+
+impl CodecKind {
+    /// The codec at `level` (zstd 1..=22, deflate 0..=9; ignored for `none`).
+    pub fn at(self, level: i32) -> Result<Codec, TensorError> {
+        match self {
+            CodecKind::Zstd if (1..=22).contains(&level) => Ok(Codec::Zstd { level }),
+            CodecKind::Deflate if (0..=9).contains(&level) => Ok(Codec::Deflate {
+                level: level.unsigned_abs(),
+            }),
+            CodecKind::None => Ok(Codec::None),
+            CodecKind::Zstd => Err(TensorError::Codec(format!(
+                "zstd level must be 1..=22, not {level}"
+            ))),
+            CodecKind::Deflate => Err(TensorError::Codec(format!(
+                "deflate level must be 0..=9, not {level}"
+            ))),
+        }
+    }
 }
 
 impl Codec {

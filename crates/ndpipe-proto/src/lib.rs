@@ -2,11 +2,12 @@
 //!
 //! [`pb`] is the generated code. The rest turns wire messages into checked Rust values at the
 //! boundary: a [`FeatureChunk`](pb::FeatureChunk) is only accepted as [`Features`] when its
-//! checksum, counts and dimensions agree, and a staged head only as [`HeadWeights`] when its
-//! byte length matches its shape.
+//! checksum, counts and dimensions agree, and a staged head only as a
+//! [`HeadWeights`] when its checksum holds and its byte length matches
+//! its shape. [`RunPlan`] is the chunking contract both sides compute alike.
 #![deny(missing_docs)]
 
-use half::f16;
+use ndpipe_model::HeadWeights;
 
 /// Generated protobuf and gRPC code.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -82,10 +83,7 @@ fn chunk_crc(features: &[u8], labels: &[u32], ids: &[u64]) -> u32 {
 
 /// Builds a wire chunk (f16 values, checksummed) from rows of f32 features.
 pub fn encode_chunk(part: pb::Part, run: u32, seq: u32, f: &Features) -> pb::FeatureChunk {
-    let mut bytes = Vec::with_capacity(f.values.len() * 2);
-    for v in &f.values {
-        bytes.extend_from_slice(&f16::from_f32(*v).to_le_bytes());
-    }
+    let bytes = ndpipe_util::f16::encode(&f.values);
     let crc32c = chunk_crc(&bytes, &f.labels, &f.photo_ids);
     pb::FeatureChunk {
         part: part as i32,
@@ -207,11 +205,7 @@ pub fn decode_chunk(c: &pb::FeatureChunk, num_classes: usize) -> Result<Features
             "label {l} is not one of {num_classes} classes"
         )));
     }
-    let values = c
-        .features
-        .chunks_exact(2)
-        .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-        .collect();
+    let values = ndpipe_util::f16::decode(&c.features);
     Ok(Features {
         values,
         dim,
@@ -220,67 +214,40 @@ pub fn decode_chunk(c: &pb::FeatureChunk, num_classes: usize) -> Result<Features
     })
 }
 
-/// A classifier head as deployed to PipeStores: `logits = weights · features + bias`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HeadWeights {
-    /// Class names, in output order.
-    pub classes: Vec<String>,
-    /// Length of the feature vectors it takes.
-    pub input_dim: usize,
-    /// Row-major `[classes x input_dim]`.
-    pub weights: Vec<f32>,
-    /// `[classes]`.
-    pub bias: Vec<f32>,
+/// The wire form of a linear head: weights then bias as f32 LE, and their CRC-32C.
+pub fn head_bytes(head: &HeadWeights) -> (Vec<u8>, u32) {
+    let mut out = Vec::with_capacity((head.weights().len() + head.bias().len()) * 4);
+    for v in head.weights().iter().chain(head.bias()) {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&out);
+    (out, crc)
 }
 
-impl HeadWeights {
-    /// The logits of one feature vector (of length `input_dim`).
-    pub fn logits(&self, features: &[f32]) -> Vec<f32> {
-        self.weights
-            .chunks_exact(self.input_dim)
-            .zip(&self.bias)
-            .map(|(row, b)| row.iter().zip(features).map(|(w, x)| w * x).sum::<f32>() + b)
-            .collect()
+/// Parses and checks a staged head: its checksum, then that its bytes match its shape.
+pub fn head_from_request(r: &pb::StageHeadRequest) -> Result<HeadWeights, ProtoError> {
+    let what = format!("head {}", r.version);
+    if crc32c::crc32c(&r.weights) != r.crc32c {
+        return Err(ProtoError::Checksum { what });
     }
-
-    /// Serialises weights then bias as f32 LE, with their CRC-32C.
-    pub fn to_bytes(&self) -> (Vec<u8>, u32) {
-        let mut out = Vec::with_capacity((self.weights.len() + self.bias.len()) * 4);
-        for v in self.weights.iter().chain(&self.bias) {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        let crc = crc32c::crc32c(&out);
-        (out, crc)
+    let (c, d) = (r.classes.len(), r.input_dim as usize);
+    let malformed = |reason: String| ProtoError::Malformed {
+        what: what.clone(),
+        reason,
+    };
+    if c == 0 || d == 0 || r.weights.len() != (c * d + c) * 4 {
+        return Err(malformed(format!(
+            "{} weight bytes for {c} classes of {d} inputs",
+            r.weights.len()
+        )));
     }
-
-    /// Parses and checks a staged head.
-    pub fn from_request(r: &pb::StageHeadRequest) -> Result<Self, ProtoError> {
-        let what = format!("head {}", r.version);
-        if crc32c::crc32c(&r.weights) != r.crc32c {
-            return Err(ProtoError::Checksum { what });
-        }
-        let (c, d) = (r.classes.len(), r.input_dim as usize);
-        if c == 0 || d == 0 || r.weights.len() != (c * d + c) * 4 {
-            return Err(ProtoError::Malformed {
-                what,
-                reason: format!(
-                    "{} weight bytes for {c} classes of {d} inputs",
-                    r.weights.len()
-                ),
-            });
-        }
-        let values: Vec<f32> = r
-            .weights
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        Ok(HeadWeights {
-            classes: r.classes.clone(),
-            input_dim: d,
-            weights: values[..c * d].to_vec(),
-            bias: values[c * d..].to_vec(),
-        })
-    }
+    let mut values: Vec<f32> = r
+        .weights
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let bias = values.split_off(c * d);
+    HeadWeights::new(r.classes.clone(), d, values, bias).map_err(|e| malformed(e.to_string()))
 }
 
 #[cfg(test)]
@@ -326,31 +293,32 @@ mod tests {
 
     #[test]
     fn heads_round_trip_and_reject_wrong_shapes() {
-        let head = HeadWeights {
-            classes: vec!["a".into(), "b".into()],
-            input_dim: 2,
-            weights: vec![1.0, 2.0, 3.0, 4.0],
-            bias: vec![0.5, -0.5],
-        };
-        let (weights, crc32c) = head.to_bytes();
+        let head = HeadWeights::new(
+            vec!["a".into(), "b".into()],
+            2,
+            vec![1.0, 2.0, 3.0, 4.0],
+            vec![0.5, -0.5],
+        )
+        .unwrap();
+        let (weights, crc32c) = head_bytes(&head);
         let mut req = pb::StageHeadRequest {
             version: "v".into(),
-            classes: head.classes.clone(),
+            classes: head.classes().to_vec(),
             input_dim: 2,
             weights,
             crc32c,
             ..Default::default()
         };
-        assert_eq!(HeadWeights::from_request(&req).unwrap(), head);
+        assert_eq!(head_from_request(&req).unwrap(), head);
         req.input_dim = 3;
         assert!(matches!(
-            HeadWeights::from_request(&req),
+            head_from_request(&req),
             Err(ProtoError::Malformed { .. })
         ));
         req.input_dim = 2;
         req.crc32c ^= 1;
         assert!(matches!(
-            HeadWeights::from_request(&req),
+            head_from_request(&req),
             Err(ProtoError::Checksum { .. })
         ));
     }

@@ -1,32 +1,37 @@
-//! Ingest: validate an upload, preprocess it once, store it durably, then catalog it.
+//! Ingest: validate an upload, preprocess it once, store it durably, then catalog it; delete;
+//! and, at start, reconcile the catalog with the store.
+//!
+//! The ingestor owns the live-photo gauge (`ndpipe_store_photos`): it sets it at reconcile and
+//! moves it with every photo it adds or deletes.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use ndpipe_catalog::{Catalog, CatalogError, GroundTruth, PhotoRecord};
-use ndpipe_model::{Codec, PreprocessConfig, PreprocessError, Preprocessor, TensorBlob};
+use ndpipe_catalog::{CatalogError, GroundTruth, PhotoCatalog, PhotoMeta, PhotoRecord};
+use ndpipe_model::{
+    Codec, ImageTensor, PreprocessConfig, PreprocessError, Preprocessor, TensorBlob, TensorError,
+};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
+use tokio::task::JoinError;
 use tracing::{info, warn};
 
-use crate::StoreError;
-use crate::index::PhotoMeta;
-use crate::labeler::Labeler;
-use crate::store::{NewPhoto, PhotoStore};
+use crate::inference::labeler::Labeler;
+use crate::metrics::StoreMetrics;
+use crate::storage::{FeatureStore, NewPhoto, PhotoStore, StoreError};
 
 /// Longest accepted ground-truth label, in bytes.
-pub const MAX_LABEL_BYTES: usize = 200;
+const MAX_LABEL_BYTES: usize = 200;
 
 /// Settings of the ingest path.
 #[derive(Debug, Clone)]
-pub struct IngestConfig {
+pub(crate) struct IngestConfig {
     /// The decode/resize/crop transform and its limits.
-    pub preprocess: PreprocessConfig,
+    pub(crate) preprocess: PreprocessConfig,
     /// How stored tensors are compressed.
-    pub tensor_codec: Codec,
+    pub(crate) tensor_codec: Codec,
     /// Photos decoded at the same time (CPU-bound work).
-    pub max_parallel_decodes: usize,
+    pub(crate) max_parallel_decodes: usize,
 }
 
 impl Default for IngestConfig {
@@ -39,10 +44,10 @@ impl Default for IngestConfig {
     }
 }
 
-/// Why an ingest or delete failed.
+/// Why an ingest, delete or reconcile failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum IngestError {
+pub(crate) enum IngestError {
     /// The photo itself is unacceptable (client error).
     #[error(transparent)]
     Rejected(#[from] PreprocessError),
@@ -55,43 +60,56 @@ pub enum IngestError {
     /// The catalog failed.
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    /// A tensor could not be encoded.
+    #[error("tensor encoding: {0}")]
+    Encode(#[source] TensorError),
     /// A worker task died.
     #[error("internal error: {0}")]
-    Internal(String),
+    Task(#[from] JoinError),
 }
 
 /// What [`Ingestor::reconcile`] repaired.
 #[derive(Debug, Default, Clone, Serialize)]
-pub struct ReconcileReport {
+pub(crate) struct ReconcileReport {
     /// Photos in the store that the catalog lacked (a crash between the two writes).
-    pub catalog_rows_added: u64,
+    pub(crate) catalog_rows_added: u64,
     /// Catalog rows without a photo in the store (a crash during a delete).
-    pub catalog_rows_removed: u64,
+    pub(crate) catalog_rows_removed: u64,
     /// Tensors recomputed for photos that had none.
-    pub tensors_rebuilt: u64,
+    pub(crate) tensors_rebuilt: u64,
     /// Photos whose tensor could not be rebuilt: (id, reason).
-    pub tensor_failures: Vec<(u64, String)>,
+    pub(crate) tensor_failures: Vec<(u64, String)>,
     /// Photos without labels from the active model, queued for labelling.
-    pub queued_for_labels: u64,
+    pub(crate) queued_for_labels: u64,
 }
 
-/// The ingest pipeline shared by the HTTP handlers.
-pub struct Ingestor {
+/// The ingest pipeline: what the HTTP API calls to add and delete photos.
+pub(crate) struct Ingestor {
     labeler: Option<Labeler>,
     store: Arc<PhotoStore>,
-    catalog: Arc<dyn Catalog>,
+    features: Arc<FeatureStore>,
+    catalog: Arc<dyn PhotoCatalog>,
+    metrics: Arc<StoreMetrics>,
     preprocessor: Preprocessor,
     codec: Codec,
     decode_slots: Semaphore,
 }
 
 impl Ingestor {
-    /// Builds the pipeline over an open store and catalog.
-    pub fn new(store: Arc<PhotoStore>, catalog: Arc<dyn Catalog>, config: IngestConfig) -> Self {
+    /// Builds the pipeline over an open store, its feature store and the catalog.
+    pub(crate) fn new(
+        store: Arc<PhotoStore>,
+        features: Arc<FeatureStore>,
+        catalog: Arc<dyn PhotoCatalog>,
+        metrics: Arc<StoreMetrics>,
+        config: IngestConfig,
+    ) -> Self {
         Ingestor {
             labeler: None,
             store,
+            features,
             catalog,
+            metrics,
             preprocessor: Preprocessor::new(config.preprocess),
             codec: config.tensor_codec,
             decode_slots: Semaphore::new(config.max_parallel_decodes.max(1)),
@@ -99,29 +117,21 @@ impl Ingestor {
     }
 
     /// Labels every photo after its durable write with `labeler`'s model.
-    pub fn with_labeler(mut self, labeler: Labeler) -> Self {
+    pub(crate) fn with_labeler(mut self, labeler: Labeler) -> Self {
         self.labeler = Some(labeler);
         self
     }
 
-    /// The online labeller, when a model is loaded.
-    pub fn labeler(&self) -> Option<&Labeler> {
-        self.labeler.as_ref()
-    }
-
-    /// The store.
-    pub fn store(&self) -> &Arc<PhotoStore> {
-        &self.store
-    }
-
-    /// The catalog.
-    pub fn catalog(&self) -> &Arc<dyn Catalog> {
-        &self.catalog
+    /// Stops online labelling (see [`Labeler::stop`]); uploads are then stored unlabelled.
+    pub(crate) fn stop_labeler(&self) {
+        if let Some(labeler) = &self.labeler {
+            labeler.stop();
+        }
     }
 
     /// Validates, preprocesses, stores and catalogs one photo. Nothing is written unless the
     /// photo decodes; the store write is durable before this returns.
-    pub async fn ingest(
+    pub(crate) async fn ingest(
         &self,
         bytes: bytes::Bytes,
         truth: Option<GroundTruth>,
@@ -129,57 +139,55 @@ impl Ingestor {
         if let Some(t) = &truth {
             validate_label(&t.label)?;
         }
-        let prepared = {
+        let (prepared, tensor) = {
             let _slot = self
                 .decode_slots
                 .acquire()
                 .await
-                .map_err(|e| IngestError::Internal(e.to_string()))?;
+                .expect("the decode semaphore is never closed; this is a bug");
             let pre = self.preprocessor.clone();
             let codec = self.codec;
-            tokio::task::spawn_blocking(move || prepare(&pre, codec, bytes, truth))
-                .await
-                .map_err(|e| IngestError::Internal(format!("preprocessing task failed: {e}")))??
+            tokio::task::spawn_blocking(move || prepare(&pre, codec, bytes, truth)).await??
         };
-        let (prepared, tensor) = prepared;
         let meta = prepared.meta.clone();
         let id = self.store.put(prepared).await?;
-        let record = record_of(id, &meta);
+        self.metrics.photos.inc();
+        let record = PhotoRecord { id, meta };
         let catalog = self.catalog.clone();
         let row = record.clone();
-        tokio::task::spawn_blocking(move || catalog.upsert_photo(&row))
-            .await
-            .map_err(|e| IngestError::Internal(e.to_string()))??;
+        tokio::task::spawn_blocking(move || catalog.upsert_photo(&row)).await??;
         if let Some(labeler) = &self.labeler {
             labeler.submit(id, tensor);
         }
         Ok(record)
     }
 
-    /// Deletes a photo from the store, then from the catalog. Returns whether it existed.
-    pub async fn delete(&self, id: u64) -> Result<bool, IngestError> {
+    /// Deletes a photo from the store, then its features and its catalog row. Returns whether it
+    /// existed in either.
+    pub(crate) async fn delete(&self, id: u64) -> Result<bool, IngestError> {
         let existed = self.store.delete(id).await?;
+        if existed {
+            self.metrics.photos.dec();
+        }
         let catalog = self.catalog.clone();
-        let store = self.store.clone();
+        let features = self.features.clone();
         let in_catalog = tokio::task::spawn_blocking(move || {
-            store.features().remove_photo(id)?;
+            features.remove_photo(id)?;
             Ok::<_, IngestError>(catalog.delete_photo(id)?)
         })
-        .await
-        .map_err(|e| IngestError::Internal(e.to_string()))??;
+        .await??;
         Ok(existed || in_catalog)
     }
 
     /// Brings the catalog in line with the store (which is the source of truth for which photos
-    /// exist), recomputes missing tensors and queues photos the active model has not labelled.
-    /// Run at start-up, after crash recovery.
-    pub async fn reconcile(&self) -> Result<ReconcileReport, IngestError> {
+    /// exist), recomputes missing tensors, queues photos the active model has not labelled and
+    /// sets the live-photo gauge. Run at start-up, after crash recovery.
+    pub(crate) async fn reconcile(&self) -> Result<ReconcileReport, IngestError> {
         let mut report = ReconcileReport::default();
         let store = self.store.clone();
         let catalog = self.catalog.clone();
-        let (added, removed) = tokio::task::spawn_blocking(move || sync_catalog(&store, &*catalog))
-            .await
-            .map_err(|e| IngestError::Internal(e.to_string()))??;
+        let (added, removed) =
+            tokio::task::spawn_blocking(move || sync_catalog(&store, &*catalog)).await??;
         report.catalog_rows_added = added;
         report.catalog_rows_removed = removed;
         for id in self.store.missing_tensors()? {
@@ -194,12 +202,15 @@ impl Ingestor {
         if let Some(labeler) = &self.labeler {
             let catalog = self.catalog.clone();
             let version = labeler.model().get().version;
-            let unlabelled = tokio::task::spawn_blocking(move || catalog.unlabelled(&version))
-                .await
-                .map_err(|e| IngestError::Internal(e.to_string()))??;
+            let unlabelled =
+                tokio::task::spawn_blocking(move || catalog.unlabelled(&version)).await??;
             report.queued_for_labels = unlabelled.len() as u64;
             labeler.enqueue_stored(unlabelled);
         }
+        let photos = self.store.len()?;
+        self.metrics
+            .photos
+            .set(i64::try_from(photos).unwrap_or(i64::MAX));
         if added + removed + report.tensors_rebuilt + report.queued_for_labels > 0 {
             info!(?report, "catalog and tensors reconciled with the store");
         }
@@ -217,8 +228,7 @@ impl Ingestor {
             let out = pre.run(&original)?;
             Ok(Some(encode_tensor(&out.tensor, codec)?))
         })
-        .await
-        .map_err(|e| IngestError::Internal(e.to_string()))??;
+        .await??;
         if let Some(blob) = blob {
             self.store.set_tensor(id, blob).await?;
         }
@@ -227,7 +237,7 @@ impl Ingestor {
 }
 
 /// Checks a ground-truth label: non-empty, bounded, printable.
-pub fn validate_label(label: &str) -> Result<(), IngestError> {
+pub(crate) fn validate_label(label: &str) -> Result<(), IngestError> {
     if label.trim().is_empty() {
         return Err(IngestError::InvalidLabel("label is empty".into()));
     }
@@ -250,7 +260,7 @@ fn prepare(
     codec: Codec,
     bytes: bytes::Bytes,
     truth: Option<GroundTruth>,
-) -> Result<(NewPhoto, ndpipe_model::ImageTensor), IngestError> {
+) -> Result<(NewPhoto, ImageTensor), IngestError> {
     let out = pre.run(&bytes)?;
     let tensor = encode_tensor(&out.tensor, codec)?;
     let meta = PhotoMeta {
@@ -259,7 +269,7 @@ fn prepare(
         width: out.original_width,
         height: out.original_height,
         content_type: out.format.content_type().into(),
-        created_ms: now_ms(),
+        created_ms: ndpipe_util::time::now_ms(),
         ground_truth: truth,
     };
     Ok((
@@ -272,32 +282,20 @@ fn prepare(
     ))
 }
 
-fn encode_tensor(tensor: &ndpipe_model::ImageTensor, codec: Codec) -> Result<Vec<u8>, IngestError> {
-    TensorBlob::encode(tensor, codec)
-        .map_err(|e| IngestError::Internal(format!("tensor encoding: {e}")))
+fn encode_tensor(tensor: &ImageTensor, codec: Codec) -> Result<Vec<u8>, IngestError> {
+    TensorBlob::encode(tensor, codec).map_err(IngestError::Encode)
 }
 
-/// The catalog row for a stored photo.
-pub fn record_of(id: u64, meta: &PhotoMeta) -> PhotoRecord {
-    PhotoRecord {
-        id,
-        sha256: meta.sha256.clone(),
-        bytes: meta.bytes,
-        width: meta.width,
-        height: meta.height,
-        content_type: meta.content_type.clone(),
-        created_ms: meta.created_ms,
-        ground_truth: meta.ground_truth.clone(),
-    }
-}
-
-fn sync_catalog(store: &PhotoStore, catalog: &dyn Catalog) -> Result<(u64, u64), IngestError> {
+fn sync_catalog(store: &PhotoStore, catalog: &dyn PhotoCatalog) -> Result<(u64, u64), IngestError> {
     let entries = store.entries()?;
     let live: std::collections::HashSet<u64> = entries.iter().map(|(id, _)| *id).collect();
     let mut added = 0;
     for (id, entry) in &entries {
         if catalog.photo(*id)?.is_none() {
-            catalog.upsert_photo(&record_of(*id, &entry.meta))?;
+            catalog.upsert_photo(&PhotoRecord {
+                id: *id,
+                meta: entry.meta.clone(),
+            })?;
             added += 1;
         }
     }
@@ -313,11 +311,4 @@ fn sync_catalog(store: &PhotoStore, catalog: &dyn Catalog) -> Result<(u64, u64),
         }
     }
     Ok((added, removed))
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }

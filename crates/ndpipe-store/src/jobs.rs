@@ -4,22 +4,23 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use ndpipe_catalog::{Catalog, JobRecord};
+use ndpipe_util::sync::lock;
+use ndpipe_util::time::now_ms;
 use serde::Serialize;
 use tracing::{info, warn};
 
-use crate::labeler::SharedModel;
-use crate::relabel::{self, RelabelOptions, RelabelReport};
-use crate::{IngestError, PhotoStore};
+use crate::inference::model::SharedModel;
+use crate::inference::{RelabelOptions, RelabelReport, Relabeler};
+use crate::storage::{FeatureStore, PhotoStore};
 
 const RELABEL: &str = "relabel";
 
 /// Why a job could not be started.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum JobError {
+pub(crate) enum JobError {
     /// Another job is running.
     #[error("job {0} is still running")]
     Busy(String),
@@ -39,24 +40,24 @@ pub enum JobError {
     Catalog(#[from] ndpipe_catalog::CatalogError),
     /// The job thread could not start.
     #[error("cannot start the job thread: {0}")]
-    Spawn(String),
+    Spawn(#[source] std::io::Error),
 }
 
 /// A job as shown to clients.
 #[derive(Debug, Clone, Serialize)]
-pub struct JobView {
+pub(crate) struct JobView {
     /// Id.
-    pub id: String,
+    pub(crate) id: String,
     /// Kind ("relabel").
-    pub kind: String,
+    pub(crate) kind: String,
     /// "running", "done", "interrupted" or "failed: ...".
-    pub status: String,
+    pub(crate) status: String,
     /// Progress and results.
-    pub report: RelabelReport,
+    pub(crate) report: RelabelReport,
     /// Created, ms since the Unix epoch.
-    pub created_ms: i64,
+    pub(crate) created_ms: i64,
     /// Last updated, ms since the Unix epoch.
-    pub updated_ms: i64,
+    pub(crate) updated_ms: i64,
 }
 
 struct Current {
@@ -67,8 +68,9 @@ struct Current {
 }
 
 /// Runs and tracks jobs.
-pub struct Jobs {
+pub(crate) struct Jobs {
     store: Arc<PhotoStore>,
+    features: Arc<FeatureStore>,
     catalog: Arc<dyn Catalog>,
     model: Option<SharedModel>,
     options: RelabelOptions,
@@ -76,15 +78,17 @@ pub struct Jobs {
 }
 
 impl Jobs {
-    /// A job runner over the store, catalog and (optional) model.
-    pub fn new(
+    /// A job runner over the store, its features, the catalog and (optional) model.
+    pub(crate) fn new(
         store: Arc<PhotoStore>,
+        features: Arc<FeatureStore>,
         catalog: Arc<dyn Catalog>,
         model: Option<SharedModel>,
         options: RelabelOptions,
     ) -> Self {
         Jobs {
             store,
+            features,
             catalog,
             model,
             options,
@@ -93,7 +97,10 @@ impl Jobs {
     }
 
     /// Starts re-labelling every photo with the loaded model (`version`, if given, must name it).
-    pub fn start_relabel(self: &Arc<Self>, version: Option<&str>) -> Result<String, JobError> {
+    pub(crate) fn start_relabel(
+        self: &Arc<Self>,
+        version: Option<&str>,
+    ) -> Result<String, JobError> {
         let model = self.model.as_ref().ok_or(JobError::NoModel)?.get();
         if let Some(v) = version
             && v != model.version
@@ -116,7 +123,7 @@ impl Jobs {
     }
 
     /// Resumes the newest re-labelling left running or interrupted by the previous process.
-    pub fn resume_interrupted(self: &Arc<Self>) -> Result<Option<String>, JobError> {
+    pub(crate) fn resume_interrupted(self: &Arc<Self>) -> Result<Option<String>, JobError> {
         if self.model.is_none() {
             return Ok(None);
         }
@@ -155,7 +162,7 @@ impl Jobs {
         let handle = std::thread::Builder::new()
             .name("ndpipe-relabel".into())
             .spawn(move || this.run(record, &r, &c))
-            .map_err(|e| JobError::Spawn(e.to_string()))?;
+            .map_err(JobError::Spawn)?;
         *current = Some(Current {
             id: id.clone(),
             report,
@@ -177,10 +184,10 @@ impl Jobs {
                 warn!(job = %record.id, error = %e, "cannot record job progress");
             }
         };
-        let relabeler = relabel::Relabeler {
+        let relabeler = Relabeler {
             store: &self.store,
-            catalog: &self.catalog,
-            features: self.store.features_arc(),
+            catalog: &*self.catalog,
+            features: &self.features,
             model: &model,
             options: &self.options,
         };
@@ -196,20 +203,17 @@ impl Jobs {
             Ok(()) => info!(job = %record.id, status = %record.status, done = final_report.done,
                 images_per_second = final_report.images_per_second, changed = final_report.changed_fraction,
                 "re-labelling finished"),
-            Err(IngestError::Store(e)) => {
-                warn!(job = %record.id, error = %e, "re-labelling failed")
-            }
             Err(e) => warn!(job = %record.id, error = %e, "re-labelling failed"),
         }
     }
 
     /// One job, with live progress when it is the running one.
-    pub fn get(&self, id: &str) -> Result<Option<JobView>, JobError> {
+    pub(crate) fn get(&self, id: &str) -> Result<Option<JobView>, JobError> {
         Ok(self.list()?.into_iter().find(|j| j.id == id))
     }
 
     /// All jobs, oldest first.
-    pub fn list(&self) -> Result<Vec<JobView>, JobError> {
+    pub(crate) fn list(&self) -> Result<Vec<JobView>, JobError> {
         let current = lock(&self.current);
         let live = current
             .as_ref()
@@ -237,7 +241,7 @@ impl Jobs {
     }
 
     /// Stops the running job at its next batch and waits for it; it resumes at the next start.
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         if let Some(c) = lock(&self.current).take() {
             c.cancel.store(true, Ordering::Relaxed);
             if c.handle.join().is_err() {
@@ -245,15 +249,4 @@ impl Jobs {
             }
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }

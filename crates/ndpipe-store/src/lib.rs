@@ -1,35 +1,62 @@
-//! PipeStore: the storage server that keeps photos and their preprocessed tensors near the model.
+//! PipeStore: the storage server that keeps photos and their preprocessed tensors near the model,
+//! labels them there, and extracts their features for the Tuner.
 //!
-//! Data flows one way through this crate:
+//! # Public API
 //!
-//! - [`http`] accepts uploads and reads (axum, JSON errors, bearer token on writes);
-//! - [`ingest`] validates and preprocesses each photo once (`ndpipe-model`), writes it to the
-//!   store, then records it in the catalog (`ndpipe-catalog`);
-//! - [`store`] makes it durable: append-only [`volume`]s with per-record checksums, an embedded
-//!   [`index`] (redb), group commit with fsync before any acknowledgement, tombstones and
-//!   compaction, crash recovery that cuts torn tails and rebuilds the index from the volumes;
-//! - [`labeler`] labels each photo right after its write (online inference near the data) and
-//!   keeps its feature vector in the [`features`] store;
-//! - [`relabel`] re-labels the whole store with a pipelined offline-inference job, run and
-//!   resumed by [`jobs`].
+//! A binary runs a node with [`PipeStore::open`] (from a [`Config`]), [`PipeStore::start`] and
+//! [`Running::stop`]; every failure is an [`Error`]. The building blocks a benchmark needs are
+//! public too: the [`PhotoStore`] ([`StoreConfig`], [`NewPhoto`], [`RecoveryReport`],
+//! [`CompactionReport`], [`StoreError`]), the [`FeatureStore`], and a full re-labelling with a
+//! [`Relabeler`] ([`ActiveModel`], [`RelabelOptions`], [`RelabelReport`], [`InferenceError`]).
+//! Everything else is internal.
 //!
-//! The byte layout is documented in `docs/volume-format.md`.
+//! # Module map
+//!
+//! Data flows one way, top to bottom:
+//!
+//! - `pipestore` (composition: [`PipeStore::open`]) and `server` (serving: HTTP and gRPC,
+//!   registration with a Tuner, [`Running`]);
+//! - `api`: the thin adapters. `api::http` is the client API (`/v1`, `/healthz`, `/metrics`;
+//!   photos, labels, jobs and ops route groups, JSON errors, bearer token on writes);
+//!   `api::grpc` is the Tuner protocol over `node`;
+//! - `ingest`: validates and preprocesses each upload once (`ndpipe-model`), writes it to the
+//!   store, catalogs it (`ndpipe-catalog`) and hands it to online labelling; deletes; reconciles
+//!   catalog and store at start;
+//! - `jobs`: long-running re-labellings, one at a time, resumed after a restart;
+//! - `node`: the PipeStore side of the Tuner protocol (extraction plans, feature extraction,
+//!   take-over of a slow node's tail, two-phase head deploys, re-labelling after a deploy),
+//!   with its own error mapped to gRPC statuses once;
+//! - `inference`: the node's models and their lifecycle (pretrained version, committed heads in
+//!   one file format), online labelling right after each durable write, full and head-only
+//!   re-labelling, features of stored photos;
+//! - `storage`: append-only volumes with per-record checksums, the embedded redb index, the
+//!   photo store (group commit with fsync before any acknowledgement, tombstones, compaction,
+//!   crash recovery that cuts torn tails and rebuilds the index from the volumes) and the
+//!   feature store;
+//! - `metrics`: the Prometheus metrics served on `/metrics`.
+//!
+//! The byte layout of the volumes is documented in `docs/volume-format.md`.
 #![deny(missing_docs)]
 
+mod api;
+mod config;
 mod error;
-pub mod features;
-pub mod grpc;
-pub mod http;
-pub mod index;
-pub mod ingest;
-pub mod jobs;
-pub mod labeler;
-pub mod metrics;
-pub mod relabel;
-pub mod store;
-pub mod volume;
+mod inference;
+mod ingest;
+mod jobs;
+mod metrics;
+mod node;
+mod pipestore;
+mod server;
+mod storage;
+#[cfg(test)]
+mod testing;
 
-pub use error::StoreError;
-pub use index::{PhotoEntry, PhotoMeta};
-pub use ingest::{IngestConfig, IngestError, Ingestor};
-pub use store::{CompactionReport, NewPhoto, PhotoStore, RecoveryReport, StoreConfig};
+pub use config::{Config, DEFAULT_MAX_UPLOAD_BYTES};
+pub use error::Error;
+pub use inference::{ActiveModel, InferenceError, RelabelOptions, RelabelReport, Relabeler};
+pub use pipestore::PipeStore;
+pub use server::Running;
+pub use storage::{
+    CompactionReport, FeatureStore, NewPhoto, PhotoStore, RecoveryReport, StoreConfig, StoreError,
+};

@@ -9,32 +9,32 @@ use prometheus_client::registry::Registry;
 
 /// Label set of the error counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ErrorLabels {
+pub(crate) struct ErrorLabels {
     /// The error kind, as in the JSON error body.
-    pub kind: String,
+    pub(crate) kind: String,
 }
 
 /// All store metrics, registered under the `ndpipe_store` prefix.
-pub struct StoreMetrics {
+pub(crate) struct StoreMetrics {
     registry: Registry,
     /// Accepted uploads.
-    pub uploads: Counter,
+    pub(crate) uploads: Counter,
     /// Bytes of accepted uploads.
-    pub upload_bytes: Counter,
+    pub(crate) upload_bytes: Counter,
     /// Photos read back.
-    pub reads: Counter,
+    pub(crate) reads: Counter,
     /// Photos deleted.
-    pub deletes: Counter,
+    pub(crate) deletes: Counter,
     /// Failed requests, by error kind.
-    pub errors: Family<ErrorLabels, Counter>,
+    pub(crate) errors: Family<ErrorLabels, Counter>,
     /// Seconds from request to acknowledgement of an upload.
-    pub ingest_seconds: Histogram,
+    pub(crate) ingest_seconds: Histogram,
     /// Live photos.
-    pub photos: Gauge,
+    pub(crate) photos: Gauge,
     /// Photos labelled by online inference.
-    pub labelled: Counter,
+    pub(crate) labelled: Counter,
     /// Seconds from the durable write (the 201) to the labels being in the catalog.
-    pub label_seconds: Histogram,
+    pub(crate) label_seconds: Histogram,
 }
 
 impl Default for StoreMetrics {
@@ -87,14 +87,14 @@ impl Default for StoreMetrics {
 
 impl StoreMetrics {
     /// Counts one failed request of `kind`.
-    pub fn error(&self, kind: &str) {
+    pub(crate) fn error(&self, kind: &str) {
         self.errors
             .get_or_create(&ErrorLabels { kind: kind.into() })
             .inc();
     }
 
     /// The OpenMetrics text exposition.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");

@@ -1,8 +1,9 @@
 //! The crate's error type.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// Everything that can go wrong in the Tuner's training core.
+/// Everything that can go wrong in the Tuner.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TunerError {
@@ -52,7 +53,7 @@ pub enum TunerError {
     /// No PipeStore is registered.
     #[error("no PipeStore is registered with the Tuner")]
     NoNodes,
-    /// Another fine-tuning job is running.
+    /// Another fine-tuning job or deploy is running.
     #[error("a fine-tuning job is already running")]
     Busy,
     /// A PipeStore failed or answered wrongly during a job.
@@ -80,6 +81,9 @@ pub enum TunerError {
     /// A protocol message or plan that does not hold together.
     #[error(transparent)]
     Protocol(#[from] ndpipe_proto::ProtoError),
+    /// Loading the Tuner's own backbone failed.
+    #[error(transparent)]
+    Model(#[from] ndpipe_model::ModelError),
     /// A head file that is not a valid head.
     #[error("invalid head file {path}: {reason}")]
     InvalidHeadFile {
@@ -88,7 +92,7 @@ pub enum TunerError {
         /// What is wrong with it.
         reason: String,
     },
-    /// Reading or writing a head file failed.
+    /// Reading or writing a file (a head, the token file) failed.
     #[error("I/O error on {path}: {source}")]
     Io {
         /// The file.
@@ -96,7 +100,21 @@ pub enum TunerError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// Binding or running one of the Tuner's servers failed.
+    #[error("{server} server on {addr}: {source}")]
+    Server {
+        /// "HTTP" or "gRPC".
+        server: &'static str,
+        /// The address it was to listen on.
+        addr: SocketAddr,
+        /// The underlying error.
+        source: std::io::Error,
+    },
     /// A tensor operation failed.
     #[error("tensor error: {0}")]
     Tensor(#[from] candle_core::Error),
+    /// A broken invariant inside the Tuner (a panicked thread or task, a failing training cache):
+    /// a bug or a fault of this process, not of the request.
+    #[error("internal error: {0}")]
+    Internal(String),
 }

@@ -1,17 +1,31 @@
-//! The Tuner's training core: NDPipe's classifier-head training from features only.
+//! The Tuner: NDPipe's training server, which fine-tunes the classifier head from features only.
 //!
 //! In ndpipe, PipeStores run the frozen backbone near the photos and send the Tuner features and
 //! labels, never photos. The Tuner trains the classifier head on those features in `r` pipelined
 //! runs (it trains run `k` while the PipeStores extract run `k+1`, warm-starting from run `k-1`),
 //! then versions the head and deploys it to every PipeStore, which re-labels its store.
 //!
-//! This crate holds the pieces that need no network:
-//! - [`schedule`]: the run plan (chunks aligned to the extraction batch) and NDPipe's step
-//!   learning rate with its per-run scale;
-//! - [`head`]: the head itself (candle-nn, Adam, L2), its training runs, evaluation, prediction,
-//!   growth to new classes and the safetensors file that is deployed to PipeStores.
+//! [`Tuner`] is the entry point: [`Tuner::open`] from a [`Config`], then either
+//! [`Tuner::start`] (the standalone `ndpipe tuner`, HTTP and gRPC on their own addresses) or
+//! [`Tuner::http_router`] and [`Tuner::grpc_routes`] served by an embedding process. Jobs take a
+//! [`FinetuneRequest`] and return a [`FinetuneReport`]; [`Tuner::deploy`] returns a
+//! [`DeployReport`]. [`Head`] is the head itself, usable on its own (below).
 //!
-//! The model registry, deploy and the gRPC side of the Tuner build on these.
+//! Inside (all modules are private; the list says where to work):
+//! - `tuner`: the facade, and the job lock (one fine-tuning job or deploy at a time);
+//! - `config`, `error`: [`Config`] and [`TunerError`];
+//! - `nodes`: the registered PipeStores and their gRPC clients;
+//! - `registry`: model versions (a catalog `ModelRegistry`) and their head files;
+//! - `finetune`: a job — `request`, `report`, the node `streams`, the `intake` bookkeeping, load
+//!   `balance` and take-overs, the `trainer` thread, training through a cache over the memory
+//!   budget (`cached`), and the `conventional` comparison mode;
+//! - `deploy`: two-phase deploy (stage, abort or commit) and the re-labelling fan-out;
+//! - `head`: the head (candle-nn, Adam, L2), its training runs, evaluation, prediction, growth to
+//!   new classes, and its file (`head::file`, ndpipe's one head format);
+//! - `schedule`: NDPipe's step learning rate with its per-run scale; the run plan is
+//!   [`RunPlan`], shared with the PipeStores;
+//! - `api`: the HTTP API for operators (`/v1/tuner/...`) and the gRPC service PipeStores register
+//!   with; `server`: the standalone servers ([`Running`]).
 //!
 //! # Example
 //!
@@ -49,15 +63,27 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod api;
-pub mod cached;
-pub mod coordinator;
+mod api;
+mod config;
+mod deploy;
 mod error;
-pub mod head;
-pub mod nodes;
-pub mod schedule;
-pub mod versions;
+mod finetune;
+mod head;
+mod nodes;
+mod registry;
+mod schedule;
+mod server;
+mod tuner;
 
+pub use config::Config;
+pub use deploy::DeployReport;
 pub use error::TunerError;
+pub use finetune::{
+    CachePolicy, CacheReport, FinetuneReport, FinetuneRequest, Mode, NodeReport, Rebalanced,
+    RunTimeline, ValSplit,
+};
 pub use head::{Head, HeadConfig, Prediction, RunReport};
-pub use schedule::RunPlan;
+pub use ndpipe_proto::RunPlan;
+pub use nodes::NodeView;
+pub use server::Running;
+pub use tuner::Tuner;

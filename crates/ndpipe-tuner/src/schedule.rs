@@ -5,13 +5,13 @@
 //! while the PipeStores extract chunk `k+1`. Later runs use a smaller learning rate.
 
 /// NDPipe's step learning rates, one per fifth of a run's epochs.
-pub const BASE_LEARNING_RATES: [f64; 5] = [0.015, 0.012, 0.0075, 0.0045, 0.0015];
+pub(crate) const BASE_LEARNING_RATES: [f64; 5] = [0.015, 0.012, 0.0075, 0.0045, 0.0015];
 
 /// Learning rate for `epoch` (from 0) of a run of `epochs` epochs, before the per-run scale.
 ///
 /// The rate steps down when `epoch` reaches 20, 40, 60 and 80 % of `epochs`
 /// (for 30 epochs: at epochs 6, 12, 18 and 24).
-pub fn base_learning_rate(epoch: usize, epochs: usize) -> f64 {
+pub(crate) fn base_learning_rate(epoch: usize, epochs: usize) -> f64 {
     // Number of thresholds i/5 * epochs (i = 1..=4) that `epoch` has reached, in integers.
     let step = (1..BASE_LEARNING_RATES.len())
         .filter(|&i| 5 * epoch >= i * epochs)
@@ -20,20 +20,19 @@ pub fn base_learning_rate(epoch: usize, epochs: usize) -> f64 {
 }
 
 /// Per-run scale `(r - k/2) / r` for run `k` (from 0) of `runs`: with two runs, ×1.0 then ×0.75.
-pub fn run_scale(run: usize, runs: usize) -> f64 {
+pub(crate) fn run_scale(run: usize, runs: usize) -> f64 {
     (runs as f64 - run as f64 / 2.0) / runs as f64
 }
 
 /// Learning rate for `epoch` of run `run` out of `runs`: the base step rate times the run scale.
-pub fn learning_rate(epoch: usize, epochs: usize, run: usize, runs: usize) -> f64 {
+pub(crate) fn learning_rate(epoch: usize, epochs: usize, run: usize, runs: usize) -> f64 {
     base_learning_rate(epoch, epochs) * run_scale(run, runs)
 }
-
-pub use ndpipe_proto::RunPlan;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::RunPlan;
 
     #[test]
     fn thirty_epochs_step_at_6_12_18_24() {

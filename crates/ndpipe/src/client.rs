@@ -1,4 +1,4 @@
-//! A small HTTP client for a running store, used by the CLI tools and benchmarks.
+//! A small HTTP client for a running store and Tuner, used by the CLI tools and benchmarks.
 
 use anyhow::{Context, Result, anyhow};
 use clap::Args;
@@ -16,14 +16,7 @@ pub struct ServerArgs {
     pub token: Option<String>,
 }
 
-/// The store's JSON error body.
-#[derive(Debug, Deserialize)]
-pub struct ErrorBody {
-    /// Machine-readable kind.
-    pub error: String,
-    /// Detail.
-    pub message: String,
-}
+pub use ndpipe_util::http::ErrorBody;
 
 /// Reply to an upload.
 #[derive(Debug, Deserialize)]
@@ -158,7 +151,7 @@ impl Client {
     pub async fn post_json_body<T: DeserializeOwned>(
         &self,
         path: &str,
-        body: &serde_json::Value,
+        body: &impl serde::Serialize,
     ) -> Result<T> {
         let resp = self
             .authed(self.http.post(self.url(path)).json(body))

@@ -38,6 +38,11 @@ impl Split {
         self.labels.len()
     }
 
+    /// Whether the split holds no image.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
     /// The pixels of image `i`.
     pub fn image(&self, i: usize) -> &[u8] {
         &self.images[i * 784..(i + 1) * 784]

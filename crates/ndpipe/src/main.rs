@@ -1,60 +1,19 @@
 //! `ndpipe`: the photo store that labels and learns near the data.
 //!
-//! One binary, one subcommand per role or tool. Library crates do the work; this crate parses
-//! flags, wires the pieces together and turns errors into messages and exit codes.
+//! One binary, one subcommand per role or tool. The libraries do the work; this crate parses
+//! flags and the configuration file, boots the servers, and turns errors into messages and exit
+//! codes.
 
-mod bench;
-mod client;
-mod fashion_mnist;
-mod finetune;
-mod grpc;
-mod import;
-mod photos;
-mod relabel;
-mod server;
-mod tuner;
+mod cli;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-
-/// ndpipe: a photo store that labels photos with a deep-learning model on the storage servers.
-#[derive(Debug, Parser)]
-#[command(name = "ndpipe", version, about, long_about = None)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Run the embedded default: a PipeStore, its catalog and a Tuner in one process.
-    Serve(server::ServeArgs),
-    /// Run a PipeStore that registers with a remote Tuner (`--tuner URL`).
-    Pipestore(server::ServeArgs),
-    /// Run the Tuner: training server and coordinator of PipeStores.
-    Tuner(tuner::TunerArgs),
-    /// Fine-tune a new classifier head from the PipeStores' features, deploy it, re-label.
-    Finetune(finetune::FinetuneArgs),
-    /// List the model versions the Tuner knows (* marks the serving one).
-    Versions(client::ServerArgs),
-    /// Serve an earlier model version again (deploy + re-label).
-    Rollback(finetune::RollbackArgs),
-    /// Upload a folder of photos, or the Fashion-MNIST data set, to a running store.
-    Import(import::ImportArgs),
-    /// List, fetch, inspect or delete photos in a running store.
-    Photos(photos::PhotosArgs),
-    /// Re-label every stored photo with the model, on the store, and report label churn.
-    Relabel(relabel::RelabelArgs),
-    /// Reclaim the space of deleted photos in a running store.
-    Compact(client::ServerArgs),
-    /// Benchmarks that print a table with ratios to a reference measured in the same run.
-    Bench(bench::BenchArgs),
-}
+use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = cli::Cli::parse();
     init_tracing();
+    end_process_on_panic();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -65,27 +24,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async move {
-        match cli.command {
-            Command::Serve(args) => server::run(args).await,
-            Command::Pipestore(args) => {
-                if args.tuner.is_none() {
-                    anyhow::bail!("ndpipe pipestore needs --tuner URL (the Tuner's gRPC address)");
-                }
-                server::run(args).await
-            }
-            Command::Tuner(args) => tuner::run(args).await,
-            Command::Finetune(args) => finetune::finetune(args).await,
-            Command::Versions(args) => finetune::versions(args).await,
-            Command::Rollback(args) => finetune::rollback(args).await,
-            Command::Import(args) => import::run(args).await,
-            Command::Photos(args) => photos::run(args).await,
-            Command::Compact(args) => photos::compact(args).await,
-            Command::Relabel(args) => relabel::run(args).await,
-            Command::Bench(args) => bench::run(args).await,
-        }
-    });
-    match result {
+    match runtime.block_on(cli.run()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -101,4 +40,31 @@ fn init_tracing() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+}
+
+/// A panic in any thread (a request handler, the store writer, the labeller, a job) logs where
+/// and why with a backtrace, then aborts the process: a server never limps on half alive, and
+/// the supervisor restarts it into crash recovery, which is what the store is built for.
+fn end_process_on_panic() {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("unnamed");
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        tracing::error!(thread = name, %location, %message, "panic: ndpipe {} stops", env!("CARGO_PKG_VERSION"));
+        eprintln!(
+            "ndpipe {} panicked in thread {name} at {location}: {message}\n{}",
+            env!("CARGO_PKG_VERSION"),
+            std::backtrace::Backtrace::force_capture()
+        );
+        std::process::abort();
+    }));
 }

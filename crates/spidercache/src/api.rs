@@ -174,7 +174,7 @@ impl BatchReport<'_> {
 }
 
 /// Fails unless `id` is in `0..num_samples`.
-pub fn check_id(id: SampleId, num_samples: usize) -> Result<(), CacheError> {
+pub(crate) fn check_id(id: SampleId, num_samples: usize) -> Result<(), CacheError> {
     if (id as u128) < num_samples as u128 {
         Ok(())
     } else {
@@ -217,6 +217,8 @@ impl TrainingSpec {
 pub trait CachePolicy: Send + Sync {
     /// A short name for tables and plots.
     fn name(&self) -> &'static str;
+    /// The training run the policy was built for.
+    fn spec(&self) -> TrainingSpec;
     /// The total budget the policy was built with.
     fn capacity(&self) -> Capacity;
     /// What the policy holds right now; always within [`capacity`](Self::capacity).
@@ -229,8 +231,12 @@ pub trait CachePolicy: Send + Sync {
     fn lookup(&self, id: SampleId, label: Label) -> Result<Answer, CacheError>;
     /// Offers a sample fetched after a miss; returns whether it was cached.
     fn admit(&self, id: SampleId, sample: Sample) -> Result<bool, CacheError>;
-    /// Feeds back what was trained in the last step.
-    fn report_batch(&self, batch: &BatchReport<'_>) -> Result<(), CacheError>;
+    /// Feeds back what was trained in the last step. The default only
+    /// validates the report; policies that learn from it override this and
+    /// validate first.
+    fn report_batch(&self, batch: &BatchReport<'_>) -> Result<(), CacheError> {
+        batch.validate(self.spec().num_samples)
+    }
     /// Closes the epoch; `val_accuracy` (0..=1) drives accuracy-gated policies.
     fn end_epoch(&self, val_accuracy: Option<f64>) -> Result<EpochStats, CacheError>;
 }

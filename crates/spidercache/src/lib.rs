@@ -83,32 +83,31 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod ann;
+mod ann;
 pub mod api;
-pub mod error;
+mod error;
 mod importance_cache;
-pub mod policies;
+mod policies;
 pub mod sampler;
 pub mod score;
 pub mod split;
-pub mod stats;
+mod stats;
 mod store;
 
 use std::sync::Arc;
 
+pub use ann::AnnConfig;
 pub use api::{
     Answer, BatchReport, CachePolicy, Capacity, Label, LabelSource, MemorySource, Sample, SampleId,
     SampleSource, TrainingSpec,
 };
 pub use error::CacheError;
-pub use policies::icache::{ICache, ICacheConfig};
-pub use policies::lfu::LfuCache;
-pub use policies::lru::LruCache;
-pub use policies::nocache::NoCache;
-pub use policies::quiver::{Quiver, QuiverConfig};
-pub use policies::shade::{Shade, ShadeConfig};
-pub use policies::spider::{ScoringMode, SpiderCache, SpiderConfig};
-pub use policies::static_fill::StaticCache;
+pub use policies::{
+    ICache, ICacheConfig, LfuCache, LruCache, NoCache, Quiver, QuiverConfig, Replacement,
+    ScoringMode, Shade, ShadeConfig, SpiderCache, SpiderConfig, StaticCache, UniformPolicy,
+};
+pub use sampler::ImportanceSamplerConfig;
+pub use score::ScoreVariant;
 pub use split::{AdaptiveSplit, SplitPolicy};
 pub use stats::EpochStats;
 

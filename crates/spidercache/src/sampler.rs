@@ -2,10 +2,10 @@
 //! importance sampler SHADE and SpiderCache share (multinomial draws, PADS,
 //! rank partition, replication of cached samples).
 
-use rand::distr::weighted::WeightedIndex;
-use rand::distr::Distribution;
-use rand::seq::SliceRandom;
 use rand::SeedableRng;
+use rand::distr::Distribution;
+use rand::distr::weighted::WeightedIndex;
+use rand::seq::SliceRandom;
 use rand_pcg::Pcg64Mcg;
 
 use crate::api::{SampleId, TrainingSpec};

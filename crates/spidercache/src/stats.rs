@@ -62,4 +62,11 @@ impl EpochStats {
             ..Self::default()
         }
     }
+
+    /// Closes the epoch: returns its counters and leaves fresh ones for the
+    /// next epoch in their place (what `end_epoch` hands out).
+    pub(crate) fn roll_over(&mut self) -> Self {
+        let next = Self::start(self.epoch + 1);
+        std::mem::replace(self, next)
+    }
 }

@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use ndpipe_model::{ImageTensor, OrtBackend, PreprocessConfig, Preprocessor, RuntimeConfig};
 
 /// The model directory from `NDPIPE_MODEL_DIR`, or `None` after printing why the test is skipped.
-pub fn model_dir(test: &str) -> Option<PathBuf> {
+pub(crate) fn model_dir(test: &str) -> Option<PathBuf> {
     match std::env::var_os("NDPIPE_MODEL_DIR") {
         Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
         _ => {
@@ -29,14 +29,14 @@ pub fn model_dir(test: &str) -> Option<PathBuf> {
 }
 
 /// The ONNX Runtime library: `NDPIPE_ORT_DYLIB`, else `lib/libonnxruntime.so.1` in the model directory.
-pub fn dylib(model_dir: &Path) -> PathBuf {
+pub(crate) fn dylib(model_dir: &Path) -> PathBuf {
     std::env::var_os("NDPIPE_ORT_DYLIB")
         .map(PathBuf::from)
         .unwrap_or_else(|| model_dir.join("lib/libonnxruntime.so.1"))
 }
 
 /// CPU, two threads, batches up to 32.
-pub fn config(model_dir: &Path) -> RuntimeConfig {
+pub(crate) fn config(model_dir: &Path) -> RuntimeConfig {
     RuntimeConfig {
         dylib: dylib(model_dir),
         intra_threads: 2,
@@ -46,13 +46,13 @@ pub fn config(model_dir: &Path) -> RuntimeConfig {
 }
 
 /// Runs model tests one at a time (they each use both cores), like `#[serial]`.
-pub fn serial() -> MutexGuard<'static, ()> {
+pub(crate) fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// One backend per test binary.
-pub fn backend(model_dir: &Path) -> &'static OrtBackend {
+pub(crate) fn backend(model_dir: &Path) -> &'static OrtBackend {
     static BACKEND: OnceLock<OrtBackend> = OnceLock::new();
     BACKEND.get_or_init(|| {
         OrtBackend::load(model_dir, &config(model_dir)).unwrap_or_else(|e| panic!("{e}"))
@@ -60,7 +60,7 @@ pub fn backend(model_dir: &Path) -> &'static OrtBackend {
 }
 
 /// A sample photo through our ingest preprocessing.
-pub fn sample(model_dir: &Path, file: &str) -> ImageTensor {
+pub(crate) fn sample(model_dir: &Path, file: &str) -> ImageTensor {
     let path = model_dir.join("samples").join(file);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     Preprocessor::new(PreprocessConfig::default())

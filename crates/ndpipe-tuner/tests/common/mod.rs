@@ -4,25 +4,25 @@ use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 /// Labelled rows drawn around one random centre per class.
-pub struct Clusters {
+pub(crate) struct Clusters {
     /// Row-major features, `labels.len() × dim`.
-    pub features: Vec<f32>,
+    pub(crate) features: Vec<f32>,
     /// Class of each row.
-    pub labels: Vec<u32>,
+    pub(crate) labels: Vec<u32>,
     /// Feature dimension.
-    pub dim: usize,
+    pub(crate) dim: usize,
 }
 
 impl Clusters {
     /// `rows` rows in `dim` dimensions, `classes` clusters with centres uniform in ±1 and noise
     /// uniform in ±`noise`; the same `seed` gives the same centres.
-    pub fn new(classes: u32, dim: usize, rows: usize, noise: f32, seed: u64) -> Self {
+    pub(crate) fn new(classes: u32, dim: usize, rows: usize, noise: f32, seed: u64) -> Self {
         Self::with_rows_seed(classes, dim, rows, noise, seed, seed)
     }
 
     /// Like [`Clusters::new`], with the rows (labels and noise) drawn from `rows_seed`, so that
     /// several draws share the centres of `seed`.
-    pub fn with_rows_seed(
+    pub(crate) fn with_rows_seed(
         classes: u32,
         dim: usize,
         rows: usize,
@@ -54,7 +54,7 @@ impl Clusters {
     }
 
     /// Rows `range` as (features, labels).
-    pub fn rows(&self, range: std::ops::Range<usize>) -> (&[f32], &[u32]) {
+    pub(crate) fn rows(&self, range: std::ops::Range<usize>) -> (&[f32], &[u32]) {
         (
             &self.features[range.start * self.dim..range.end * self.dim],
             &self.labels[range],
@@ -63,6 +63,6 @@ impl Clusters {
 }
 
 /// Class names `c0`, `c1`, ...
-pub fn class_names(range: std::ops::Range<u32>) -> Vec<String> {
+pub(crate) fn class_names(range: std::ops::Range<u32>) -> Vec<String> {
     range.map(|i| format!("c{i}")).collect()
 }

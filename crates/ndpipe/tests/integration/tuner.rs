@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use ndpipe_model::HeadWeights;
 use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
-use ndpipe_proto::{HeadWeights, pb};
+use ndpipe_proto::{head_bytes, pb};
 
 use crate::common::{Instance, TunerProcess, import_fashion};
 
@@ -188,17 +189,18 @@ async fn a_head_of_the_wrong_input_dimension_is_refused() {
         .unwrap()
         .into_inner();
     assert_eq!(inventory.feature_dim, 1280);
-    let head = HeadWeights {
-        classes: vec!["a".into(), "b".into()],
-        input_dim: 512,
-        weights: vec![0.1; 1024],
-        bias: vec![0.0; 2],
-    };
-    let (weights, crc32c) = head.to_bytes();
+    let head = HeadWeights::new(
+        vec!["a".into(), "b".into()],
+        512,
+        vec![0.1; 1024],
+        vec![0.0; 2],
+    )
+    .unwrap();
+    let (weights, crc32c) = head_bytes(&head);
     let request = pb::StageHeadRequest {
         version: "bad-dim".into(),
         backbone_version: inventory.backbone_version.clone(),
-        classes: head.classes.clone(),
+        classes: head.classes().to_vec(),
         input_dim: 512,
         weights,
         crc32c,

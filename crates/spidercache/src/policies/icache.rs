@@ -1,23 +1,20 @@
-//! iCache (HPCA'23): loss-valued importance refreshed at epoch boundaries,
-//! selective-backprop epochs, an H-cache min-heap for important samples and an
-//! L-cache FIFO of streamed samples that substitute, with their own labels,
-//! for any unimportant request.
+//! iCache: its settings and the policy.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rand::seq::SliceRandom;
 use rand::Rng;
+use rand::seq::SliceRandom;
 use rand_pcg::Pcg64Mcg;
 
 use crate::api::{
-    check_id, Answer, BatchReport, CachePolicy, Capacity, Label, LabelSource, Sample, SampleId,
-    SampleSource, TrainingSpec,
+    Answer, BatchReport, CachePolicy, Capacity, Label, LabelSource, Sample, SampleId, SampleSource,
+    TrainingSpec, check_id,
 };
 use crate::error::CacheError;
 use crate::importance_cache::Priority;
-use crate::sampler::{rng_for, stream, uniform_order, EpochCursor};
+use crate::sampler::{EpochCursor, rng_for, stream, uniform_order};
 use crate::stats::EpochStats;
 use crate::store::Store;
 
@@ -82,7 +79,10 @@ struct State {
     stats: EpochStats,
 }
 
-/// The iCache policy.
+/// iCache (HPCA'23): loss-valued importance refreshed at epoch boundaries,
+/// selective-backprop epochs, an H-cache min-heap for important samples and an
+/// L-cache FIFO of streamed samples that substitute, with their own labels,
+/// for any unimportant request.
 pub struct ICache {
     config: ICacheConfig,
     spec: TrainingSpec,
@@ -227,6 +227,10 @@ impl CachePolicy for ICache {
         "icache"
     }
 
+    fn spec(&self) -> TrainingSpec {
+        self.spec
+    }
+
     fn capacity(&self) -> Capacity {
         self.capacity
     }
@@ -349,10 +353,6 @@ impl CachePolicy for ICache {
             .iter()
             .map(|&(_, id)| key(iv[id as usize], id))
             .collect();
-        let epoch = st.stats.epoch;
-        Ok(std::mem::replace(
-            &mut st.stats,
-            EpochStats::start(epoch + 1),
-        ))
+        Ok(st.stats.roll_over())
     }
 }

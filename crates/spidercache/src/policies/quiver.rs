@@ -1,19 +1,16 @@
-//! Quiver (FAST'20), as iCache re-implements it: the dataset is split into
-//! shuffled packages of half the cache; one package is served while the next
-//! is loaded; each cached item is consumed once; the client over-probes and
-//! fills a shortfall with random cached items carrying their own labels.
+//! Quiver: its settings and the policy.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rand::seq::SliceRandom;
 use rand::Rng;
+use rand::seq::SliceRandom;
 use rand_pcg::Pcg64Mcg;
 
 use crate::api::{
-    check_id, Answer, BatchReport, CachePolicy, Capacity, Label, LabelSource, Sample, SampleId,
-    SampleSource, TrainingSpec,
+    Answer, CachePolicy, Capacity, Label, LabelSource, Sample, SampleId, SampleSource,
+    TrainingSpec, check_id,
 };
 use crate::error::CacheError;
 use crate::sampler::{rng_for, stream, uniform_order};
@@ -66,7 +63,10 @@ struct State {
     stats: EpochStats,
 }
 
-/// The Quiver policy.
+/// Quiver (FAST'20), as iCache re-implements it: the dataset is split into
+/// shuffled packages of half the cache; one package is served while the next
+/// is loaded; each cached item is consumed once; the client over-probes and
+/// fills a shortfall with random cached items carrying their own labels.
 pub struct Quiver {
     spec: TrainingSpec,
     capacity: Capacity,
@@ -159,6 +159,10 @@ impl CachePolicy for Quiver {
         "quiver"
     }
 
+    fn spec(&self) -> TrainingSpec {
+        self.spec
+    }
+
     fn capacity(&self) -> Capacity {
         self.capacity
     }
@@ -245,16 +249,8 @@ impl CachePolicy for Quiver {
         Ok(false)
     }
 
-    fn report_batch(&self, batch: &BatchReport<'_>) -> Result<(), CacheError> {
-        batch.validate(self.spec.num_samples)
-    }
-
     fn end_epoch(&self, _val_accuracy: Option<f64>) -> Result<EpochStats, CacheError> {
         let mut st = self.state.lock();
-        let epoch = st.stats.epoch;
-        Ok(std::mem::replace(
-            &mut st.stats,
-            EpochStats::start(epoch + 1),
-        ))
+        Ok(st.stats.roll_over())
     }
 }

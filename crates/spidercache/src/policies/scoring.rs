@@ -1,13 +1,13 @@
 //! SpiderCache's scoring round (index update, kNN query, neighbourhood scan,
 //! score) and the worker thread that runs rounds beside training.
 
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::mpsc::{SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
 use crate::ann::{AnnConfig, AnnIndex};
 use crate::api::{Label, SampleId};
 use crate::error::CacheError;
-use crate::score::{scan_neighbours, ScoreVariant};
+use crate::score::{ScoreVariant, scan_neighbours};
 
 /// The embeddings of one reported batch, queued for a scoring round.
 pub(crate) struct Job {

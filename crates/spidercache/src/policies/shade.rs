@@ -1,14 +1,13 @@
-//! SHADE (FAST'23): loss-rank importance, the importance sampler and the
-//! (score, frequency) priority cache with a ghost table. No substitution.
+//! SHADE: its settings and the policy.
 
 use parking_lot::Mutex;
 
 use crate::api::{
-    check_id, Answer, BatchReport, CachePolicy, Capacity, Label, Sample, SampleId, TrainingSpec,
+    Answer, BatchReport, CachePolicy, Capacity, Label, Sample, SampleId, TrainingSpec, check_id,
 };
 use crate::error::CacheError;
 use crate::importance_cache::ImportanceCache;
-use crate::sampler::{accuracy_gate, EpochCursor, ImportanceSampler, ImportanceSamplerConfig};
+use crate::sampler::{EpochCursor, ImportanceSampler, ImportanceSamplerConfig, accuracy_gate};
 use crate::stats::EpochStats;
 
 /// SHADE's constants.
@@ -36,7 +35,7 @@ impl Default for ShadeConfig {
 }
 
 /// The weights SHADE gives one batch: ascending loss rank k gets ln(k + offset).
-pub fn rank_weights(losses: &[f32], offset: f64) -> Vec<f64> {
+pub(crate) fn rank_weights(losses: &[f32], offset: f64) -> Vec<f64> {
     let mut order: Vec<usize> = (0..losses.len()).collect();
     order.sort_by(|&a, &b| losses[a].total_cmp(&losses[b]));
     let mut weights = vec![0.0; losses.len()];
@@ -58,7 +57,8 @@ struct State {
     stats: EpochStats,
 }
 
-/// The SHADE policy.
+/// SHADE (FAST'23): loss-rank importance, the importance sampler and the
+/// (score, frequency) priority cache with a ghost table. No substitution.
 pub struct Shade {
     config: ShadeConfig,
     spec: TrainingSpec,
@@ -109,6 +109,10 @@ impl Shade {
 impl CachePolicy for Shade {
     fn name(&self) -> &'static str {
         "shade"
+    }
+
+    fn spec(&self) -> TrainingSpec {
+        self.spec
     }
 
     fn capacity(&self) -> Capacity {
@@ -186,11 +190,7 @@ impl CachePolicy for Shade {
             };
             st.previous_mean_loss = Some(mean);
         }
-        let epoch = st.stats.epoch;
-        Ok(std::mem::replace(
-            &mut st.stats,
-            EpochStats::start(epoch + 1),
-        ))
+        Ok(st.stats.roll_over())
     }
 }
 

@@ -1,6 +1,4 @@
-//! SpiderCache (ICPP'25): neighbourhood importance from an ANN index over the
-//! model's embeddings, importance sampling, and a capacity split between an
-//! importance cache and a homophily cache that serves near-duplicates.
+//! SpiderCache: its settings and the policy.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,13 +10,13 @@ use super::homophily::HomophilyCache;
 use super::scoring::{Job, Outcome, ScanParams, Scorer, Worker};
 use crate::ann::AnnConfig;
 use crate::api::{
-    check_id, Answer, BatchReport, CachePolicy, Capacity, Label, LabelSource, Sample, SampleId,
-    SampleSource, TrainingSpec,
+    Answer, BatchReport, CachePolicy, Capacity, Label, LabelSource, Sample, SampleId, SampleSource,
+    TrainingSpec, check_id,
 };
 use crate::error::CacheError;
 use crate::importance_cache::ImportanceCache;
 use crate::sampler::{
-    accuracy_gate, rng_for, stream, EpochCursor, ImportanceSampler, ImportanceSamplerConfig,
+    EpochCursor, ImportanceSampler, ImportanceSamplerConfig, accuracy_gate, rng_for, stream,
 };
 use crate::score::ScoreVariant;
 use crate::split::SplitPolicy;
@@ -202,7 +200,9 @@ impl Shared {
     }
 }
 
-/// The SpiderCache policy.
+/// SpiderCache (ICPP'25): neighbourhood importance from an ANN index over the
+/// model's embeddings, importance sampling, and a capacity split between an
+/// importance cache and a homophily cache that serves near-duplicates.
 pub struct SpiderCache {
     shared: Arc<Shared>,
     capacity: Capacity,
@@ -282,6 +282,10 @@ impl SpiderCache {
 impl CachePolicy for SpiderCache {
     fn name(&self) -> &'static str {
         "spidercache"
+    }
+
+    fn spec(&self) -> TrainingSpec {
+        self.shared.spec
     }
 
     fn capacity(&self) -> Capacity {

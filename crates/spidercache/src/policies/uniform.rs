@@ -3,12 +3,9 @@
 
 use parking_lot::Mutex;
 
-use crate::api::check_id;
-use crate::api::{
-    Answer, BatchReport, CachePolicy, Capacity, Label, Sample, SampleId, TrainingSpec,
-};
+use crate::api::{Answer, CachePolicy, Capacity, Label, Sample, SampleId, TrainingSpec, check_id};
 use crate::error::CacheError;
-use crate::sampler::{uniform_order, EpochCursor};
+use crate::sampler::{EpochCursor, uniform_order};
 use crate::stats::EpochStats;
 use crate::store::Store;
 
@@ -67,6 +64,10 @@ impl<R: Replacement> CachePolicy for UniformPolicy<R> {
         R::NAME
     }
 
+    fn spec(&self) -> TrainingSpec {
+        self.spec
+    }
+
     fn capacity(&self) -> Capacity {
         self.capacity
     }
@@ -122,16 +123,8 @@ impl<R: Replacement> CachePolicy for UniformPolicy<R> {
         Ok(true)
     }
 
-    fn report_batch(&self, batch: &BatchReport<'_>) -> Result<(), CacheError> {
-        batch.validate(self.spec.num_samples)
-    }
-
     fn end_epoch(&self, _val_accuracy: Option<f64>) -> Result<EpochStats, CacheError> {
         let mut st = self.state.lock();
-        let epoch = st.stats.epoch;
-        Ok(std::mem::replace(
-            &mut st.stats,
-            EpochStats::start(epoch + 1),
-        ))
+        Ok(st.stats.roll_over())
     }
 }

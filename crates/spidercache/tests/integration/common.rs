@@ -12,16 +12,16 @@ use spidercache::{
 
 /// Samples with labels, payloads of varied size, and embeddings in which
 /// every label forms a few tight clusters of near-duplicates.
-pub struct Dataset {
-    pub samples: Vec<Sample>,
-    pub embeddings: Vec<Vec<f32>>,
-    pub source: Arc<MemorySource>,
+pub(crate) struct Dataset {
+    pub(crate) samples: Vec<Sample>,
+    pub(crate) embeddings: Vec<Vec<f32>>,
+    pub(crate) source: Arc<MemorySource>,
 }
 
-pub const DIM: usize = 8;
+pub(crate) const DIM: usize = 8;
 
 impl Dataset {
-    pub fn clustered(n: usize, labels: u32, seed: u64) -> Self {
+    pub(crate) fn clustered(n: usize, labels: u32, seed: u64) -> Self {
         let mut rng = Pcg64Mcg::seed_from_u64(seed);
         let centres: Vec<Vec<f32>> = (0..labels * 3)
             .map(|_| (0..DIM).map(|_| rng.random_range(-20.0..20.0)).collect())
@@ -51,12 +51,12 @@ impl Dataset {
         }
     }
 
-    pub fn source(&self) -> Arc<dyn SampleSource> {
+    pub(crate) fn source(&self) -> Arc<dyn SampleSource> {
         self.source.clone()
     }
 
     /// Reports `ids` as trained, with their embeddings and a loss per id.
-    pub fn report(
+    pub(crate) fn report(
         &self,
         policy: &dyn CachePolicy,
         ids: &[SampleId],
@@ -85,7 +85,7 @@ impl Dataset {
     /// Runs one epoch the way a trainer would, checking after every call that
     /// the budget holds and that every substitute's label is the right one.
     /// Returns the stats and every batch served.
-    pub fn run_epoch(
+    pub(crate) fn run_epoch(
         &self,
         policy: &dyn CachePolicy,
         epoch: u32,

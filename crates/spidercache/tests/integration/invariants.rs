@@ -5,8 +5,8 @@ use crate::common::Dataset;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use spidercache::{
-    build_policy, AdaptiveSplit, CachePolicy, Capacity, ICacheConfig, PolicyKind, ScoringMode,
-    SpiderConfig, SplitPolicy, TrainingSpec,
+    AdaptiveSplit, CachePolicy, Capacity, ICacheConfig, PolicyKind, ScoringMode, SpiderConfig,
+    SplitPolicy, TrainingSpec, build_policy,
 };
 
 fn kinds() -> Vec<PolicyKind> {

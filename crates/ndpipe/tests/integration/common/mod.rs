@@ -6,14 +6,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The binary under test (`NDPIPE_TEST_EXE` overrides it).
-pub fn exe() -> PathBuf {
+pub(crate) fn exe() -> PathBuf {
     std::env::var_os("NDPIPE_TEST_EXE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ndpipe")))
 }
 
 /// The real sample photos fetched by the setup step.
-pub fn samples_dir() -> PathBuf {
+pub(crate) fn samples_dir() -> PathBuf {
     let dir = std::env::var_os("NDPIPE_SAMPLES_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -28,7 +28,7 @@ pub fn samples_dir() -> PathBuf {
 }
 
 /// The model made by the setup step.
-pub fn model_dir() -> PathBuf {
+pub(crate) fn model_dir() -> PathBuf {
     let dir = std::env::var_os("NDPIPE_MODEL_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/model"));
@@ -41,12 +41,12 @@ pub fn model_dir() -> PathBuf {
 }
 
 /// A real photo by file name, e.g. "chelsea.png".
-pub fn sample(name: &str) -> Vec<u8> {
+pub(crate) fn sample(name: &str) -> Vec<u8> {
     std::fs::read(samples_dir().join(name)).expect("reading a sample photo")
 }
 
 /// Every real sample photo.
-pub fn all_samples() -> Vec<(String, Vec<u8>)> {
+pub(crate) fn all_samples() -> Vec<(String, Vec<u8>)> {
     let mut out: Vec<_> = std::fs::read_dir(samples_dir())
         .unwrap()
         .filter_map(|e| e.ok())
@@ -64,7 +64,7 @@ pub fn all_samples() -> Vec<(String, Vec<u8>)> {
 }
 
 /// A JPEG of a given size with a pattern that depends on `seed`.
-pub fn jpeg(width: u32, height: u32, seed: u32) -> Vec<u8> {
+pub(crate) fn jpeg(width: u32, height: u32, seed: u32) -> Vec<u8> {
     let img = image::RgbImage::from_fn(width, height, |x, y| {
         image::Rgb([
             (x + seed) as u8,
@@ -82,13 +82,13 @@ pub fn jpeg(width: u32, height: u32, seed: u32) -> Vec<u8> {
 }
 
 /// Hex SHA-256.
-pub fn sha256(bytes: &[u8]) -> String {
+pub(crate) fn sha256(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// A running `ndpipe serve` with its own data directory.
-pub struct Instance {
+pub(crate) struct Instance {
     pub data: PathBuf,
     pub url: String,
     command: &'static str,
@@ -100,19 +100,19 @@ pub struct Instance {
 
 impl Instance {
     /// Starts a store on a fresh data directory.
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         Self::start_with(&[])
     }
 
     /// Starts a store without a model (storage only), with extra `serve` flags.
-    pub fn start_with(extra: &[&str]) -> Self {
+    pub(crate) fn start_with(extra: &[&str]) -> Self {
         let mut flags = vec!["--no-model"];
         flags.extend_from_slice(extra);
         Self::launch(&flags)
     }
 
     /// Starts a store that labels photos with the real model, with extra `serve` flags.
-    pub fn start_with_model(extra: &[&str]) -> Self {
+    pub(crate) fn start_with_model(extra: &[&str]) -> Self {
         let dir = model_dir();
         let mut flags = vec!["--model-dir", dir.to_str().unwrap(), "--intra-threads", "2"];
         flags.extend_from_slice(extra);
@@ -120,13 +120,13 @@ impl Instance {
     }
 
     /// Replaces the extra flags used by the next [`Instance::restart`].
-    pub fn set_flags(&mut self, flags: &[&str]) {
+    pub(crate) fn set_flags(&mut self, flags: &[&str]) {
         self.extra = flags.iter().map(|s| s.to_string()).collect();
     }
 
     /// Starts `ndpipe pipestore` with the real model, registering as `name` with the Tuner at
     /// `tuner` (its gRPC URL).
-    pub fn start_pipestore(tuner: &str, name: &str, extra: &[&str]) -> Self {
+    pub(crate) fn start_pipestore(tuner: &str, name: &str, extra: &[&str]) -> Self {
         let dir = model_dir();
         let mut flags = vec![
             "--model-dir",
@@ -142,7 +142,8 @@ impl Instance {
         Self::launch_as("pipestore", &flags)
     }
 
-    fn launch(extra: &[&str]) -> Self {
+    /// Starts `ndpipe serve` with exactly `extra` (besides `--data` and `--listen`).
+    pub(crate) fn launch(extra: &[&str]) -> Self {
         Self::launch_as("serve", extra)
     }
 
@@ -208,12 +209,12 @@ impl Instance {
     }
 
     /// The server's log so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self._tmp.path().join("serve.log")).unwrap_or_default()
     }
 
     /// Polls `path` until `ready` holds for its JSON, or panics after `secs`.
-    pub async fn wait_for(
+    pub(crate) async fn wait_for(
         &self,
         path: &str,
         secs: u64,
@@ -238,7 +239,7 @@ impl Instance {
     }
 
     /// SIGKILL, no chance to clean up.
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             c.kill().unwrap();
             c.wait().unwrap();
@@ -246,13 +247,13 @@ impl Instance {
     }
 
     /// Starts the server again on the same data directory and port.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.kill9();
         self.spawn();
     }
 
     /// The store's volume files of one set ("photos" or "tensors"), in order.
-    pub fn volumes(&self, set: &str) -> Vec<PathBuf> {
+    pub(crate) fn volumes(&self, set: &str) -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = std::fs::read_dir(self.data.join("store").join(set))
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -263,12 +264,12 @@ impl Instance {
     }
 
     /// A blocking-free HTTP client.
-    pub fn client(&self) -> reqwest::Client {
+    pub(crate) fn client(&self) -> reqwest::Client {
         reqwest::Client::new()
     }
 
     /// Uploads bytes, returning (status, JSON body).
-    pub async fn upload(&self, bytes: Vec<u8>, query: &str) -> (u16, serde_json::Value) {
+    pub(crate) async fn upload(&self, bytes: Vec<u8>, query: &str) -> (u16, serde_json::Value) {
         let resp = self
             .client()
             .post(format!("{}/v1/photos{query}", self.url))
@@ -281,7 +282,7 @@ impl Instance {
     }
 
     /// GET returning (status, bytes).
-    pub async fn get(&self, path: &str) -> (u16, Vec<u8>) {
+    pub(crate) async fn get(&self, path: &str) -> (u16, Vec<u8>) {
         let resp = self
             .client()
             .get(format!("{}{path}", self.url))
@@ -292,7 +293,7 @@ impl Instance {
     }
 
     /// GET a JSON document.
-    pub async fn json(&self, path: &str) -> serde_json::Value {
+    pub(crate) async fn json(&self, path: &str) -> serde_json::Value {
         let (status, body) = self.get(path).await;
         assert_eq!(
             status,
@@ -304,7 +305,7 @@ impl Instance {
     }
 
     /// Live photos according to /healthz and the catalog listing: (store count, catalog count).
-    pub async fn counts(&self) -> (u64, u64) {
+    pub(crate) async fn counts(&self) -> (u64, u64) {
         let health = self.json("/healthz").await;
         let page = self.json("/v1/photos?limit=1000").await;
         (
@@ -329,7 +330,7 @@ fn free_port() -> u16 {
 }
 
 /// Runs the CLI with `args`; returns (exit success, stdout, stderr).
-pub fn cli(args: &[&str]) -> (bool, String, String) {
+pub(crate) fn cli(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(exe())
         .args(args)
         .output()
@@ -342,7 +343,7 @@ pub fn cli(args: &[&str]) -> (bool, String, String) {
 }
 
 /// A running `ndpipe tuner`.
-pub struct TunerProcess {
+pub(crate) struct TunerProcess {
     /// Its HTTP base URL.
     pub url: String,
     /// Its gRPC URL, for PipeStores.
@@ -353,7 +354,7 @@ pub struct TunerProcess {
 
 impl TunerProcess {
     /// Starts a Tuner on free ports with a fresh registry.
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let (http, grpc) = (free_port(), free_port());
         let log = std::fs::File::create(tmp.path().join("tuner.log")).unwrap();
@@ -389,12 +390,12 @@ impl TunerProcess {
     }
 
     /// The Tuner's log so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self._tmp.path().join("tuner.log")).unwrap_or_default()
     }
 
     /// Waits until `n` PipeStores are registered; returns the node list.
-    pub async fn wait_for_nodes(&self, n: usize) -> serde_json::Value {
+    pub(crate) async fn wait_for_nodes(&self, n: usize) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let nodes: serde_json::Value = reqwest::get(format!("{}/v1/tuner/nodes", self.url))
@@ -425,7 +426,7 @@ impl Drop for TunerProcess {
 
 /// Imports Fashion-MNIST photos `skip..skip+limit` (taken 6:1 from train and test) with the CLI;
 /// returns its stdout.
-pub fn import_fashion(inst: &Instance, skip: usize, limit: usize) -> String {
+pub(crate) fn import_fashion(inst: &Instance, skip: usize, limit: usize) -> String {
     let fm = std::env::var("NDPIPE_FASHION_MNIST_DIR")
         .unwrap_or_else(|_| "/usr/share/datasets/fashion-mnist".into());
     let (ok, out, err) = cli(&[

@@ -1,0 +1,175 @@
+//! `ndpipe-bench cache run` trains through every cache policy against a real PipeStore;
+//! `ndpipe-bench cache replay` replays a recorded run's trace through every policy for hit
+//! ratios alone.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::bench::{self, BenchConfig};
+use crate::replay::{Trace, replay};
+use crate::report;
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+
+/// Flags of `ndpipe-bench cache`.
+#[derive(Debug, Args)]
+pub struct CacheArgs {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Train once per policy and cache size, reading a PipeStore through the cache.
+    Run(RunArgs),
+    /// Replay a recorded trace through every policy (hit ratios only, no training).
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Small and fast (1000 photos, 3 epochs, 10% cache): a smoke test.
+    #[arg(long)]
+    quick: bool,
+    /// The ndpipe binary to serve and import with (default: this one).
+    #[arg(long, env = "NDPIPE_BIN")]
+    ndpipe_bin: Option<PathBuf>,
+    /// Training photos.
+    #[arg(long)]
+    train: Option<usize>,
+    /// Test photos.
+    #[arg(long)]
+    test: Option<usize>,
+    /// Epoch budget.
+    #[arg(long)]
+    epochs: Option<u32>,
+    /// Minibatch size.
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// Cache sizes in percent of the training set, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    cache_sizes: Vec<f64>,
+    /// Latency injected per miss, in milliseconds.
+    #[arg(long)]
+    latency_ms: Option<f64>,
+    /// Bandwidth cap of the remote storage in MiB/s (0: none).
+    #[arg(long)]
+    bandwidth_mib: Option<f64>,
+    /// Seed of every policy's sampler.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Validation accuracy whose first crossing is timed.
+    #[arg(long)]
+    target_accuracy: Option<f64>,
+    /// Rescale reported embeddings to this L2 norm (SpiderCache's radius
+    /// then becomes a cosine threshold); raw activations when absent.
+    #[arg(long)]
+    embedding_norm: Option<f32>,
+    /// Only these policies (labels as in the table), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    policies: Vec<String>,
+    /// Folder for results.json, results.md, the SVG plots and trace.bin.
+    #[arg(long, default_value = ".cache/bench-cache")]
+    out: PathBuf,
+    /// Hide progress output.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+impl RunArgs {
+    fn config(self) -> BenchConfig {
+        let mut c = if self.quick {
+            BenchConfig::quick()
+        } else {
+            BenchConfig::full()
+        };
+        c.ndpipe_bin = self.ndpipe_bin.unwrap_or_default();
+        c.train = self.train.unwrap_or(c.train);
+        c.test = self.test.unwrap_or(c.test);
+        c.epochs = self.epochs.unwrap_or(c.epochs);
+        c.batch_size = self.batch_size.unwrap_or(c.batch_size);
+        if !self.cache_sizes.is_empty() {
+            c.cache_fractions = self.cache_sizes.iter().map(|p| p / 100.0).collect();
+        }
+        if let Some(ms) = self.latency_ms {
+            c.storage.latency = Duration::from_secs_f64(ms.max(0.0) / 1e3);
+        }
+        if let Some(mib) = self.bandwidth_mib {
+            c.storage.bandwidth = (mib > 0.0).then_some((mib * 1048576.0) as u64);
+        }
+        c.seed = self.seed.unwrap_or(c.seed);
+        c.target_accuracy = self.target_accuracy.unwrap_or(c.target_accuracy);
+        c.embedding_norm = self.embedding_norm.or(c.embedding_norm);
+        c.policies = self.policies;
+        c.out_dir = self.out;
+        c.progress = !self.no_progress;
+        c
+    }
+}
+
+#[derive(Debug, Args)]
+struct ReplayArgs {
+    /// The trace `cachebench run` recorded.
+    #[arg(long, default_value = ".cache/bench-cache/trace.bin")]
+    trace: PathBuf,
+    /// Cache sizes in percent of the dataset, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [10.0, 20.0])]
+    cache_sizes: Vec<f64>,
+    /// Only these policies, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    policies: Vec<String>,
+    /// Where replay.json and replay.md go (next to the trace by default).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Runs `ndpipe-bench cache`; `ndpipe_binary` serves the PipeStore unless `--ndpipe-bin` says
+/// otherwise.
+pub fn run(args: CacheArgs, ndpipe_binary: PathBuf) -> Result<()> {
+    match args.command {
+        Command::Run(args) => {
+            let mut config = args.config();
+            if config.ndpipe_bin.as_os_str().is_empty() {
+                config.ndpipe_bin = ndpipe_binary;
+            }
+            let results = bench::run(&config).context("benchmark failed")?;
+            println!("{}", report::markdown(&results));
+            println!(
+                "results, plots (SVG) and trace.bin written to {}",
+                config.out_dir.display()
+            );
+        }
+        Command::Replay(args) => {
+            let trace = Trace::read(&args.trace)
+                .with_context(|| format!("reading {}", args.trace.display()))?;
+            let mut results = Vec::new();
+            for policy in bench::policy_specs()
+                .into_iter()
+                .filter(|p| args.policies.is_empty() || args.policies.contains(&p.label))
+            {
+                for &size in &args.cache_sizes {
+                    results.push(
+                        replay(&trace, &policy, size / 100.0)
+                            .with_context(|| format!("replaying {}", policy.label))?,
+                    );
+                }
+            }
+            let md = report::replay_markdown(&results);
+            println!(
+                "Replay of {} ({} samples, {} epochs):\n\n{md}",
+                args.trace.display(),
+                trace.spec.num_samples,
+                trace.epochs.len()
+            );
+            let dir = args
+                .out
+                .unwrap_or_else(|| args.trace.parent().map_or_else(PathBuf::new, PathBuf::from));
+            std::fs::write(dir.join("replay.md"), md)?;
+            std::fs::write(
+                dir.join("replay.json"),
+                serde_json::to_string_pretty(&results)?,
+            )?;
+        }
+    }
+    Ok(())
+}

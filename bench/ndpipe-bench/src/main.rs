@@ -1,0 +1,85 @@
+//! `ndpipe-bench`: ndpipe's benchmarks, outside the product. Each prints a table with the ratio
+//! to a reference measured in the same run, because these machines are noisy, and can write its
+//! figures as JSON.
+//!
+//! The servers run in this process through the `ndpipe-store` and `ndpipe-tuner` libraries
+//! ([`cluster`]); the cache benchmark (the `cachebench` crate) starts the `ndpipe` binary that
+//! sits next to this one.
+
+mod cluster;
+mod drift;
+mod finetune;
+mod infer;
+mod ingest;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+/// ndpipe's benchmarks: each prints a table with ratios to a reference measured in the same run.
+#[derive(Debug, Parser)]
+#[command(name = "ndpipe-bench", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    which: Which,
+}
+
+#[derive(Debug, Subcommand)]
+enum Which {
+    /// Upload throughput over HTTP vs the decode-limited rate of the same photos.
+    Ingest(ingest::IngestBench),
+    /// Offline inference: model-only limit, end-to-end re-labelling, NDPipe's Python loop, feed
+    /// rates, int8, and the 201-to-label latency.
+    Infer(infer::InferBench),
+    /// Fine-tuning across PipeStores: near-data vs conventional under bandwidth caps, r = 1, 2,
+    /// 4, and 1, 2, 4 PipeStores, load balancing.
+    Finetune(finetune::FinetuneBench),
+    /// Drift: classes arrive in stages; stale vs fine-tuned accuracy at each stage.
+    Drift(drift::DriftBench),
+    /// SpiderCache and its peers on a real training run reading a PipeStore (or a replay).
+    Cache(cachebench::cli::CacheArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("NDPIPE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+        .and_then(|rt| rt.block_on(run(cli.which)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(which: Which) -> Result<()> {
+    match which {
+        Which::Ingest(b) => ingest::run(b).await,
+        Which::Infer(b) => infer::run(b).await,
+        Which::Finetune(b) => finetune::run(b).await,
+        Which::Drift(b) => drift::run(b).await,
+        Which::Cache(b) => {
+            let ndpipe = ndpipe_binary()?;
+            tokio::task::spawn_blocking(move || cachebench::cli::run(b, ndpipe)).await?
+        }
+    }
+}
+
+/// The `ndpipe` binary built beside this one (`target/<profile>/ndpipe`), which the cache
+/// benchmark starts as its PipeStore; `--ndpipe-bin` overrides it.
+fn ndpipe_binary() -> Result<PathBuf> {
+    let me = std::env::current_exe().context("locating ndpipe-bench")?;
+    Ok(me.with_file_name("ndpipe"))
+}

@@ -1,0 +1,359 @@
+//! Photos, their ground truth, predicted labels and label search.
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{SqliteCatalog, sql_id};
+use crate::{
+    CatalogError, GroundTruth, PhotoCatalog, PhotoId, PhotoMeta, PhotoRecord, Prediction,
+    SearchHit, Split,
+};
+
+const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
+                             p.created_ms, g.label, g.split";
+
+fn photo_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PhotoRecord> {
+    let label: Option<String> = row.get(7)?;
+    let split: Option<String> = row.get(8)?;
+    let ground_truth = match (label, split) {
+        (Some(label), Some(split)) => Some(GroundTruth {
+            label,
+            split: split.parse().map_err(|e: CatalogError| {
+                rusqlite::Error::FromSqlConversionFailure(8, rusqlite::types::Type::Text, e.into())
+            })?,
+        }),
+        _ => None,
+    };
+    Ok(PhotoRecord {
+        id: row.get::<_, i64>(0)?.cast_unsigned(),
+        meta: PhotoMeta {
+            sha256: row.get(1)?,
+            bytes: row.get::<_, i64>(2)?.cast_unsigned(),
+            width: row.get(3)?,
+            height: row.get(4)?,
+            content_type: row.get(5)?,
+            created_ms: row.get(6)?,
+            ground_truth,
+        },
+    })
+}
+
+fn write_ground_truth(
+    tx: &rusqlite::Transaction<'_>,
+    id: i64,
+    truth: Option<&GroundTruth>,
+) -> Result<(), CatalogError> {
+    tx.execute("DELETE FROM ground_truth WHERE photo_id = ?1", params![id])
+        .map_err(CatalogError::db("clear ground truth"))?;
+    if let Some(t) = truth {
+        tx.execute(
+            "INSERT INTO ground_truth (photo_id, label, split) VALUES (?1, ?2, ?3)",
+            params![id, t.label, t.split.as_str()],
+        )
+        .map_err(CatalogError::db("write ground truth"))?;
+    }
+    Ok(())
+}
+
+impl PhotoCatalog for SqliteCatalog {
+    fn upsert_photo(&self, photo: &PhotoRecord) -> Result<(), CatalogError> {
+        let id = sql_id(photo.id)?;
+        let photo = &photo.meta;
+        self.with(|conn| {
+            let tx = conn.transaction().map_err(CatalogError::db("begin"))?;
+            tx.execute(
+                "INSERT INTO photos (id, sha256, bytes, width, height, content_type, created_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT(id) DO UPDATE SET sha256 = excluded.sha256, bytes = excluded.bytes,
+                   width = excluded.width, height = excluded.height,
+                   content_type = excluded.content_type, created_ms = excluded.created_ms",
+                params![
+                    id,
+                    photo.sha256,
+                    photo.bytes as i64,
+                    photo.width,
+                    photo.height,
+                    photo.content_type,
+                    photo.created_ms
+                ],
+            )
+            .map_err(CatalogError::db("upsert photo"))?;
+            write_ground_truth(&tx, id, photo.ground_truth.as_ref())?;
+            tx.commit().map_err(CatalogError::db("commit photo"))
+        })
+    }
+
+    fn delete_photo(&self, id: PhotoId) -> Result<bool, CatalogError> {
+        let id = sql_id(id)?;
+        self.with(|conn| {
+            let n = conn
+                .execute("DELETE FROM photos WHERE id = ?1", params![id])
+                .map_err(CatalogError::db("delete photo"))?;
+            Ok(n > 0)
+        })
+    }
+
+    fn photo(&self, id: PhotoId) -> Result<Option<PhotoRecord>, CatalogError> {
+        let id = sql_id(id)?;
+        self.with(|conn| {
+            conn.query_row(
+                &format!(
+                    "SELECT {PHOTO_COLUMNS} FROM photos p \
+                     LEFT JOIN ground_truth g ON g.photo_id = p.id WHERE p.id = ?1"
+                ),
+                params![id],
+                photo_from_row,
+            )
+            .optional()
+            .map_err(CatalogError::db("read photo"))
+        })
+    }
+
+    fn list_photos(
+        &self,
+        after: Option<PhotoId>,
+        limit: usize,
+    ) -> Result<Vec<PhotoRecord>, CatalogError> {
+        let after = match after {
+            Some(a) => sql_id(a)?,
+            None => -1,
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with(|conn| {
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT {PHOTO_COLUMNS} FROM photos p \
+                     LEFT JOIN ground_truth g ON g.photo_id = p.id \
+                     WHERE p.id > ?1 ORDER BY p.id LIMIT ?2"
+                ))
+                .map_err(CatalogError::db("list photos"))?;
+            let rows = stmt
+                .query_map(params![after, limit], photo_from_row)
+                .map_err(CatalogError::db("list photos"))?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .map_err(CatalogError::db("list photos"))
+        })
+    }
+
+    fn labelled(&self, split: Split) -> Result<Vec<(PhotoId, String)>, CatalogError> {
+        self.with(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT photo_id, label FROM ground_truth WHERE split = ?1 ORDER BY photo_id",
+                )
+                .map_err(CatalogError::db("list labelled photos"))?;
+            let rows = stmt
+                .query_map(params![split.as_str()], |r| {
+                    Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?))
+                })
+                .map_err(CatalogError::db("list labelled photos"))?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .map_err(CatalogError::db("list labelled photos"))
+        })
+    }
+
+    fn count_photos(&self) -> Result<u64, CatalogError> {
+        self.with(|conn| {
+            conn.query_row("SELECT COUNT(*) FROM photos", [], |r| r.get::<_, i64>(0))
+                .map(|n| n as u64)
+                .map_err(CatalogError::db("count photos"))
+        })
+    }
+
+    fn set_ground_truth(
+        &self,
+        id: PhotoId,
+        truth: Option<&GroundTruth>,
+    ) -> Result<(), CatalogError> {
+        let sid = sql_id(id)?;
+        self.with(|conn| {
+            let tx = conn.transaction().map_err(CatalogError::db("begin"))?;
+            let exists: bool = tx
+                .query_row(
+                    "SELECT EXISTS(SELECT 1 FROM photos WHERE id = ?1)",
+                    params![sid],
+                    |r| r.get(0),
+                )
+                .map_err(CatalogError::db("find photo"))?;
+            if !exists {
+                return Err(CatalogError::NotFound {
+                    what: format!("photo {id}"),
+                });
+            }
+            write_ground_truth(&tx, sid, truth)?;
+            tx.commit().map_err(CatalogError::db("commit ground truth"))
+        })
+    }
+
+    fn put_predictions(
+        &self,
+        id: PhotoId,
+        model_version: &str,
+        labels: &[Prediction],
+    ) -> Result<(), CatalogError> {
+        let sid = sql_id(id)?;
+        self.with(|conn| {
+            let tx = conn.transaction().map_err(CatalogError::db("begin"))?;
+            tx.execute(
+                "DELETE FROM predictions WHERE photo_id = ?1 AND model_version = ?2",
+                params![sid, model_version],
+            )
+            .map_err(CatalogError::db("clear predictions"))?;
+            for (rank, p) in labels.iter().enumerate() {
+                tx.execute(
+                    "INSERT INTO predictions (photo_id, model_version, rank, label, score)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![sid, model_version, rank as i64, p.label, f64::from(p.score)],
+                )
+                .map_err(|e| match e {
+                    rusqlite::Error::SqliteFailure(f, _)
+                        if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+                    {
+                        CatalogError::NotFound {
+                            what: format!("photo {id}"),
+                        }
+                    }
+                    e => CatalogError::db("write predictions")(e),
+                })?;
+            }
+            tx.commit().map_err(CatalogError::db("commit predictions"))
+        })
+    }
+
+    fn put_predictions_many(
+        &self,
+        model_version: &str,
+        rows: &[(PhotoId, Vec<Prediction>)],
+    ) -> Result<usize, CatalogError> {
+        self.with(|conn| {
+            let tx = conn.transaction().map_err(CatalogError::db("begin"))?;
+            let mut written = 0;
+            {
+                let mut exists = tx
+                    .prepare_cached("SELECT EXISTS(SELECT 1 FROM photos WHERE id = ?1)")
+                    .map_err(CatalogError::db("write predictions"))?;
+                let mut clear = tx
+                    .prepare_cached(
+                        "DELETE FROM predictions WHERE photo_id = ?1 AND model_version = ?2",
+                    )
+                    .map_err(CatalogError::db("write predictions"))?;
+                let mut insert = tx
+                    .prepare_cached(
+                        "INSERT INTO predictions (photo_id, model_version, rank, label, score)
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )
+                    .map_err(CatalogError::db("write predictions"))?;
+                for (id, labels) in rows {
+                    let sid = sql_id(*id)?;
+                    let present: bool = exists
+                        .query_row(params![sid], |r| r.get(0))
+                        .map_err(CatalogError::db("write predictions"))?;
+                    if !present {
+                        continue;
+                    }
+                    clear
+                        .execute(params![sid, model_version])
+                        .map_err(CatalogError::db("write predictions"))?;
+                    for (rank, p) in labels.iter().enumerate() {
+                        insert
+                            .execute(params![
+                                sid,
+                                model_version,
+                                rank as i64,
+                                p.label,
+                                f64::from(p.score)
+                            ])
+                            .map_err(CatalogError::db("write predictions"))?;
+                    }
+                    written += 1;
+                }
+            }
+            tx.commit()
+                .map_err(CatalogError::db("commit predictions"))?;
+            Ok(written)
+        })
+    }
+
+    fn unlabelled(&self, model_version: &str) -> Result<Vec<PhotoId>, CatalogError> {
+        self.with(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT id FROM photos WHERE id NOT IN
+                       (SELECT photo_id FROM predictions WHERE model_version = ?1 AND rank = 0)
+                     ORDER BY id",
+                )
+                .map_err(CatalogError::db("list unlabelled photos"))?;
+            let rows = stmt
+                .query_map(params![model_version], |r| Ok(r.get::<_, i64>(0)? as u64))
+                .map_err(CatalogError::db("list unlabelled photos"))?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .map_err(CatalogError::db("list unlabelled photos"))
+        })
+    }
+
+    fn predictions(&self, id: PhotoId) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError> {
+        let sid = sql_id(id)?;
+        self.with(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT model_version, label, score FROM predictions
+                     WHERE photo_id = ?1 ORDER BY model_version, rank",
+                )
+                .map_err(CatalogError::db("read predictions"))?;
+            let rows = stmt
+                .query_map(params![sid], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, f64>(2)?,
+                    ))
+                })
+                .map_err(CatalogError::db("read predictions"))?;
+            let mut out: Vec<(String, Vec<Prediction>)> = Vec::new();
+            for row in rows {
+                let (version, label, score) = row.map_err(CatalogError::db("read predictions"))?;
+                let prediction = Prediction {
+                    label,
+                    score: score as f32,
+                };
+                match out.last_mut() {
+                    Some((v, list)) if *v == version => list.push(prediction),
+                    _ => out.push((version, vec![prediction])),
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn search(
+        &self,
+        label: &str,
+        model_version: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>, CatalogError> {
+        let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT photo_id, label, score, rank FROM predictions
+                     WHERE model_version = ?1 AND (label = ?2 OR label LIKE ?2 || ',%'
+                        OR label LIKE '%, ' || ?2 || ',%' OR label LIKE '%, ' || ?2)
+                     ORDER BY score DESC, photo_id LIMIT ?3 OFFSET ?4",
+                )
+                .map_err(CatalogError::db("search"))?;
+            let rows = stmt
+                .query_map(params![model_version, label, limit, offset], |r| {
+                    Ok(SearchHit {
+                        id: r.get::<_, i64>(0)? as u64,
+                        label: r.get(1)?,
+                        score: r.get::<_, f64>(2)? as f32,
+                        rank: r.get::<_, i64>(3)? as u32,
+                    })
+                })
+                .map_err(CatalogError::db("search"))?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .map_err(CatalogError::db("search"))
+        })
+    }
+}

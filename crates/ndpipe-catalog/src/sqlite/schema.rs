@@ -1,0 +1,51 @@
+//! The SQLite schema, as numbered migrations.
+
+/// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
+pub(super) const MIGRATIONS: &[&str] = &[
+    r#"
+CREATE TABLE photos (
+    id            INTEGER PRIMARY KEY,
+    sha256        TEXT    NOT NULL,
+    bytes         INTEGER NOT NULL,
+    width         INTEGER NOT NULL,
+    height        INTEGER NOT NULL,
+    content_type  TEXT    NOT NULL,
+    created_ms    INTEGER NOT NULL
+);
+CREATE INDEX photos_sha256 ON photos(sha256);
+CREATE TABLE ground_truth (
+    photo_id  INTEGER PRIMARY KEY REFERENCES photos(id) ON DELETE CASCADE,
+    label     TEXT NOT NULL,
+    split     TEXT NOT NULL CHECK (split IN ('train', 'val', 'test'))
+);
+CREATE INDEX ground_truth_label ON ground_truth(label);
+CREATE TABLE model_versions (
+    id          TEXT PRIMARY KEY,
+    backbone    TEXT NOT NULL,
+    parent      TEXT REFERENCES model_versions(id),
+    metrics     TEXT NOT NULL,
+    created_ms  INTEGER NOT NULL,
+    active      INTEGER NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX model_versions_one_active ON model_versions(active) WHERE active = 1;
+CREATE TABLE predictions (
+    photo_id       INTEGER NOT NULL REFERENCES photos(id) ON DELETE CASCADE,
+    model_version  TEXT    NOT NULL,
+    rank           INTEGER NOT NULL,
+    label          TEXT    NOT NULL,
+    score          REAL    NOT NULL,
+    PRIMARY KEY (photo_id, model_version, rank)
+);
+CREATE INDEX predictions_label ON predictions(model_version, label, score);
+"#,
+    r#"
+CREATE TABLE jobs (
+    id          TEXT PRIMARY KEY,
+    kind        TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    created_ms  INTEGER NOT NULL,
+    updated_ms  INTEGER NOT NULL
+);
+"#,
+];

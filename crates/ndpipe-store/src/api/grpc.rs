@@ -1,0 +1,149 @@
+//! The tonic adapter of the Tuner protocol (`proto/ndpipe.proto`) over [`PipeStoreNode`]: each
+//! RPC unpacks its request, runs the node's method (off the async runtime when it blocks) and
+//! maps a [`NodeError`] to its status once, through `From<NodeError> for Status`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use ndpipe_proto::pb;
+use ndpipe_proto::pb::pipe_store_server::{PipeStore as PipeStoreRpc, PipeStoreServer};
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::node::{MAX_MESSAGE, NodeError, PipeStoreNode};
+
+type ExtractStream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ExtractEvent, Status>> + Send>>;
+
+/// The tonic service over a shared node.
+#[derive(Clone)]
+pub(crate) struct PipeStoreService(Arc<PipeStoreNode>);
+
+impl PipeStoreService {
+    /// The gRPC server of `node`, with the protocol's message size limits.
+    pub(crate) fn server(node: Arc<PipeStoreNode>) -> PipeStoreServer<Self> {
+        PipeStoreServer::new(PipeStoreService(node))
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE)
+    }
+
+    /// Runs `f` on the node off the async runtime (store, catalog and model calls block).
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(Arc<PipeStoreNode>) -> Result<T, NodeError> + Send + 'static,
+    ) -> Result<T, Status> {
+        let node = self.0.clone();
+        tokio::task::spawn_blocking(move || f(node))
+            .await
+            .map_err(|e| NodeError::Task(e.to_string()))?
+            .map_err(Status::from)
+    }
+}
+
+/// An event stream of the node as a tonic stream.
+fn events(rx: crate::node::Events) -> ExtractStream {
+    Box::pin(ReceiverStream::new(rx).map(|event| event.map_err(Status::from)))
+}
+
+#[tonic::async_trait]
+impl PipeStoreRpc for PipeStoreService {
+    type ExtractStream = ExtractStream;
+    type TakeOverStream = ExtractStream;
+
+    async fn rebalance(
+        &self,
+        request: Request<pb::RebalanceRequest>,
+    ) -> Result<Response<pb::RebalanceReply>, Status> {
+        Ok(Response::new(self.0.rebalance(&request.into_inner())?))
+    }
+
+    async fn take_over(
+        &self,
+        request: Request<pb::TakeOverRequest>,
+    ) -> Result<Response<Self::TakeOverStream>, Status> {
+        let rx = self.0.take_over(request.into_inner()).await?;
+        Ok(Response::new(events(rx)))
+    }
+
+    async fn get_features(
+        &self,
+        request: Request<pb::GetFeaturesRequest>,
+    ) -> Result<Response<pb::FeatureChunk>, Status> {
+        let ids = request.into_inner().ids;
+        let chunk = self.blocking(move |node| node.features_chunk(&ids)).await?;
+        Ok(Response::new(chunk))
+    }
+
+    async fn get_tensors(
+        &self,
+        request: Request<pb::GetTensorsRequest>,
+    ) -> Result<Response<pb::GetTensorsReply>, Status> {
+        let ids = request.into_inner().ids;
+        let tensors = self.blocking(move |node| node.tensors(&ids)).await?;
+        Ok(Response::new(pb::GetTensorsReply { tensors }))
+    }
+
+    async fn inventory(
+        &self,
+        _: Request<pb::InventoryRequest>,
+    ) -> Result<Response<pb::InventoryReply>, Status> {
+        let reply = self.blocking(|node| node.inventory()).await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn extract(
+        &self,
+        request: Request<pb::ExtractRequest>,
+    ) -> Result<Response<Self::ExtractStream>, Status> {
+        let req = request.into_inner();
+        let rx = self
+            .blocking(move |node| node.start_extraction(req))
+            .await?;
+        Ok(Response::new(events(rx)))
+    }
+
+    async fn fetch_chunk(
+        &self,
+        request: Request<pb::FetchChunkRequest>,
+    ) -> Result<Response<pb::FeatureChunk>, Status> {
+        let req = request.into_inner();
+        let chunk = self.blocking(move |node| node.fetch_chunk(&req)).await?;
+        Ok(Response::new(chunk))
+    }
+
+    async fn stage_head(
+        &self,
+        request: Request<pb::StageHeadRequest>,
+    ) -> Result<Response<pb::StageHeadReply>, Status> {
+        self.0.stage_head(&request.into_inner())?;
+        Ok(Response::new(pb::StageHeadReply {}))
+    }
+
+    async fn commit_head(
+        &self,
+        request: Request<pb::CommitHeadRequest>,
+    ) -> Result<Response<pb::CommitHeadReply>, Status> {
+        let version = request.into_inner().version;
+        self.blocking(move |node| node.commit_head(&version))
+            .await?;
+        Ok(Response::new(pb::CommitHeadReply {}))
+    }
+
+    async fn abort_head(
+        &self,
+        request: Request<pb::AbortHeadRequest>,
+    ) -> Result<Response<pb::AbortHeadReply>, Status> {
+        self.0.abort_head(&request.into_inner().version);
+        Ok(Response::new(pb::AbortHeadReply {}))
+    }
+
+    async fn relabel(
+        &self,
+        request: Request<pb::RelabelRequest>,
+    ) -> Result<Response<pb::RelabelReply>, Status> {
+        let version = request.into_inner().version;
+        let reply = self.blocking(move |node| node.relabel(&version)).await?;
+        Ok(Response::new(reply))
+    }
+}

@@ -1,0 +1,219 @@
+//! The one mapping from internal errors to HTTP responses with a JSON body
+//! ([`ndpipe_util::http::ErrorBody`]), the error counter, and [`blocking`], the one way
+//! handlers run blocking work.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use ndpipe_catalog::CatalogError;
+use ndpipe_model::PreprocessError;
+
+use super::AppState;
+use crate::ingest::IngestError;
+use crate::jobs::JobError;
+use crate::storage::StoreError;
+
+/// An error answered to an HTTP client: `{"error": kind, "message": ...}`.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    /// HTTP status.
+    pub(crate) status: StatusCode,
+    /// Stable machine-readable kind, also the metrics label.
+    pub(crate) kind: &'static str,
+    /// Human-readable detail.
+    pub(crate) message: String,
+}
+
+impl ApiError {
+    /// Builds an error.
+    pub(crate) fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// 400 with `kind`.
+    pub(crate) fn bad_request(kind: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, kind, message)
+    }
+
+    /// 404 for a photo id.
+    pub(crate) fn photo_not_found(id: u64) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("photo {id} does not exist"),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        ndpipe_util::http::error_response(self.status, self.kind, &self.message)
+    }
+}
+
+/// A 500 for a failure the client cannot act on.
+pub(crate) fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+}
+
+/// Counts `e` under its kind in `ndpipe_store_errors_total` and passes it on.
+pub(crate) fn count(state: &AppState, e: ApiError) -> ApiError {
+    state.metrics.error(e.kind);
+    e
+}
+
+/// A photo id from the path.
+pub(crate) fn parse_id(raw: &str) -> Result<u64, ApiError> {
+    raw.parse().map_err(|_| {
+        ApiError::bad_request(
+            "bad_id",
+            format!("photo id must be a positive integer, not {raw:?}"),
+        )
+    })
+}
+
+/// Runs blocking work (store reads, catalog queries, jobs) off the async runtime; its error, or
+/// a failure of the task itself (500 `internal`), is counted and answered.
+pub(crate) async fn blocking<T, E>(
+    state: &AppState,
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    E: Into<ApiError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(count(state, e.into())),
+        Err(e) => Err(count(state, internal(e))),
+    }
+}
+
+impl From<PreprocessError> for ApiError {
+    fn from(e: PreprocessError) -> Self {
+        let (status, kind) = match &e {
+            PreprocessError::Empty => (StatusCode::BAD_REQUEST, "empty_body"),
+            PreprocessError::UnsupportedFormat { .. } => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_format")
+            }
+            PreprocessError::TooManyPixels { .. } => {
+                (StatusCode::PAYLOAD_TOO_LARGE, "too_many_pixels")
+            }
+            PreprocessError::Truncated { .. } => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "truncated_image")
+            }
+            PreprocessError::ZeroSized { .. } => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "invalid_image")
+            }
+            _ => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_image"),
+        };
+        ApiError::new(status, kind, e.to_string())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let (status, kind) = match &e {
+            StoreError::Corrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "corrupt_data"),
+            StoreError::Closed => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "storage_error"),
+        };
+        ApiError::new(status, kind, e.to_string())
+    }
+}
+
+impl From<CatalogError> for ApiError {
+    fn from(e: CatalogError) -> Self {
+        let (status, kind) = match &e {
+            CatalogError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+            CatalogError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "catalog_error"),
+        };
+        ApiError::new(status, kind, e.to_string())
+    }
+}
+
+impl From<IngestError> for ApiError {
+    fn from(e: IngestError) -> Self {
+        match e {
+            IngestError::Rejected(e) => e.into(),
+            IngestError::InvalidLabel(m) => ApiError::bad_request("invalid_label", m),
+            IngestError::Store(e) => e.into(),
+            IngestError::Catalog(e) => e.into(),
+            other => internal(other),
+        }
+    }
+}
+
+impl From<JobError> for ApiError {
+    fn from(e: JobError) -> Self {
+        match e {
+            JobError::Busy(_) => ApiError::new(StatusCode::CONFLICT, "job_running", e.to_string()),
+            JobError::NoModel => ApiError::new(StatusCode::CONFLICT, "no_model", e.to_string()),
+            JobError::UnknownModel { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "unknown_model", e.to_string())
+            }
+            JobError::Catalog(c) => c.into(),
+            other => internal(other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::setup;
+
+    #[tokio::test]
+    async fn blocking_answers_values_and_counts_errors_by_kind() {
+        let s = setup();
+        let state = AppState::for_tests(&s);
+        assert_eq!(
+            blocking(&state, || Ok::<_, StoreError>(7)).await.unwrap(),
+            7
+        );
+        let closed = blocking(&state, || Err::<(), _>(StoreError::Closed))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (closed.status, closed.kind),
+            (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
+        );
+        let missing = blocking(&state, || {
+            Err::<(), _>(CatalogError::NotFound {
+                what: "photo 9".into(),
+            })
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(
+            (missing.status, missing.kind),
+            (StatusCode::NOT_FOUND, "not_found")
+        );
+        let panicked = blocking(&state, || -> Result<(), StoreError> { panic!("boom") })
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (panicked.status, panicked.kind),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+        );
+        let text = state.metrics.encode();
+        for kind in ["shutting_down", "not_found", "internal"] {
+            assert!(
+                text.contains(&format!("ndpipe_store_errors_total{{kind=\"{kind}\"}} 1")),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn ids_are_positive_integers() {
+        assert_eq!(parse_id("42").unwrap(), 42);
+        for raw in ["-1", "abc", ""] {
+            assert_eq!(parse_id(raw).unwrap_err().kind, "bad_id");
+        }
+    }
+}

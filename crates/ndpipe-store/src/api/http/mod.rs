@@ -1,0 +1,149 @@
+//! The PipeStore's client API: `/v1/photos`, labels, search, models, jobs, `/healthz`,
+//! `/metrics`.
+//!
+//! Route groups: [`photos`] (upload, read, list, delete, ground truth), [`labels`] (labels,
+//! search, models), [`jobs`] (re-labelling jobs), [`ops`] (health, metrics, compaction). Writes
+//! and admin calls need the bearer token when one is set. Every error is a JSON body
+//! (`{"error": kind, "message": ...}`) and is counted by kind ([`error`]).
+
+mod error;
+mod jobs;
+mod labels;
+mod ops;
+mod photos;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{delete, get, post, put};
+use ndpipe_catalog::Catalog;
+
+use crate::ingest::Ingestor;
+use crate::jobs::Jobs;
+use crate::metrics::StoreMetrics;
+use crate::storage::PhotoStore;
+use error::ApiError;
+
+/// Largest page of `GET /v1/photos` and `GET /v1/search`.
+const MAX_PAGE: usize = 1000;
+
+/// What the handlers work with: ingest for adding and deleting photos, the store for reading
+/// them, the catalog for what is known about them, jobs, metrics and the token.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    ingestor: Arc<Ingestor>,
+    store: Arc<PhotoStore>,
+    catalog: Arc<dyn Catalog>,
+    jobs: Arc<Jobs>,
+    metrics: Arc<StoreMetrics>,
+    token: Option<Arc<str>>,
+}
+
+impl AppState {
+    /// The state of a node's API; `token`, when set, guards writes and admin calls.
+    pub(crate) fn new(
+        ingestor: Arc<Ingestor>,
+        store: Arc<PhotoStore>,
+        catalog: Arc<dyn Catalog>,
+        jobs: Arc<Jobs>,
+        metrics: Arc<StoreMetrics>,
+        token: Option<String>,
+    ) -> Self {
+        AppState {
+            ingestor,
+            store,
+            catalog,
+            jobs,
+            metrics,
+            token: token.map(Arc::from),
+        }
+    }
+}
+
+/// The router of the client API; request bodies are limited to `max_upload_bytes`.
+pub(crate) fn router(state: AppState, max_upload_bytes: usize) -> Router {
+    let writes = Router::new()
+        .route("/v1/photos", post(photos::upload))
+        .route("/v1/photos/{id}", delete(photos::delete))
+        .route(
+            "/v1/photos/{id}/ground-truth",
+            put(photos::set_ground_truth),
+        )
+        .route("/v1/admin/compact", post(ops::compact))
+        .route("/v1/jobs/relabel", post(jobs::start_relabel))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    let reads = Router::new()
+        .route("/v1/photos", get(photos::list))
+        .route("/v1/photos/{id}", get(photos::get_photo))
+        .route("/v1/photos/{id}/meta", get(photos::get_meta))
+        .route("/v1/photos/{id}/tensor", get(photos::get_tensor))
+        .route("/v1/photos/{id}/labels", get(labels::get_labels))
+        .route("/v1/search", get(labels::search))
+        .route("/v1/models", get(labels::models))
+        .route("/v1/jobs", get(jobs::list))
+        .route("/v1/jobs/{id}", get(jobs::get_job))
+        .route("/healthz", get(ops::health))
+        .route("/metrics", get(ops::metrics));
+    writes
+        .merge(reads)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such endpoint") })
+        .layer(DefaultBodyLimit::max(max_upload_bytes))
+        .with_state(state)
+}
+
+/// Answers 401 (counted as `unauthorized`) unless the token is unset or presented.
+async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if let Some(token) = &state.token
+        && !ndpipe_util::http::has_bearer(req.headers(), token)
+    {
+        state.metrics.error("unauthorized");
+        return ndpipe_util::http::unauthorized();
+    }
+    next.run(req).await
+}
+
+/// A query parameter `limit` checked against [`MAX_PAGE`].
+fn page_limit(limit: Option<usize>, default: usize) -> Result<usize, ApiError> {
+    let limit = limit.unwrap_or(default);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::bad_request(
+            "bad_query",
+            format!("limit must be 1..={MAX_PAGE}"),
+        ));
+    }
+    Ok(limit)
+}
+
+#[cfg(test)]
+impl AppState {
+    /// The state over a test [`Setup`](crate::testing::Setup), without a model or token.
+    pub(crate) fn for_tests(s: &crate::testing::Setup) -> Self {
+        let metrics = Arc::new(StoreMetrics::default());
+        let ingestor = Ingestor::new(
+            s.store.clone(),
+            s.features.clone(),
+            s.catalog.clone(),
+            metrics.clone(),
+            crate::ingest::IngestConfig::default(),
+        );
+        let jobs = Jobs::new(
+            s.store.clone(),
+            s.features.clone(),
+            s.catalog.clone(),
+            None,
+            crate::inference::RelabelOptions::default(),
+        );
+        AppState::new(
+            Arc::new(ingestor),
+            s.store.clone(),
+            s.catalog.clone(),
+            Arc::new(jobs),
+            metrics,
+            None,
+        )
+    }
+}

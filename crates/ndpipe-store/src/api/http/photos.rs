@@ -1,0 +1,258 @@
+//! Photos: upload, read back (original, tensor, metadata), list, delete, set ground truth.
+
+use std::time::Instant;
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use ndpipe_catalog::{CatalogError, GroundTruth, PhotoRecord, Split};
+use serde::{Deserialize, Serialize};
+
+use super::error::{ApiError, blocking, count, parse_id};
+use super::{AppState, page_limit};
+
+/// Query parameters of an upload; the same values may come as `x-ndpipe-label`/`x-ndpipe-split`.
+#[derive(Debug, Deserialize)]
+pub(super) struct UploadParams {
+    label: Option<String>,
+    split: Option<String>,
+}
+
+/// Reply to a successful upload.
+#[derive(Debug, Serialize)]
+pub(super) struct UploadReply {
+    id: u64,
+    sha256: String,
+    bytes: u64,
+    width: u32,
+    height: u32,
+}
+
+/// `POST /v1/photos`: stores a photo durably (201 once it is on disk; labelling follows).
+pub(super) async fn upload(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<UploadParams>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<UploadReply>), ApiError> {
+    let started = Instant::now();
+    let result = async {
+        let Query(params) = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
+        let body = body.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    e.body_text(),
+                )
+            } else {
+                ApiError::bad_request("bad_body", e.body_text())
+            }
+        })?;
+        let truth = ground_truth(&headers, params)?;
+        let size = body.len() as u64;
+        let record = state.ingestor.ingest(body, truth).await?;
+        state.metrics.uploads.inc();
+        state.metrics.upload_bytes.inc_by(size);
+        Ok(record)
+    }
+    .await;
+    state
+        .metrics
+        .ingest_seconds
+        .observe(started.elapsed().as_secs_f64());
+    match result {
+        Ok(PhotoRecord { id, meta }) => Ok((
+            StatusCode::CREATED,
+            Json(UploadReply {
+                id,
+                sha256: meta.sha256,
+                bytes: meta.bytes,
+                width: meta.width,
+                height: meta.height,
+            }),
+        )),
+        Err(e) => Err(count(&state, e)),
+    }
+}
+
+/// The ground truth of an upload, from its query or headers; a split needs a label.
+fn ground_truth(
+    headers: &HeaderMap,
+    params: UploadParams,
+) -> Result<Option<GroundTruth>, ApiError> {
+    let header_text = |name: &str| -> Result<Option<String>, ApiError> {
+        headers
+            .get(name)
+            .map(|v| {
+                v.to_str().map(str::to_owned).map_err(|_| {
+                    ApiError::bad_request("invalid_label", format!("{name} is not valid text"))
+                })
+            })
+            .transpose()
+    };
+    let label = params.label.or(header_text("x-ndpipe-label")?);
+    let split = params.split.or(header_text("x-ndpipe-split")?);
+    match (label, split) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(ApiError::bad_request(
+            "invalid_label",
+            "a split was given without a label",
+        )),
+        (Some(label), split) => {
+            let split = match split.as_deref() {
+                None => Split::Train,
+                Some(s) => s.parse().map_err(|e: CatalogError| {
+                    ApiError::bad_request("invalid_split", e.to_string())
+                })?,
+            };
+            Ok(Some(GroundTruth { label, split }))
+        }
+    }
+}
+
+/// `GET /v1/photos/{id}`: the original bytes, with an ETag of their SHA-256.
+pub(super) async fn get_photo(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&raw).map_err(|e| count(&state, e))?;
+    let store = state.store.clone();
+    let found = blocking(&state, move || store.original(id)).await?;
+    let Some((entry, bytes)) = found else {
+        return Err(count(&state, ApiError::photo_not_found(id)));
+    };
+    state.metrics.reads.inc();
+    let etag = format!("\"{}\"", entry.meta.sha256);
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == etag)
+    {
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());
+    }
+    Ok((
+        [
+            (header::CONTENT_TYPE, entry.meta.content_type.clone()),
+            (header::ETAG, etag),
+            (
+                header::CACHE_CONTROL,
+                "private, max-age=31536000, immutable".into(),
+            ),
+        ],
+        Body::from(bytes),
+    )
+        .into_response())
+}
+
+/// `GET /v1/photos/{id}/tensor`: the stored preprocessed tensor (`TensorBlob`).
+pub(super) async fn get_tensor(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&raw).map_err(|e| count(&state, e))?;
+    let store = state.store.clone();
+    let found = blocking(&state, move || store.tensor(id)).await?;
+    let Some((_, blob)) = found else {
+        return Err(count(&state, ApiError::photo_not_found(id)));
+    };
+    Ok((
+        [(header::CONTENT_TYPE, "application/vnd.ndpipe.tensor")],
+        Body::from(blob),
+    )
+        .into_response())
+}
+
+/// `GET /v1/photos/{id}/meta`: the photo's catalog row.
+pub(super) async fn get_meta(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> Result<Json<PhotoRecord>, ApiError> {
+    let id = parse_id(&raw).map_err(|e| count(&state, e))?;
+    let catalog = state.catalog.clone();
+    let row = blocking(&state, move || catalog.photo(id)).await?;
+    row.map(Json)
+        .ok_or_else(|| count(&state, ApiError::photo_not_found(id)))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct PageParams {
+    after: Option<u64>,
+    limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct Page {
+    photos: Vec<PhotoRecord>,
+    /// Pass as `after` to get the next page; absent on the last page.
+    next_after: Option<u64>,
+}
+
+/// `GET /v1/photos?after=&limit=`: catalog rows in id order, a page at a time.
+pub(super) async fn list(
+    State(state): State<AppState>,
+    query: Result<Query<PageParams>, QueryRejection>,
+) -> Result<Json<Page>, ApiError> {
+    let Query(params) =
+        query.map_err(|e| count(&state, ApiError::bad_request("bad_query", e.body_text())))?;
+    let limit = page_limit(params.limit, 100).map_err(|e| count(&state, e))?;
+    let catalog = state.catalog.clone();
+    let photos = blocking(&state, move || catalog.list_photos(params.after, limit)).await?;
+    let next_after = (photos.len() == limit)
+        .then(|| photos.last().map(|p| p.id))
+        .flatten();
+    Ok(Json(Page { photos, next_after }))
+}
+
+/// `DELETE /v1/photos/{id}`: 204, or 404 when there was no such photo.
+pub(super) async fn delete(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = parse_id(&raw).map_err(|e| count(&state, e))?;
+    if state
+        .ingestor
+        .delete(id)
+        .await
+        .map_err(|e| count(&state, e.into()))?
+    {
+        state.metrics.deletes.inc();
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(count(&state, ApiError::photo_not_found(id)))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct GroundTruthBody {
+    label: Option<String>,
+    split: Option<Split>,
+}
+
+/// `PUT /v1/photos/{id}/ground-truth`: sets (or, without a label, clears) the ground truth.
+pub(super) async fn set_ground_truth(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    body: Result<Json<GroundTruthBody>, JsonRejection>,
+) -> Result<StatusCode, ApiError> {
+    let id = parse_id(&raw).map_err(|e| count(&state, e))?;
+    let Json(body) =
+        body.map_err(|e| count(&state, ApiError::bad_request("bad_body", e.body_text())))?;
+    let truth = match body.label {
+        Some(label) => {
+            crate::ingest::validate_label(&label).map_err(|e| count(&state, e.into()))?;
+            Some(GroundTruth {
+                label,
+                split: body.split.unwrap_or(Split::Train),
+            })
+        }
+        None => None,
+    };
+    let catalog = state.catalog.clone();
+    blocking(&state, move || catalog.set_ground_truth(id, truth.as_ref())).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,95 @@
+//! The PipeStore's settings: one serde struct, the `[pipestore]` section of `ndpipe.toml`, which
+//! the `ndpipe serve` and `ndpipe pipestore` flags override.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use ndpipe_model::{CodecKind, ExecutionProvider};
+use serde::{Deserialize, Serialize};
+
+/// Default largest upload body, in bytes.
+pub const DEFAULT_MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
+
+/// Everything a PipeStore can be told. Every field has a default, so an empty file is valid.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Data directory: volumes, index, features, catalog and heads live here.
+    pub data: PathBuf,
+    /// Address of the HTTP API (`/v1`, `/healthz`, `/metrics`).
+    pub listen: SocketAddr,
+    /// Address of this node's gRPC service for the Tuner (port 0 picks a free one).
+    pub grpc_listen: SocketAddr,
+    /// URL the Tuner uses to reach this node's gRPC service (default: `http://` and the bound
+    /// gRPC address).
+    pub advertise_url: Option<String>,
+    /// The name this node registers with; the same name keeps its node id across restarts
+    /// (default: `pipestore-` and the data directory's name).
+    pub name: Option<String>,
+    /// The Tuner's gRPC URL to register with (`ndpipe pipestore`); unset, the node registers
+    /// with no one (`ndpipe serve` registers with its own Tuner).
+    pub tuner: Option<String>,
+    /// Bearer token required for writes and admin calls (unset: none needed).
+    pub token: Option<String>,
+    /// File whose first line is the bearer token (used when `token` is unset).
+    pub token_file: Option<PathBuf>,
+    /// Largest accepted upload, in bytes.
+    pub max_upload_bytes: usize,
+    /// Largest accepted image, in pixels (width * height), checked before decoding.
+    pub max_pixels: u64,
+    /// Volume files are sealed at this size, in bytes.
+    pub max_volume_bytes: u64,
+    /// Compression of stored tensors: `zstd`, `deflate` or `none`.
+    pub tensor_codec: CodecKind,
+    /// Compression level of stored tensors (zstd 1..=22, deflate 0..=9).
+    pub tensor_level: i32,
+    /// Photos decoded at once (default: one per CPU core).
+    pub decode_threads: Option<usize>,
+    /// Folder with the model: `model.json`, the ONNX file and the class names (made by `make
+    /// setup`).
+    pub model_dir: PathBuf,
+    /// The ONNX Runtime shared library (default: `MODEL_DIR/lib/libonnxruntime.so`).
+    pub ort_lib: Option<PathBuf>,
+    /// Run without a model: photos are stored but not labelled until a re-labelling with one.
+    pub no_model: bool,
+    /// Threads per model run (0: ONNX Runtime decides).
+    pub intra_threads: usize,
+    /// Largest batch per model run (online labelling and re-labelling).
+    pub max_batch: usize,
+    /// Where inference runs: `cpu`, `cuda` or `tensorrt`.
+    pub execution_provider: ExecutionProvider,
+    /// Longest wait, in ms, for concurrent uploads to fill an online-labelling batch.
+    pub label_wait_ms: u64,
+    /// Testing only: damage the first N feature chunks sent to the Tuner (their checksum then
+    /// fails and the Tuner must fetch them again).
+    pub fault_corrupt_chunks: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data: PathBuf::from("data"),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            grpc_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            advertise_url: None,
+            name: None,
+            tuner: None,
+            token: None,
+            token_file: None,
+            max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
+            max_pixels: ndpipe_model::PreprocessConfig::default().max_pixels,
+            max_volume_bytes: 1 << 30,
+            tensor_codec: CodecKind::Zstd,
+            tensor_level: 3,
+            decode_threads: None,
+            model_dir: PathBuf::from(".cache/model"),
+            ort_lib: None,
+            no_model: false,
+            intra_threads: 0,
+            max_batch: 32,
+            execution_provider: ExecutionProvider::Cpu,
+            label_wait_ms: 5,
+            fault_corrupt_chunks: 0,
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! Committed head files, in the one head format: `DATA/heads/<stem>.safetensors`
+//! ([`HeadFile`] with its [`HeadVersion`]), where `<stem>` is
+//! [`file_stem`] of the version id.
+//!
+//! Builds before the single format wrote `<stem>.head`: the prost-encoded
+//! `pb::StageHeadRequest` the head was staged with. Those files are still read (at start for
+//! the active version, and when a version that is not staged is committed); the next commit of
+//! such a version writes it in the new format.
+
+use std::path::{Path, PathBuf};
+
+use ndpipe_model::{HeadFile, HeadVersion, HeadWeights};
+use ndpipe_proto::pb;
+use ndpipe_util::fs::file_stem;
+
+use super::InferenceError;
+
+/// The directory of committed heads.
+pub(crate) struct HeadDir {
+    dir: PathBuf,
+}
+
+impl HeadDir {
+    /// The heads kept in `dir`, which is created if absent.
+    pub(crate) fn open(dir: PathBuf) -> Result<Self, InferenceError> {
+        std::fs::create_dir_all(&dir).map_err(|source| InferenceError::HeadsDir {
+            path: dir.clone(),
+            source,
+        })?;
+        Ok(HeadDir { dir })
+    }
+
+    fn path(&self, version: &str) -> PathBuf {
+        self.dir.join(format!("{}.safetensors", file_stem(version)))
+    }
+
+    fn legacy_path(&self, version: &str) -> PathBuf {
+        self.dir.join(format!("{}.head", file_stem(version)))
+    }
+
+    /// Writes the head of `version` durably (a crash leaves the old file or the new one).
+    pub(crate) fn write(
+        &self,
+        head: &HeadWeights,
+        version: &HeadVersion,
+    ) -> Result<(), InferenceError> {
+        HeadFile::from_linear(head, Some(version.clone())).write(&self.path(&version.id))?;
+        Ok(())
+    }
+
+    /// The committed head of `version` and the version recorded with it, if this node has one:
+    /// the head file, else an old-format `.head` file.
+    pub(crate) fn read(
+        &self,
+        version: &str,
+    ) -> Result<Option<(HeadWeights, Option<HeadVersion>)>, InferenceError> {
+        let path = self.path(version);
+        if path.exists() {
+            let file = HeadFile::read(&path)?;
+            return Ok(Some((file.to_linear()?, file.version)));
+        }
+        let legacy = self.legacy_path(version);
+        if legacy.exists() {
+            let (head, version) = read_legacy(&legacy)?;
+            return Ok(Some((head, Some(version))));
+        }
+        Ok(None)
+    }
+}
+
+/// The model version a staged head says it belongs to.
+pub(crate) fn version_of(request: &pb::StageHeadRequest) -> HeadVersion {
+    HeadVersion {
+        id: request.version.clone(),
+        backbone: request.backbone_version.clone(),
+        parent: Some(request.parent.clone()).filter(|p| !p.is_empty()),
+        metrics: serde_json::from_str(&request.metrics_json).unwrap_or(serde_json::Value::Null),
+    }
+}
+
+/// Reads an old-format head file: a prost-encoded `StageHeadRequest`.
+fn read_legacy(path: &Path) -> Result<(HeadWeights, HeadVersion), InferenceError> {
+    let legacy = |source: Box<dyn std::error::Error + Send + Sync>| InferenceError::LegacyHead {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = std::fs::read(path).map_err(|e| legacy(e.into()))?;
+    let request: pb::StageHeadRequest =
+        prost::Message::decode(&bytes[..]).map_err(|e| legacy(Box::new(e)))?;
+    let head = ndpipe_proto::head_from_request(&request).map_err(|e| legacy(e.into()))?;
+    Ok((head, version_of(&request)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head() -> HeadWeights {
+        HeadWeights::new(
+            vec!["cat".into(), "cup".into()],
+            3,
+            vec![1.0, 0.0, 0.5, 0.0, 1.0, -0.5],
+            vec![0.25, -0.25],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn heads_round_trip_with_their_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let heads = HeadDir::open(dir.path().join("heads")).unwrap();
+        assert!(heads.read("ft-1-abc").unwrap().is_none());
+        let version = HeadVersion {
+            id: "ft-1-abc".into(),
+            backbone: "b".repeat(64),
+            parent: Some("pretrained".into()),
+            metrics: serde_json::json!({"val_top1": 0.9}),
+        };
+        heads.write(&head(), &version).unwrap();
+        assert!(dir.path().join("heads/ft-1-abc.safetensors").exists());
+        let (back, meta) = heads.read("ft-1-abc").unwrap().unwrap();
+        assert_eq!(back, head());
+        assert_eq!(meta, Some(version));
+    }
+
+    #[test]
+    fn old_format_head_files_still_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let heads = HeadDir::open(dir.path().to_path_buf()).unwrap();
+        let (weights, crc32c) = ndpipe_proto::head_bytes(&head());
+        let request = pb::StageHeadRequest {
+            version: "ft-2-def".into(),
+            backbone_version: "b".repeat(64),
+            parent: "ft-1-abc".into(),
+            classes: head().classes().to_vec(),
+            input_dim: 3,
+            weights,
+            crc32c,
+            metrics_json: r#"{"val_top1":0.8}"#.into(),
+        };
+        std::fs::write(
+            dir.path().join("ft-2-def.head"),
+            prost::Message::encode_to_vec(&request),
+        )
+        .unwrap();
+        let (back, meta) = heads.read("ft-2-def").unwrap().unwrap();
+        assert_eq!(back, head());
+        let meta = meta.unwrap();
+        assert_eq!(meta.parent.as_deref(), Some("ft-1-abc"));
+        assert_eq!(meta.metrics["val_top1"], 0.8);
+
+        std::fs::write(dir.path().join("broken.head"), b"\xff\xff not protobuf").unwrap();
+        assert!(matches!(
+            heads.read("broken"),
+            Err(InferenceError::LegacyHead { .. })
+        ));
+    }
+}

@@ -1,0 +1,358 @@
+//! Online inference at ingest: photos are labelled right after their durable write.
+//!
+//! Uploads hand their tensor to a dedicated model thread (inference never runs on the async
+//! runtime). The thread gathers up to `max_batch` photos, waiting at most `max_wait` after the
+//! first one, so concurrent uploads share a batch; it then writes the top-k labels to the catalog
+//! and the feature vectors to the feature store. The HTTP 201 does not wait for this: the
+//! 201-to-label latency is exported as `ndpipe_store_label_latency_seconds`. A photo whose labels
+//! are lost (queue full, crash) is picked up by the next re-labelling.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ndpipe_catalog::{PhotoCatalog, Prediction};
+use ndpipe_model::{ImageTensor, Outputs};
+use ndpipe_util::sync::lock;
+use tracing::warn;
+
+use super::InferenceError;
+use super::backbone::stored_tensor;
+use super::model::{ActiveModel, SharedModel};
+use crate::metrics::StoreMetrics;
+use crate::storage::{FeatureStore, PhotoStore};
+
+/// Settings of online labelling.
+#[derive(Debug, Clone)]
+pub(crate) struct LabelerConfig {
+    /// Largest batch per model run.
+    pub(crate) max_batch: usize,
+    /// Longest wait for a batch to fill after its first photo.
+    pub(crate) max_wait: Duration,
+    /// Labels kept per photo.
+    pub(crate) top_k: usize,
+    /// Photos waiting for the model before new ones are left to re-labelling.
+    pub(crate) queue: usize,
+}
+
+impl Default for LabelerConfig {
+    fn default() -> Self {
+        LabelerConfig {
+            max_batch: 16,
+            max_wait: Duration::from_millis(5),
+            top_k: 5,
+            queue: 1024,
+        }
+    }
+}
+
+struct Request {
+    id: u64,
+    tensor: ImageTensor,
+    enqueued: Instant,
+}
+
+/// The online labelling worker.
+pub(crate) struct Labeler {
+    tx: Mutex<Option<SyncSender<Request>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    model: SharedModel,
+    backlog: Backlog,
+}
+
+/// Photos that arrived while the queue was full, labelled from their stored tensors when the
+/// model thread is idle.
+type Backlog = Arc<Mutex<VecDeque<(u64, Instant)>>>;
+
+impl Labeler {
+    /// Starts the model thread.
+    pub(crate) fn start(
+        model: SharedModel,
+        store: Arc<PhotoStore>,
+        features: Arc<FeatureStore>,
+        catalog: Arc<dyn PhotoCatalog>,
+        metrics: Arc<StoreMetrics>,
+        config: LabelerConfig,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(config.queue.max(1));
+        let backlog = Backlog::default();
+        let worker = Worker {
+            model: model.clone(),
+            features,
+            store,
+            catalog,
+            metrics,
+            config,
+            backlog: backlog.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("ndpipe-labeler".into())
+            .spawn(move || worker.run(rx))?;
+        Ok(Labeler {
+            tx: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+            model,
+            backlog,
+        })
+    }
+
+    /// The model in use.
+    pub(crate) fn model(&self) -> &SharedModel {
+        &self.model
+    }
+
+    /// Queues stored photos for labelling from their stored tensors (e.g. photos stored while
+    /// no model was loaded, or whose labels a crash lost).
+    pub(crate) fn enqueue_stored(&self, ids: impl IntoIterator<Item = u64>) {
+        let now = Instant::now();
+        lock(&self.backlog).extend(ids.into_iter().map(|id| (id, now)));
+    }
+
+    /// Queues a stored photo for labelling. When the queue is full, the photo's id goes to a
+    /// backlog that the model thread works off (reading the stored tensor) when it is idle.
+    pub(crate) fn submit(&self, id: u64, tensor: ImageTensor) {
+        let tx = lock(&self.tx);
+        let Some(tx) = tx.as_ref() else { return };
+        let enqueued = Instant::now();
+        if let Err(TrySendError::Full(_)) = tx.try_send(Request {
+            id,
+            tensor,
+            enqueued,
+        }) {
+            lock(&self.backlog).push_back((id, enqueued));
+        }
+    }
+}
+
+impl Labeler {
+    /// Stops the model thread after the batch it is running and waits for it; photos still
+    /// queued stay unlabelled until the next start queues them again. Blocks: call it off the
+    /// async runtime.
+    pub(crate) fn stop(&self) {
+        lock(&self.tx).take();
+        if let Some(t) = lock(&self.thread).take()
+            && t.join().is_err()
+        {
+            warn!("labeler thread panicked");
+        }
+    }
+}
+
+impl Drop for Labeler {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct Worker {
+    model: SharedModel,
+    store: Arc<PhotoStore>,
+    catalog: Arc<dyn PhotoCatalog>,
+    features: Arc<FeatureStore>,
+    metrics: Arc<StoreMetrics>,
+    config: LabelerConfig,
+    backlog: Backlog,
+}
+
+impl Worker {
+    fn run(self, rx: Receiver<Request>) {
+        let max_batch = self
+            .config
+            .max_batch
+            .min(self.model.get().backend.max_batch())
+            .max(1);
+        loop {
+            let first = match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(first) => first,
+                Err(RecvTimeoutError::Timeout) => {
+                    self.work_off_backlog(max_batch);
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            let deadline = Instant::now() + self.config.max_wait;
+            let mut batch = vec![first];
+            while batch.len() < max_batch {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match rx.recv_timeout(left) {
+                    Ok(r) => batch.push(r),
+                    Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => break,
+                }
+            }
+            if let Err(e) = self.label(&batch) {
+                warn!(error = %e, photos = batch.len(), "online labelling failed; the photos stay unlabelled");
+                self.metrics.error("label_failed");
+            }
+        }
+    }
+
+    /// Labels up to one batch of backlogged photos from their stored tensors.
+    fn work_off_backlog(&self, max_batch: usize) {
+        let taken: Vec<(u64, Instant)> = {
+            let mut backlog = lock(&self.backlog);
+            let n = backlog.len().min(max_batch);
+            backlog.drain(..n).collect()
+        };
+        let mut batch = Vec::with_capacity(taken.len());
+        for (id, enqueued) in taken {
+            match stored_tensor(&self.store, id) {
+                Ok(tensor) => batch.push(Request {
+                    id,
+                    tensor,
+                    enqueued,
+                }),
+                // Deleted meanwhile.
+                Err(InferenceError::NoTensor { .. }) => {}
+                Err(e) => warn!(photo = id, error = %e, "cannot read a backlogged photo's tensor"),
+            }
+        }
+        if !batch.is_empty()
+            && let Err(e) = self.label(&batch)
+        {
+            warn!(error = %e, photos = batch.len(), "labelling backlogged photos failed");
+            self.metrics.error("label_failed");
+        }
+    }
+
+    fn label(&self, batch: &[Request]) -> Result<(), InferenceError> {
+        let model = self.model.get();
+        let tensors: Vec<ImageTensor> = batch.iter().map(|r| r.tensor.clone()).collect();
+        let outputs = model.backend.run(&tensors)?;
+        let ids: Vec<u64> = batch.iter().map(|r| r.id).collect();
+        write_outputs(
+            &model,
+            &*self.catalog,
+            &self.features,
+            &ids,
+            &outputs,
+            self.config.top_k,
+        )?;
+        for r in batch {
+            self.metrics
+                .label_seconds
+                .observe(r.enqueued.elapsed().as_secs_f64());
+        }
+        self.metrics.labelled.inc_by(batch.len() as u64);
+        Ok(())
+    }
+}
+
+/// Files the features and labels of a batch: features under the backbone, then labels under the
+/// model version, so a photo with labels always has its features. Labels of photos deleted
+/// meanwhile are skipped.
+pub(crate) fn write_outputs(
+    model: &ActiveModel,
+    catalog: &dyn PhotoCatalog,
+    features: &FeatureStore,
+    ids: &[u64],
+    outputs: &Outputs,
+    k: usize,
+) -> Result<Vec<(u64, Vec<Prediction>)>, InferenceError> {
+    let info = model.info();
+    let rows: Vec<(u64, Vec<Prediction>)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (*id, model.predictions(outputs, i, k)))
+        .collect();
+    let feature_rows: Vec<(u64, &[f32])> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (*id, outputs.features(i)))
+        .collect();
+    features.put_many(&info.backbone_version, &feature_rows)?;
+    catalog.put_predictions_many(&model.version, &rows)?;
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use ndpipe_model::InferenceBackend;
+
+    use super::*;
+    use crate::ingest::{IngestConfig, Ingestor};
+    use crate::testing::{png, setup};
+
+    #[tokio::test]
+    async fn concurrent_uploads_share_batches_and_get_labels_and_features() {
+        let s = setup();
+        let model = ActiveModel {
+            backend: s.fake.clone(),
+            version: "fake-v1".into(),
+            head: None,
+        };
+        // A queue of 4 for 16 uploads: the rest go through the backlog, from their stored
+        // tensors.
+        let config = LabelerConfig {
+            max_batch: 8,
+            max_wait: Duration::from_millis(50),
+            queue: 4,
+            ..LabelerConfig::default()
+        };
+        let metrics = Arc::new(StoreMetrics::default());
+        let labeler = Labeler::start(
+            SharedModel::new(model),
+            s.store.clone(),
+            s.features.clone(),
+            s.catalog.clone(),
+            metrics.clone(),
+            config,
+        )
+        .unwrap();
+        let ingestor = Arc::new(
+            Ingestor::new(
+                s.store.clone(),
+                s.features.clone(),
+                s.catalog.clone(),
+                metrics.clone(),
+                IngestConfig::default(),
+            )
+            .with_labeler(labeler),
+        );
+        let uploads: Vec<_> = (0..16u8)
+            .map(|i| {
+                let ing = ingestor.clone();
+                tokio::spawn(async move { ing.ingest(png(i), None).await.unwrap().id })
+            })
+            .collect();
+        let mut ids = Vec::new();
+        for u in uploads {
+            ids.push(u.await.unwrap());
+        }
+        assert_eq!(metrics.photos.get(), 16, "ingest counts the photos it adds");
+        for id in &ids {
+            let labelled = async {
+                loop {
+                    let preds = s.catalog.predictions(*id).unwrap();
+                    if !preds.is_empty() {
+                        return preds;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            };
+            // A guard against hanging, not a speed target.
+            let preds = tokio::time::timeout(Duration::from_secs(120), labelled)
+                .await
+                .unwrap_or_else(|_| panic!("photo {id} was never labelled"));
+            assert_eq!(preds[0].0, "fake-v1");
+            assert_eq!(preds[0].1.len(), 5);
+            let backbone = s.fake.info().backbone_version.clone();
+            assert_eq!(s.features.get(&backbone, *id).unwrap().unwrap().len(), 16);
+        }
+        assert!(
+            s.fake.batches() < 16,
+            "16 concurrent uploads must share batches, ran {}",
+            s.fake.batches()
+        );
+        assert!(ingestor.delete(ids[0]).await.unwrap());
+        assert_eq!(metrics.photos.get(), 15, "and the photos it deletes");
+        ingestor.stop_labeler();
+        let late = ingestor.ingest(png(99), None).await.unwrap().id;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            s.catalog.predictions(late).unwrap().is_empty(),
+            "a stopped labeler labels nothing"
+        );
+    }
+}

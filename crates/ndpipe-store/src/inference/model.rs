@@ -1,0 +1,318 @@
+//! The node-side model lifecycle, in one place.
+//!
+//! A node loads one backbone (the pretrained model) and labels with the *active* model: the
+//! backbone's own classifier, or a fine-tuned head over its features. [`Models`] keeps the
+//! pretrained version registered, loads the active head at start, and commits (or rolls back
+//! to) versions as the Tuner deploys them, remembering the version before for label churn.
+
+use std::sync::{Arc, Mutex, RwLock};
+
+use ndpipe_catalog::{ModelRegistry, ModelVersion, Prediction};
+use ndpipe_model::{HeadVersion, HeadWeights, InferenceBackend, ModelInfo, Outputs, top_k};
+use ndpipe_util::sync::{lock, read, write};
+use tracing::info;
+
+use super::InferenceError;
+use super::heads::HeadDir;
+
+/// The model that labels the store, and the catalog version its labels are filed under.
+#[derive(Clone)]
+pub struct ActiveModel {
+    /// The inference backend (the backbone, with its own pretrained classifier).
+    pub backend: Arc<dyn InferenceBackend>,
+    /// The catalog's model version id.
+    pub version: String,
+    /// A fine-tuned classifier head over the backbone's features; `None` uses the backbone's
+    /// own logits and classes.
+    pub head: Option<Arc<HeadWeights>>,
+}
+
+impl ActiveModel {
+    /// The model version id of a pretrained model: its name and the backbone hash prefix.
+    pub fn pretrained_version(info: &ModelInfo) -> String {
+        let short = &info.backbone_version[..info.backbone_version.len().min(12)];
+        format!("{}-{short}", info.name)
+    }
+
+    /// The model's description.
+    pub fn info(&self) -> &ModelInfo {
+        self.backend.info()
+    }
+
+    /// The top-`k` labels of row `i` of a backbone run.
+    pub(crate) fn predictions(&self, outputs: &Outputs, i: usize, k: usize) -> Vec<Prediction> {
+        match &self.head {
+            Some(head) => head_predictions(head, outputs.features(i), k),
+            None => backbone_predictions(self.info(), outputs, i, k),
+        }
+    }
+}
+
+/// The top-`k` labels a head gives a feature vector.
+pub(crate) fn head_predictions(head: &HeadWeights, features: &[f32], k: usize) -> Vec<Prediction> {
+    head.top_k(features, k)
+        .into_iter()
+        .map(|(label, score)| Prediction {
+            label: label.to_string(),
+            score,
+        })
+        .collect()
+}
+
+/// The top-`k` labels the backbone's own classifier gives row `i`.
+pub(crate) fn backbone_predictions(
+    info: &ModelInfo,
+    outputs: &Outputs,
+    i: usize,
+    k: usize,
+) -> Vec<Prediction> {
+    top_k(outputs.logits(i), k)
+        .into_iter()
+        .map(|(class, score)| Prediction {
+            label: info.class_name(class).unwrap_or("unknown").to_string(),
+            score,
+        })
+        .collect()
+}
+
+/// The active model, swappable at run time (a deploy commits a new head). Clones share it.
+#[derive(Clone)]
+pub(crate) struct SharedModel(Arc<RwLock<ActiveModel>>);
+
+impl SharedModel {
+    /// Wraps the initial model.
+    pub(crate) fn new(model: ActiveModel) -> Self {
+        SharedModel(Arc::new(RwLock::new(model)))
+    }
+
+    /// The model now (cheap: it clones `Arc`s).
+    pub(crate) fn get(&self) -> ActiveModel {
+        read(&self.0).clone()
+    }
+
+    /// Replaces the model.
+    pub(crate) fn set(&self, model: ActiveModel) {
+        *write(&self.0) = model;
+    }
+}
+
+/// The node's models: the pretrained one it loaded, the active one, the one before it, and the
+/// committed heads.
+pub(crate) struct Models {
+    pretrained: ActiveModel,
+    active: SharedModel,
+    previous: Mutex<Option<String>>,
+    heads: HeadDir,
+    registry: Arc<dyn ModelRegistry>,
+}
+
+impl Models {
+    /// Sets up the models of a node that loaded `pretrained`: registers its version (it becomes
+    /// active when no version is), then loads the head of the registry's active version when
+    /// this node committed one into `heads`.
+    pub(crate) fn open(
+        pretrained: ActiveModel,
+        registry: Arc<dyn ModelRegistry>,
+        heads: HeadDir,
+    ) -> Result<Self, InferenceError> {
+        register_pretrained(&*registry, &pretrained)?;
+        let models = Models {
+            active: SharedModel::new(pretrained.clone()),
+            pretrained,
+            previous: Mutex::new(None),
+            heads,
+            registry,
+        };
+        models.load_active_head()?;
+        Ok(models)
+    }
+
+    /// The backbone with its own classifier, as loaded.
+    pub(crate) fn pretrained(&self) -> &ActiveModel {
+        &self.pretrained
+    }
+
+    /// The active model, shared with everything that labels.
+    pub(crate) fn active(&self) -> &SharedModel {
+        &self.active
+    }
+
+    /// The version that was active before the last commit that changed it (`None` until one
+    /// does): re-labelling measures churn against it.
+    pub(crate) fn previous(&self) -> Option<String> {
+        lock(&self.previous).clone()
+    }
+
+    fn load_active_head(&self) -> Result<(), InferenceError> {
+        let Some(active) = self.registry.active_model()? else {
+            return Ok(());
+        };
+        if active.id == self.pretrained.version {
+            return Ok(());
+        }
+        let Some((head, _)) = self.heads.read(&active.id)? else {
+            return Ok(());
+        };
+        info!(version = %active.id, classes = head.classes().len(), "loaded the active fine-tuned head");
+        self.active.set(self.with_head(active.id, head));
+        Ok(())
+    }
+
+    /// Makes `version` the active model: the pretrained one (a rollback), or a fine-tuned head,
+    /// `staged` or committed on this node before. A head is written to the heads directory
+    /// first, then registered (or re-activated) in the registry, then swapped in.
+    pub(crate) fn commit(
+        &self,
+        version: &str,
+        staged: Option<(HeadWeights, HeadVersion)>,
+    ) -> Result<(), InferenceError> {
+        let before = self.active.get().version;
+        if version == self.pretrained.version {
+            self.registry.set_active_model(version)?;
+            self.active.set(self.pretrained.clone());
+            info!(version, "rolled back to the pretrained model");
+        } else {
+            let (head, meta) = match staged {
+                Some(staged) => staged,
+                None => {
+                    let (head, meta) =
+                        self.heads
+                            .read(version)?
+                            .ok_or_else(|| InferenceError::NotStaged {
+                                version: version.to_string(),
+                            })?;
+                    let meta = meta.unwrap_or_else(|| HeadVersion {
+                        id: version.to_string(),
+                        backbone: self.pretrained.info().backbone_version.clone(),
+                        parent: None,
+                        metrics: serde_json::Value::Null,
+                    });
+                    (head, meta)
+                }
+            };
+            self.heads.write(&head, &meta)?;
+            if self.registry.model(version)?.is_some() {
+                self.registry.set_active_model(version)?;
+            } else {
+                self.registry.register_model(&ModelVersion {
+                    id: version.to_string(),
+                    backbone: meta.backbone,
+                    parent: meta.parent,
+                    metrics: meta.metrics,
+                    created_ms: ndpipe_util::time::now_ms(),
+                    active: true,
+                })?;
+            }
+            self.active.set(self.with_head(version.to_string(), head));
+            info!(version, "committed a new head");
+        }
+        if before != version {
+            *lock(&self.previous) = Some(before);
+        }
+        Ok(())
+    }
+
+    fn with_head(&self, version: String, head: HeadWeights) -> ActiveModel {
+        ActiveModel {
+            version,
+            head: Some(Arc::new(head)),
+            ..self.pretrained.clone()
+        }
+    }
+}
+
+/// Records the pretrained model's version in the registry; it becomes active when none is.
+fn register_pretrained(
+    registry: &dyn ModelRegistry,
+    model: &ActiveModel,
+) -> Result<(), InferenceError> {
+    if registry.model(&model.version)?.is_some() {
+        return Ok(());
+    }
+    let info = model.info();
+    registry.register_model(&ModelVersion {
+        id: model.version.clone(),
+        backbone: info.backbone_version.clone(),
+        parent: None,
+        metrics: serde_json::json!({"head": "pretrained", "name": info.name, "classes": info.num_classes}),
+        created_ms: ndpipe_util::time::now_ms(),
+        active: registry.active_model()?.is_none(),
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use ndpipe_catalog::SqliteCatalog;
+    use ndpipe_model::FakeBackend;
+
+    use super::*;
+
+    fn pretrained() -> ActiveModel {
+        let backend = Arc::new(FakeBackend::new(3, 4));
+        ActiveModel {
+            version: ActiveModel::pretrained_version(backend.info()),
+            backend,
+            head: None,
+        }
+    }
+
+    fn head() -> (HeadWeights, HeadVersion) {
+        let head = HeadWeights::new(
+            vec!["a".into(), "b".into()],
+            3,
+            vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+            vec![0.0, 0.0],
+        )
+        .unwrap();
+        let version = HeadVersion {
+            id: "ft-1".into(),
+            backbone: pretrained().info().backbone_version.clone(),
+            parent: Some(pretrained().version),
+            metrics: serde_json::json!({"val_top1": 0.5}),
+        };
+        (head, version)
+    }
+
+    #[test]
+    fn commits_persist_and_roll_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry: Arc<dyn ModelRegistry> =
+            Arc::new(SqliteCatalog::open(&dir.path().join("c.sqlite")).unwrap());
+        let open = || {
+            Models::open(
+                pretrained(),
+                registry.clone(),
+                HeadDir::open(dir.path().join("heads")).unwrap(),
+            )
+            .unwrap()
+        };
+        let models = open();
+        let base = pretrained().version;
+        assert_eq!(registry.active_model().unwrap().unwrap().id, base);
+        assert!(matches!(
+            models.commit("ft-9", None),
+            Err(InferenceError::NotStaged { .. })
+        ));
+
+        models.commit("ft-1", Some(head())).unwrap();
+        assert_eq!(models.active().get().version, "ft-1");
+        assert_eq!(models.previous().as_deref(), Some(base.as_str()));
+        let registered = registry.model("ft-1").unwrap().unwrap();
+        assert!(registered.active);
+        assert_eq!(registered.parent.as_deref(), Some(base.as_str()));
+
+        // A restart loads the committed head of the active version.
+        let reopened = open();
+        let active = reopened.active().get();
+        assert_eq!(active.version, "ft-1");
+        assert_eq!(active.head.as_deref(), Some(&head().0));
+
+        reopened.commit(&base, None).unwrap();
+        assert!(reopened.active().get().head.is_none());
+        assert_eq!(reopened.previous().as_deref(), Some("ft-1"));
+        // A committed version can be committed again without being staged.
+        reopened.commit("ft-1", None).unwrap();
+        assert_eq!(registry.active_model().unwrap().unwrap().id, "ft-1");
+    }
+}

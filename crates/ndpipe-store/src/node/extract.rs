@@ -1,0 +1,232 @@
+//! Feature extraction for the Tuner: the event stream of a job (validation part, then each
+//! training run, chunk by chunk), chunks fetched again, features and tensors by id, and the tail
+//! given away by load balancing.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use ndpipe_proto::pb::{self, extract_event::Event};
+use ndpipe_proto::{Features, Tensors, encode_chunk, encode_tensor_chunk};
+use ndpipe_util::sync::lock;
+use tokio::sync::mpsc;
+use tracing::info;
+
+use super::plan::{ExtractionPlan, Row};
+use super::{NodeError, PipeStoreNode};
+use crate::inference::backbone::{FeatureSource, stored_blob, stored_tensor};
+
+/// The events of an extraction, as the stream sends them.
+pub(crate) type Events = mpsc::Receiver<Result<pb::ExtractEvent, NodeError>>;
+
+impl PipeStoreNode {
+    fn source(&self) -> FeatureSource<'_> {
+        FeatureSource {
+            store: &self.store,
+            features: &self.features,
+            backend: &*self.models.pretrained().backend,
+        }
+    }
+
+    /// The features of `rows` under the backbone: stored ones when allowed, the rest computed
+    /// (and stored). Returns the features and how many were computed.
+    fn features(&self, rows: &[Row], use_stored: bool) -> Result<(Features, usize), NodeError> {
+        let ids: Vec<u64> = rows.iter().map(|r| r.0).collect();
+        let (values, computed) = self.source().features(&ids, use_stored)?;
+        Ok((
+            Features {
+                values,
+                dim: self.models.pretrained().info().feature_dim,
+                labels: rows.iter().map(|r| r.1).collect(),
+                photo_ids: ids,
+            },
+            computed,
+        ))
+    }
+
+    /// One wire chunk of `rows`: features (computing missing ones), or u8 tensors in
+    /// conventional mode. Returns the chunk and how many features the backbone computed.
+    fn chunk(
+        &self,
+        plan: &ExtractionPlan,
+        part: pb::Part,
+        run: u32,
+        seq: u32,
+        rows: &[Row],
+    ) -> Result<(pb::FeatureChunk, usize), NodeError> {
+        if !plan.ship_tensors {
+            let (features, computed) = self.features(rows, plan.use_stored)?;
+            return Ok((encode_chunk(part, run, seq, &features), computed));
+        }
+        let mut data = Vec::new();
+        let (mut height, mut width) = (0, 0);
+        for (id, _) in rows {
+            let t = stored_tensor(&self.store, *id)?;
+            (height, width) = (t.height(), t.width());
+            data.extend_from_slice(t.data());
+        }
+        let tensors = Tensors {
+            data,
+            height,
+            width,
+            labels: rows.iter().map(|r| r.1).collect(),
+            photo_ids: rows.iter().map(|r| r.0).collect(),
+        };
+        Ok((encode_tensor_chunk(part, run, seq, &tensors), 0))
+    }
+
+    /// Plans job `req.job_id` (kept for re-fetches and load balancing) and starts extracting it
+    /// on its own thread; returns the stream of its events. Blocks (catalog): call it off the
+    /// async runtime.
+    pub(crate) fn start_extraction(
+        self: Arc<Self>,
+        req: pb::ExtractRequest,
+    ) -> Result<Events, NodeError> {
+        let plan = Arc::new(ExtractionPlan::new(&req, &*self.catalog)?);
+        lock(&self.plans).insert(req.job_id.clone(), plan.clone());
+        info!(job = %req.job_id, val = plan.val.len(), train = plan.train.len(), runs = req.runs, "extraction starts");
+        let (tx, rx) = mpsc::channel(8);
+        std::thread::Builder::new()
+            .name("ndpipe-extract".into())
+            .spawn(move || self.extract(&req, &plan, &tx))
+            .map_err(|e| NodeError::Task(format!("starting the extraction thread: {e}")))?;
+        Ok(rx)
+    }
+
+    /// Extracts a job's parts and runs in order, sending chunks, throughput and run boundaries;
+    /// stops when the receiver is gone or a chunk fails (the error is the last event).
+    fn extract(
+        &self,
+        req: &pb::ExtractRequest,
+        plan: &ExtractionPlan,
+        tx: &mpsc::Sender<Result<pb::ExtractEvent, NodeError>>,
+    ) {
+        let send = |event: Event| {
+            tx.blocking_send(Ok(pb::ExtractEvent { event: Some(event) }))
+                .is_ok()
+        };
+        let started = Instant::now();
+        let total = (plan.val.len() + plan.train.len()) as u64;
+        let mut done = 0u64;
+        let mut extracted = 0u64;
+        let mut sent_bytes = 0u64;
+        let parts = std::iter::once((pb::Part::Val, 0))
+            .chain((0..plan.plan.runs() as u32).map(|k| (pb::Part::Train, k)));
+        for (part, run) in parts {
+            let run_started = Instant::now();
+            let mut chunks = 0;
+            let mut count = 0u64;
+            let mut cursor = 0;
+            while let Some((seq, rows)) = plan.take_chunk(part, run, &mut cursor) {
+                count += rows.len() as u64;
+                let (mut chunk, computed) = match self.chunk(plan, part, run, seq, rows) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = tx.blocking_send(Err(e));
+                        return;
+                    }
+                };
+                extracted += computed as u64;
+                done += rows.len() as u64;
+                throttle(started, done, req.throttle_images_per_second);
+                sent_bytes += chunk.features.len() as u64;
+                throttle(started, sent_bytes, req.bandwidth_bytes_per_second);
+                let damage = self
+                    .corrupt_chunks
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok();
+                if damage && !chunk.features.is_empty() {
+                    chunk.features[0] ^= 0x55;
+                }
+                if !send(Event::Chunk(chunk)) {
+                    return;
+                }
+                chunks += 1;
+                let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-9);
+                if !send(Event::Throughput(pb::Throughput {
+                    images_per_second: rate,
+                    done,
+                    total,
+                })) {
+                    return;
+                }
+            }
+            let ready = pb::RunReady {
+                part: part as i32,
+                run,
+                chunks,
+                count,
+                seconds: run_started.elapsed().as_secs_f64(),
+            };
+            if !send(Event::RunReady(ready)) {
+                return;
+            }
+        }
+        send(Event::Done(pb::ExtractDone {
+            images: done,
+            seconds: started.elapsed().as_secs_f64(),
+            extracted,
+        }));
+    }
+
+    /// A chunk of a started job, again (its checksum failed on the Tuner).
+    pub(crate) fn fetch_chunk(
+        &self,
+        req: &pb::FetchChunkRequest,
+    ) -> Result<pb::FeatureChunk, NodeError> {
+        let plan = self.job(&req.job_id)?;
+        let part = pb::Part::try_from(req.part)
+            .map_err(|_| NodeError::InvalidArgument("unknown part".into()))?;
+        let rows = plan.rows(part, req.run);
+        let chunk =
+            rows.chunks(plan.chunk_size)
+                .nth(req.seq as usize)
+                .ok_or(NodeError::NoChunk {
+                    run: req.run,
+                    seq: req.seq,
+                })?;
+        let (chunk, _) = self.chunk(&plan, part, req.run, req.seq, chunk)?;
+        Ok(chunk)
+    }
+
+    /// The features of photos `ids` (stored, else computed), as one chunk.
+    pub(crate) fn features_chunk(&self, ids: &[u64]) -> Result<pb::FeatureChunk, NodeError> {
+        let rows: Vec<Row> = ids.iter().map(|id| (*id, 0)).collect();
+        let (features, _) = self.features(&rows, true)?;
+        Ok(encode_chunk(pb::Part::Train, 0, 0, &features))
+    }
+
+    /// The compressed tensors of photos `ids` (for a node taking over this one's tail).
+    pub(crate) fn tensors(&self, ids: &[u64]) -> Result<Vec<Vec<u8>>, NodeError> {
+        ids.iter()
+            .map(|id| Ok(stored_blob(&self.store, *id)?))
+            .collect()
+    }
+
+    /// Gives up to `req.give` photos not yet extracted from the tail of the job's last run.
+    pub(crate) fn rebalance(
+        &self,
+        req: &pb::RebalanceRequest,
+    ) -> Result<pb::RebalanceReply, NodeError> {
+        let plan = self.job(&req.job_id)?;
+        let (run, given) = plan.give_tail(req.give as usize);
+        info!(job = %req.job_id, asked = req.give, given = given.len(), "gave the tail of the last run away");
+        Ok(pb::RebalanceReply {
+            photos: given
+                .into_iter()
+                .map(|(id, label)| pb::LabelledPhoto { id, label })
+                .collect(),
+            run,
+        })
+    }
+}
+
+/// Sleeps until `done` units (images or bytes) fit under `limit` per second since `started`.
+fn throttle(started: Instant, done: u64, limit: f64) {
+    if limit > 0.0 {
+        let due = Duration::from_secs_f64(done as f64 / limit);
+        if let Some(wait) = due.checked_sub(started.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! The PipeStore side of the Tuner protocol, as domain logic ([`NodeError`], not gRPC statuses);
+//! [`crate::api::grpc`] adapts it to tonic.
+//!
+//! Features leave the node, photos never do:
+//! - [`plan`]: a job's [`ExtractionPlan`], fixed when extraction starts,
+//!   and the tail of its last run that load balancing may give away;
+//! - [`extract`]: the extraction stream (stored features, or the backbone for photos without),
+//!   and chunks fetched again;
+//! - [`takeover`]: extracting another node's tail from tensors fetched from it;
+//! - [`heads`]: two-phase head deploys (stage, commit, abort) over [`Models`];
+//! - here: the node itself, its inventory and re-labelling after a deploy.
+
+mod error;
+mod extract;
+mod heads;
+mod plan;
+mod takeover;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ndpipe_catalog::{PhotoCatalog, Split};
+use ndpipe_proto::pb;
+use ndpipe_util::sync::lock;
+
+pub(crate) use error::NodeError;
+pub(crate) use extract::Events;
+
+use crate::inference::model::Models;
+use crate::inference::{RelabelOptions, RelabelReport, Relabeler};
+use crate::storage::{FeatureStore, PhotoStore};
+use heads::Staged;
+use plan::ExtractionPlan;
+
+/// Largest gRPC message a node sends or accepts: a chunk of 256 features is about 0.7 MB, a
+/// 1000-class head about 5 MB.
+pub(crate) const MAX_MESSAGE: usize = 64 << 20;
+
+/// The PipeStore side of the Tuner protocol.
+pub(crate) struct PipeStoreNode {
+    store: Arc<PhotoStore>,
+    features: Arc<FeatureStore>,
+    catalog: Arc<dyn PhotoCatalog>,
+    models: Arc<Models>,
+    relabel: RelabelOptions,
+    node_id: AtomicU32,
+    plans: Mutex<HashMap<String, Arc<ExtractionPlan>>>,
+    staged: Mutex<HashMap<String, Staged>>,
+    corrupt_chunks: AtomicU32,
+}
+
+impl PipeStoreNode {
+    /// A node over its store, features, catalog and models; `relabel` sets batch size and labels
+    /// per photo of re-labellings after deploys.
+    pub(crate) fn new(
+        store: Arc<PhotoStore>,
+        features: Arc<FeatureStore>,
+        catalog: Arc<dyn PhotoCatalog>,
+        models: Arc<Models>,
+        relabel: RelabelOptions,
+    ) -> Self {
+        PipeStoreNode {
+            store,
+            features,
+            catalog,
+            models,
+            relabel,
+            node_id: AtomicU32::new(0),
+            plans: Mutex::new(HashMap::new()),
+            staged: Mutex::new(HashMap::new()),
+            corrupt_chunks: AtomicU32::new(0),
+        }
+    }
+
+    /// Testing only: damages the next `n` chunks sent, so that their checksum fails.
+    pub(crate) fn with_corrupt_chunks(self, n: u32) -> Self {
+        self.corrupt_chunks.store(n, Ordering::Relaxed);
+        self
+    }
+
+    /// The backbone this node runs.
+    pub(crate) fn backbone(&self) -> Arc<dyn ndpipe_model::InferenceBackend> {
+        self.models.pretrained().backend.clone()
+    }
+
+    /// Records the id the Tuner assigned.
+    pub(crate) fn set_node_id(&self, id: u32) {
+        self.node_id.store(id, Ordering::Relaxed);
+    }
+
+    /// The plan of a job whose extraction started on this node.
+    fn job(&self, id: &str) -> Result<Arc<ExtractionPlan>, NodeError> {
+        lock(&self.plans)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| NodeError::UnknownJob(id.to_string()))
+    }
+
+    /// What this node holds: labelled photos per class and split, its backbone and active
+    /// version.
+    pub(crate) fn inventory(&self) -> Result<pb::InventoryReply, NodeError> {
+        let mut counts: BTreeMap<String, pb::ClassCount> = BTreeMap::new();
+        for split in [Split::Train, Split::Val, Split::Test] {
+            for (_, label) in self.catalog.labelled(split)? {
+                let entry = counts
+                    .entry(label.clone())
+                    .or_insert_with(|| pb::ClassCount {
+                        label,
+                        ..Default::default()
+                    });
+                match split {
+                    Split::Train => entry.train += 1,
+                    Split::Val => entry.val += 1,
+                    Split::Test => entry.test += 1,
+                }
+            }
+        }
+        let model = self.models.active().get();
+        Ok(pb::InventoryReply {
+            node_id: self.node_id.load(Ordering::Relaxed),
+            backbone_version: model.info().backbone_version.clone(),
+            feature_dim: model.info().feature_dim as u32,
+            classes: counts.into_values().collect(),
+            active_version: model.version,
+        })
+    }
+
+    /// Re-labels every photo with the active model, which must be `version`: head-only over
+    /// stored features after a fine-tuned head was committed, in full after a rollback to the
+    /// pretrained model. Churn is measured against the version active before.
+    pub(crate) fn relabel(&self, version: &str) -> Result<pb::RelabelReply, NodeError> {
+        let model = self.models.active().get();
+        if model.version != version {
+            return Err(NodeError::NotActive {
+                active: model.version,
+                requested: version.to_string(),
+            });
+        }
+        let options = RelabelOptions {
+            compare_with: self.models.previous(),
+            ..self.relabel.clone()
+        };
+        let relabeler = Relabeler {
+            store: &self.store,
+            catalog: &*self.catalog,
+            features: &self.features,
+            model: &model,
+            options: &options,
+        };
+        if let Some(head) = &model.head {
+            let r = relabeler.run_head(head)?;
+            return Ok(pb::RelabelReply {
+                photos: r.photos,
+                compared: r.churn.compared,
+                changed: r.churn.changed,
+                seconds: r.seconds,
+                mode: if r.computed == 0 {
+                    "head".into()
+                } else {
+                    "head+backbone".into()
+                },
+            });
+        }
+        let report = Mutex::new(RelabelReport::default());
+        relabeler.run(&report, &AtomicBool::new(false), |_| {})?;
+        let r = lock(&report).clone();
+        Ok(pb::RelabelReply {
+            photos: r.done,
+            compared: r.compared,
+            changed: r.changed,
+            seconds: r.wall_seconds,
+            mode: "full".into(),
+        })
+    }
+}

@@ -1,0 +1,235 @@
+//! A job's extraction plan: which photos go into the validation part and each training run,
+//! fixed when extraction starts so that any chunk can be sent again, and the tail of the last
+//! run that load balancing may give to a faster node.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use ndpipe_catalog::{PhotoCatalog, Split};
+use ndpipe_proto::{RunPlan, pb};
+use ndpipe_util::sync::lock;
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+
+use super::NodeError;
+
+/// A labelled photo as extraction sees it: (photo id, class index in the job's class list).
+pub(super) type Row = (u64, u32);
+
+/// A job's photos, split into parts and runs, and where extraction of the last run stands.
+pub(super) struct ExtractionPlan {
+    pub(super) val: Vec<Row>,
+    pub(super) train: Vec<Row>,
+    pub(super) plan: RunPlan,
+    pub(super) chunk_size: usize,
+    pub(super) ship_tensors: bool,
+    pub(super) use_stored: bool,
+    /// The last run's (next row to extract, rows it keeps): load balancing may lower the limit
+    /// while extraction runs, giving the tail to a faster node.
+    last: Mutex<(usize, usize)>,
+}
+
+impl ExtractionPlan {
+    /// Plans a job from its request: the labelled photos of the requested classes, training
+    /// photos shuffled (seeded by the job id) and cut into runs.
+    pub(super) fn new(
+        req: &pb::ExtractRequest,
+        catalog: &dyn PhotoCatalog,
+    ) -> Result<Self, NodeError> {
+        if req.runs == 0 || req.align == 0 || req.chunk_size == 0 {
+            return Err(NodeError::InvalidArgument(
+                "runs, align and chunk_size must be at least 1".into(),
+            ));
+        }
+        let index: HashMap<&str, u32> = req
+            .classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.as_str(), i as u32))
+            .collect();
+        let val_split: Split = req
+            .val_split
+            .parse()
+            .map_err(|e: ndpipe_catalog::CatalogError| NodeError::InvalidArgument(e.to_string()))?;
+        let select = |split: Split| -> Result<Vec<Row>, NodeError> {
+            Ok(catalog
+                .labelled(split)?
+                .into_iter()
+                .filter_map(|(id, label)| index.get(label.as_str()).map(|c| (id, *c)))
+                .collect())
+        };
+        // Runs are contiguous chunks, so the training photos are shuffled first (seeded by the
+        // job): in id order, a run would hold only the photos of one arrival period.
+        let mut train = select(Split::Train)?;
+        let seed = req.job_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        train.shuffle(&mut rand_pcg::Pcg64Mcg::seed_from_u64(seed));
+        let plan = RunPlan::new(train.len(), req.runs as usize, req.align as usize)
+            .map_err(|e| NodeError::InvalidArgument(e.to_string()))?;
+        Ok(Self::from_parts(
+            select(val_split)?,
+            train,
+            plan,
+            req.chunk_size as usize,
+            req.ship_tensors,
+            req.use_stored_features,
+        ))
+    }
+
+    fn from_parts(
+        val: Vec<Row>,
+        train: Vec<Row>,
+        plan: RunPlan,
+        chunk_size: usize,
+        ship_tensors: bool,
+        use_stored: bool,
+    ) -> Self {
+        let last_len = plan
+            .chunk(plan.runs().saturating_sub(1))
+            .map_or(0, |r| r.len());
+        ExtractionPlan {
+            val,
+            train,
+            plan,
+            chunk_size,
+            ship_tensors,
+            use_stored,
+            last: Mutex::new((0, last_len)),
+        }
+    }
+
+    fn is_last(&self, part: pb::Part, run: u32) -> bool {
+        part == pb::Part::Train && run as usize + 1 == self.plan.runs()
+    }
+
+    /// All rows of training run `run`, the tail given away included.
+    fn run_rows(&self, run: usize) -> &[Row] {
+        self.plan.chunk(run).map_or(&[][..], |r| &self.train[r])
+    }
+
+    /// All rows of a part and run (the last run without the tail given away).
+    pub(super) fn rows(&self, part: pb::Part, run: u32) -> &[Row] {
+        match part {
+            pb::Part::Train => {
+                let all = self.run_rows(run as usize);
+                if self.is_last(part, run) {
+                    &all[..lock(&self.last).1.min(all.len())]
+                } else {
+                    all
+                }
+            }
+            _ => &self.val,
+        }
+    }
+
+    /// The next chunk to extract of a part and run, as (seq, rows); `cursor` tracks progress in
+    /// runs that cannot shrink.
+    pub(super) fn take_chunk(
+        &self,
+        part: pb::Part,
+        run: u32,
+        cursor: &mut usize,
+    ) -> Option<(u32, &[Row])> {
+        let cs = self.chunk_size;
+        if self.is_last(part, run) {
+            let all = self.run_rows(run as usize);
+            let mut last = lock(&self.last);
+            let (start, limit) = *last;
+            if start >= limit {
+                return None;
+            }
+            let end = (start + cs).min(limit);
+            last.0 = end;
+            return Some(((start / cs) as u32, &all[start..end]));
+        }
+        let rows = self.rows(part, run);
+        if *cursor >= rows.len() {
+            return None;
+        }
+        let start = *cursor;
+        *cursor = (start + cs).min(rows.len());
+        Some(((start / cs) as u32, &rows[start..*cursor]))
+    }
+
+    /// Gives up to `give` not yet extracted rows from the tail of the last run; returns the run
+    /// and the rows given.
+    pub(super) fn give_tail(&self, give: usize) -> (u32, Vec<Row>) {
+        let run = self.plan.runs().saturating_sub(1);
+        let all = self.run_rows(run);
+        let mut last = lock(&self.last);
+        let (next, limit) = *last;
+        let new_limit = limit.saturating_sub(give).max(next);
+        last.1 = new_limit;
+        (run as u32, all[new_limit..limit].to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2 validation rows and 10 training rows in 2 runs of 5 (align 1), chunks of 2.
+    fn plan() -> ExtractionPlan {
+        let train: Vec<Row> = (1..=10).map(|id| (id, 0)).collect();
+        let runs = RunPlan::new(train.len(), 2, 1).unwrap();
+        ExtractionPlan::from_parts(vec![(100, 1), (101, 1)], train, runs, 2, false, true)
+    }
+
+    fn drain(plan: &ExtractionPlan, part: pb::Part, run: u32) -> Vec<(u32, Vec<u64>)> {
+        let mut cursor = 0;
+        let mut out = Vec::new();
+        while let Some((seq, rows)) = plan.take_chunk(part, run, &mut cursor) {
+            out.push((seq, rows.iter().map(|r| r.0).collect()));
+        }
+        out
+    }
+
+    #[test]
+    fn chunks_cover_each_part_and_run_once_in_order() {
+        let p = plan();
+        assert_eq!(drain(&p, pb::Part::Val, 0), vec![(0, vec![100, 101])]);
+        let first: Vec<u64> = drain(&p, pb::Part::Train, 0)
+            .into_iter()
+            .flat_map(|(_, ids)| ids)
+            .collect();
+        let last = drain(&p, pb::Part::Train, 1);
+        assert_eq!(
+            last.iter().map(|c| c.0).collect::<Vec<_>>(),
+            vec![0, 1, 2],
+            "seq numbers count chunks"
+        );
+        let mut all: Vec<u64> = first
+            .into_iter()
+            .chain(last.into_iter().flat_map(|(_, ids)| ids))
+            .collect();
+        all.sort_unstable();
+        assert_eq!(all, (1..=10).collect::<Vec<_>>());
+        assert!(
+            drain(&p, pb::Part::Train, 1).is_empty(),
+            "the last run is taken once"
+        );
+    }
+
+    #[test]
+    fn the_tail_given_away_is_never_extracted_here() {
+        let p = plan();
+        let mut cursor = 0;
+        let (seq, rows) = p.take_chunk(pb::Part::Train, 1, &mut cursor).unwrap();
+        assert_eq!((seq, rows.len()), (0, 2));
+        let taken: Vec<Row> = rows.to_vec();
+        // Asking for more than is left gives only rows not yet extracted.
+        let (run, given) = p.give_tail(10);
+        assert_eq!(run, 1);
+        assert_eq!(given.len(), 3);
+        assert!(given.iter().all(|r| !taken.contains(r)));
+        assert!(p.take_chunk(pb::Part::Train, 1, &mut cursor).is_none());
+        assert_eq!(p.rows(pb::Part::Train, 1), &taken[..]);
+        assert_eq!(p.give_tail(1).1, Vec::<Row>::new());
+        assert_eq!(
+            p.rows(pb::Part::Train, 0).len(),
+            5,
+            "other runs keep their rows"
+        );
+    }
+}

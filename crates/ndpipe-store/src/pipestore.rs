@@ -1,0 +1,275 @@
+//! The composition root: [`PipeStore::open`] builds a whole node from its [`Config`].
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ndpipe_catalog::{Catalog, SqliteCatalog};
+use ndpipe_model::{InferenceBackend, OrtBackend, PreprocessConfig, RuntimeConfig};
+use tracing::info;
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::inference::heads::HeadDir;
+use crate::inference::labeler::{Labeler, LabelerConfig};
+use crate::inference::model::Models;
+use crate::inference::{ActiveModel, RelabelOptions};
+use crate::ingest::{IngestConfig, Ingestor};
+use crate::jobs::Jobs;
+use crate::metrics::StoreMetrics;
+use crate::node::PipeStoreNode;
+use crate::storage::{FeatureStore, PhotoStore, StoreConfig};
+
+/// A PipeStore, opened and ready to serve: its photo and feature stores, catalog, model,
+/// online labelling, jobs and Tuner-facing node. [`PipeStore::start`] serves it.
+pub struct PipeStore {
+    pub(crate) config: Config,
+    pub(crate) name: String,
+    pub(crate) token: Option<String>,
+    pub(crate) store: Arc<PhotoStore>,
+    pub(crate) catalog: Arc<dyn Catalog>,
+    pub(crate) metrics: Arc<StoreMetrics>,
+    pub(crate) ingestor: Arc<Ingestor>,
+    pub(crate) jobs: Arc<Jobs>,
+    pub(crate) node: Option<Arc<PipeStoreNode>>,
+}
+
+impl PipeStore {
+    /// Builds the whole service from `config`, logging each step: opens the photo store
+    /// (`DATA/store`, recovering from a crash) and its feature store, the catalog
+    /// (`DATA/catalog.sqlite`), the model (unless `no_model`; its pretrained version is
+    /// registered and becomes active when none is, and the active fine-tuned head in
+    /// `DATA/heads` is loaded), online labelling, ingest, the Tuner-facing node and jobs; then
+    /// reconciles the catalog with the store and resumes an interrupted re-labelling.
+    pub async fn open(config: Config) -> Result<PipeStore, Error> {
+        let backend = if config.no_model {
+            info!("no model: photos are stored without labels");
+            None
+        } else {
+            Some(load_model(&config).await?)
+        };
+        Self::with_backend(config, backend).await
+    }
+
+    /// [`PipeStore::open`] with an already loaded backbone (`None`: no model).
+    pub(crate) async fn with_backend(
+        config: Config,
+        backend: Option<Arc<dyn InferenceBackend>>,
+    ) -> Result<PipeStore, Error> {
+        info!(data = %config.data.display(), listen = %config.listen, token = config.token.is_some() || config.token_file.is_some(), "opening the PipeStore");
+        let codec = config
+            .tensor_codec
+            .at(config.tensor_level)
+            .map_err(|e| Error::Config {
+                setting: "tensor_level",
+                reason: e.to_string(),
+            })?;
+        let token = token(&config)?;
+        let (store, features) = open_stores(&config).await?;
+        let name = node_name(config.name.as_deref(), &config.data);
+        let catalog_path = config.data.join("catalog.sqlite");
+        let catalog: Arc<dyn Catalog> = Arc::new(SqliteCatalog::open(&catalog_path).map_err(
+            |source| Error::Catalog {
+                path: catalog_path.clone(),
+                source,
+            },
+        )?);
+        info!(path = %catalog_path.display(), "catalog open");
+        let metrics = Arc::new(StoreMetrics::default());
+        let models = match backend {
+            Some(backend) => Some(open_models(&config, backend, catalog.clone()).await?),
+            None => None,
+        };
+        let labeler_config = LabelerConfig {
+            max_batch: config.max_batch,
+            max_wait: Duration::from_millis(config.label_wait_ms),
+            ..LabelerConfig::default()
+        };
+        let relabel = RelabelOptions {
+            batch: config.max_batch,
+            top_k: labeler_config.top_k,
+            ..RelabelOptions::default()
+        };
+        let node = models.as_ref().map(|models| {
+            Arc::new(
+                PipeStoreNode::new(
+                    store.clone(),
+                    features.clone(),
+                    catalog.clone(),
+                    models.clone(),
+                    relabel.clone(),
+                )
+                .with_corrupt_chunks(config.fault_corrupt_chunks),
+            )
+        });
+        let ingest_config = IngestConfig {
+            preprocess: PreprocessConfig {
+                max_pixels: config.max_pixels,
+                ..PreprocessConfig::default()
+            },
+            tensor_codec: codec,
+            max_parallel_decodes: config
+                .decode_threads
+                .unwrap_or_else(|| IngestConfig::default().max_parallel_decodes),
+        };
+        let mut ingestor = Ingestor::new(
+            store.clone(),
+            features.clone(),
+            catalog.clone(),
+            metrics.clone(),
+            ingest_config,
+        );
+        if let Some(models) = &models {
+            let labeler = Labeler::start(
+                models.active().clone(),
+                store.clone(),
+                features.clone(),
+                catalog.clone(),
+                metrics.clone(),
+                labeler_config,
+            )
+            .map_err(|source| Error::Spawn {
+                what: "the labelling thread",
+                source,
+            })?;
+            ingestor = ingestor.with_labeler(labeler);
+            info!("online labelling started");
+        }
+        let ingestor = Arc::new(ingestor);
+        let reconciled = ingestor.reconcile().await.map_err(|e| Error::Startup {
+            step: "reconciling the catalog with the store",
+            source: Box::new(e),
+        })?;
+        info!(?reconciled, "catalog reconciled");
+        let jobs = Arc::new(Jobs::new(
+            store.clone(),
+            features,
+            catalog.clone(),
+            models.map(|m| m.active().clone()),
+            relabel,
+        ));
+        let resumer = jobs.clone();
+        let resumed = tokio::task::spawn_blocking(move || resumer.resume_interrupted())
+            .await?
+            .map_err(|e| Error::Startup {
+                step: "resuming an interrupted job",
+                source: Box::new(e),
+            })?;
+        if let Some(id) = resumed {
+            info!(job = %id, "resumed an interrupted job");
+        }
+        Ok(PipeStore {
+            config,
+            name,
+            token,
+            store,
+            catalog,
+            metrics,
+            ingestor,
+            jobs,
+            node,
+        })
+    }
+
+    /// The name this node registers with: `config.name`, else `pipestore-` and the name of the
+    /// canonical data directory.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The backbone this node runs (`None` without a model), e.g. for an embedded Tuner's
+    /// conventional mode.
+    pub fn backbone(&self) -> Option<Arc<dyn InferenceBackend>> {
+        self.node.as_ref().map(|n| n.backbone())
+    }
+}
+
+/// Loads the ONNX model of `config.model_dir` with ONNX Runtime.
+async fn load_model(config: &Config) -> Result<Arc<dyn InferenceBackend>, Error> {
+    let runtime = RuntimeConfig {
+        dylib: config
+            .ort_lib
+            .clone()
+            .unwrap_or_else(|| RuntimeConfig::for_model_dir(&config.model_dir).dylib),
+        intra_threads: config.intra_threads,
+        max_batch: config.max_batch,
+        execution_provider: config.execution_provider,
+    };
+    let dir = config.model_dir.clone();
+    let backend = tokio::task::spawn_blocking(move || OrtBackend::load(&dir, &runtime))
+        .await?
+        .map_err(|source| Error::Model {
+            dir: config.model_dir.clone(),
+            source,
+        })?;
+    Ok(Arc::new(backend))
+}
+
+/// Opens the photo store in `DATA/store` (crash recovery) and its feature store.
+async fn open_stores(config: &Config) -> Result<(Arc<PhotoStore>, Arc<FeatureStore>), Error> {
+    let dir = config.data.join("store");
+    let store_config = StoreConfig {
+        max_volume_bytes: config.max_volume_bytes,
+    };
+    let (store, recovery, features) = tokio::task::spawn_blocking(move || {
+        let (store, recovery) =
+            PhotoStore::open(&dir, &store_config).map_err(|source| Error::Store {
+                path: dir.clone(),
+                source,
+            })?;
+        let path = dir.join("features.redb");
+        let features = FeatureStore::open(&path).map_err(|source| Error::Store { path, source })?;
+        Ok::<_, Error>((store, recovery, features))
+    })
+    .await??;
+    info!(?recovery, "photo store ready");
+    Ok((Arc::new(store), Arc::new(features)))
+}
+
+/// The models of a node running `backend`: its pretrained version registered, the active head
+/// loaded from `DATA/heads`.
+async fn open_models(
+    config: &Config,
+    backend: Arc<dyn InferenceBackend>,
+    catalog: Arc<dyn Catalog>,
+) -> Result<Arc<Models>, Error> {
+    let heads = config.data.join("heads");
+    let pretrained = ActiveModel {
+        version: ActiveModel::pretrained_version(backend.info()),
+        backend,
+        head: None,
+    };
+    let dir = heads.clone();
+    let models =
+        tokio::task::spawn_blocking(move || Models::open(pretrained, catalog, HeadDir::open(dir)?))
+            .await?
+            .map_err(|source| Error::Models { heads, source })?;
+    let active = models.active().get();
+    info!(version = %active.version, backbone = %active.info().backbone_version, head = active.head.is_some(), "model loaded");
+    Ok(Arc::new(models))
+}
+
+/// The bearer token: `config.token`, else the first line of `config.token_file`.
+fn token(config: &Config) -> Result<Option<String>, Error> {
+    match (&config.token, &config.token_file) {
+        (Some(t), _) => Ok(Some(t.clone())),
+        (None, Some(path)) => ndpipe_util::fs::read_secret(path)
+            .map(Some)
+            .map_err(|source| Error::TokenFile {
+                path: path.clone(),
+                source,
+            }),
+        (None, None) => Ok(None),
+    }
+}
+
+/// `name`, else `pipestore-` and the name of the canonical data directory.
+fn node_name(name: Option<&str>, data: &Path) -> String {
+    name.map(str::to_string).unwrap_or_else(|| {
+        let dir = std::fs::canonicalize(data).unwrap_or_else(|_| data.to_path_buf());
+        format!(
+            "pipestore-{}",
+            dir.file_name().and_then(|n| n.to_str()).unwrap_or("data")
+        )
+    })
+}

@@ -1,0 +1,466 @@
+//! Serving a PipeStore: the HTTP API and the Tuner-facing gRPC service until [`Running::stop`],
+//! and registration with a remote Tuner.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ndpipe_proto::PROTOCOL_VERSION;
+use ndpipe_proto::pb::RegisterRequest;
+use ndpipe_proto::pb::tuner_client::TunerClient;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::api::grpc::PipeStoreService;
+use crate::api::http::{self, AppState};
+use crate::error::Error;
+use crate::ingest::Ingestor;
+use crate::jobs::Jobs;
+use crate::node::PipeStoreNode;
+use crate::pipestore::PipeStore;
+use crate::storage::PhotoStore;
+
+impl PipeStore {
+    /// Binds `config.listen` (HTTP) and, when a model is loaded, `config.grpc_listen` (gRPC),
+    /// and serves both until [`Running::stop`].
+    ///
+    /// `extra_http` is merged into the HTTP router (an embedded Tuner's `/v1/tuner` routes), and
+    /// `extra_grpc` is served next to the node's service (an embedded Tuner's service). Without
+    /// a model there is no node service and no gRPC server at all, so `extra_grpc` is not
+    /// served either (a warning says so). When `config.tuner` is set and the node service runs,
+    /// the node registers with that Tuner in the background, retrying every second until it
+    /// answers.
+    pub async fn start(
+        self,
+        extra_http: Option<axum::Router>,
+        extra_grpc: Option<tonic::service::Routes>,
+    ) -> Result<Running, Error> {
+        let PipeStore {
+            config,
+            name,
+            token,
+            store,
+            catalog,
+            metrics,
+            ingestor,
+            jobs,
+            node,
+        } = self;
+        let (shutdown, stopped) = watch::channel(false);
+        let mut grpc = None;
+        let mut grpc_url = None;
+        let mut register = None;
+        match &node {
+            Some(node) => {
+                let listener = bind("gRPC", config.grpc_listen).await?;
+                let addr = local_addr("gRPC", &listener, config.grpc_listen)?;
+                let routes = extra_grpc
+                    .unwrap_or_default()
+                    .add_service(PipeStoreService::server(node.clone()));
+                grpc = Some(tokio::spawn(serve_grpc(listener, routes, stopped.clone())));
+                let url = config
+                    .advertise_url
+                    .clone()
+                    .unwrap_or_else(|| format!("http://{addr}"));
+                info!(%url, "gRPC service listening");
+                register = config.tuner.clone().map(|tuner| {
+                    tokio::spawn(register_until_done(
+                        tuner,
+                        name.clone(),
+                        url.clone(),
+                        node.clone(),
+                        stopped.clone(),
+                    ))
+                });
+                grpc_url = Some(url);
+            }
+            None if extra_grpc.is_some() => {
+                warn!("no model: no gRPC server runs, so the extra gRPC services are not served");
+            }
+            None => {}
+        }
+        let state = AppState::new(
+            ingestor.clone(),
+            store.clone(),
+            catalog,
+            jobs.clone(),
+            metrics,
+            token,
+        );
+        let mut app = http::router(state, config.max_upload_bytes);
+        if let Some(extra) = extra_http {
+            app = app.merge(extra);
+        }
+        let listener = bind("HTTP", config.listen).await?;
+        let http_addr = local_addr("HTTP", &listener, config.listen)?;
+        let mut http_stopped = stopped;
+        let http = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = http_stopped.wait_for(|s| *s).await;
+                })
+                .await
+        });
+        info!(%http_addr, "listening");
+        Ok(Running {
+            http_addr,
+            grpc_url,
+            node,
+            shutdown,
+            http,
+            grpc,
+            register,
+            jobs,
+            ingestor,
+            store,
+        })
+    }
+}
+
+/// A PipeStore serving in this process.
+pub struct Running {
+    http_addr: SocketAddr,
+    grpc_url: Option<String>,
+    node: Option<Arc<PipeStoreNode>>,
+    shutdown: watch::Sender<bool>,
+    http: JoinHandle<std::io::Result<()>>,
+    grpc: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    register: Option<JoinHandle<()>>,
+    jobs: Arc<Jobs>,
+    ingestor: Arc<Ingestor>,
+    store: Arc<PhotoStore>,
+}
+
+impl Running {
+    /// The bound HTTP address (the real port when `config.listen` asked for port 0).
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// The URL the Tuner reaches this node's gRPC service at (`config.advertise_url`, else
+    /// `http://` and the bound address); `None` when no model is loaded, so no gRPC runs.
+    pub fn grpc_url(&self) -> Option<&str> {
+        self.grpc_url.as_deref()
+    }
+
+    /// Records the node id a Tuner assigned (an embedded Tuner registers its node itself);
+    /// reported in the node's inventory. Does nothing without a model.
+    pub fn set_node_id(&self, id: u32) {
+        if let Some(node) = &self.node {
+            node.set_node_id(id);
+        }
+    }
+
+    /// Stops accepting requests, drains those in flight and joins the HTTP and gRPC servers and
+    /// the registration loop; then stops the running job at its next batch (it resumes at the
+    /// next start), online labelling and the store writer. Every step runs even when one
+    /// fails; the first failure is returned.
+    pub async fn stop(self) -> Result<(), Error> {
+        let _ = self.shutdown.send(true);
+        let mut first: Option<Error> = None;
+        let mut keep = |result: Result<(), Error>| {
+            if let Err(e) = result
+                && first.is_none()
+            {
+                first = Some(e);
+            }
+        };
+        keep(match self.http.await {
+            Ok(served) => served.map_err(Error::Http),
+            Err(e) => Err(e.into()),
+        });
+        if let Some(grpc) = self.grpc {
+            keep(match grpc.await {
+                Ok(served) => served.map_err(Error::Grpc),
+                Err(e) => Err(e.into()),
+            });
+        }
+        if let Some(register) = self.register {
+            keep(register.await.map_err(Error::from));
+        }
+        let (jobs, ingestor, store) = (self.jobs, self.ingestor, self.store);
+        keep(
+            tokio::task::spawn_blocking(move || {
+                jobs.shutdown();
+                ingestor.stop_labeler();
+                store.close();
+            })
+            .await
+            .map_err(Error::from),
+        );
+        info!("PipeStore stopped");
+        first.map_or(Ok(()), Err)
+    }
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Error> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { what, addr, source })
+}
+
+fn local_addr(
+    what: &'static str,
+    listener: &TcpListener,
+    addr: SocketAddr,
+) -> Result<SocketAddr, Error> {
+    listener
+        .local_addr()
+        .map_err(|source| Error::Bind { what, addr, source })
+}
+
+/// Serves `routes` on `listener` until `stopped` turns true (or its sender is gone).
+async fn serve_grpc(
+    listener: TcpListener,
+    routes: tonic::service::Routes,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<(), tonic::transport::Error> {
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tonic::transport::Server::builder()
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        })
+        .await
+}
+
+/// Registers `node` as `name` at `url` with the Tuner at `tuner`, retrying every second until it
+/// answers or the node stops.
+async fn register_until_done(
+    tuner: String,
+    name: String,
+    url: String,
+    node: Arc<PipeStoreNode>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut attempt = 0u32;
+    loop {
+        let result = tokio::select! {
+            result = register(&tuner, &name, &url) => result,
+            _ = stopped.wait_for(|s| *s) => return,
+        };
+        match result {
+            Ok(id) => {
+                node.set_node_id(id);
+                info!(node = id, %name, %tuner, "registered with the Tuner");
+                return;
+            }
+            Err(e) => {
+                if attempt.is_multiple_of(10) {
+                    warn!(error = %e, %tuner, "cannot register with the Tuner yet; retrying");
+                }
+                attempt += 1;
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stopped.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Why one registration attempt failed.
+#[derive(Debug, thiserror::Error)]
+enum RegisterError {
+    #[error("connecting: {0}")]
+    Connect(#[from] tonic::transport::Error),
+    #[error("{}", .0.message())]
+    Refused(#[from] tonic::Status),
+}
+
+async fn register(tuner: &str, name: &str, url: &str) -> Result<u32, RegisterError> {
+    let mut client = TunerClient::connect(tuner.to_string()).await?;
+    let reply = client
+        .register(RegisterRequest {
+            protocol_version: PROTOCOL_VERSION,
+            grpc_url: url.to_string(),
+            name: name.to_string(),
+        })
+        .await?;
+    Ok(reply.into_inner().node_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use ndpipe_model::{FakeBackend, HeadWeights};
+    use ndpipe_proto::pb;
+    use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::Config;
+    use crate::testing::png;
+
+    /// One HTTP/1.1 request on its own connection: (status, body).
+    async fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        conn.write_all(body).await.unwrap();
+        let mut out = Vec::new();
+        conn.read_to_end(&mut out).await.unwrap();
+        let status = std::str::from_utf8(&out[9..12]).unwrap().parse().unwrap();
+        let start = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        (status, out[start..].to_vec())
+    }
+
+    async fn json(addr: SocketAddr, path: &str) -> serde_json::Value {
+        let (status, body) = request(addr, "GET", path, b"").await;
+        assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&body));
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    fn config(data: &Path) -> Config {
+        Config {
+            data: data.to_path_buf(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            grpc_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..Config::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn without_a_model_a_node_stores_photos_and_runs_no_grpc() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            no_model: true,
+            token: Some("s3cret".into()),
+            ..config(&dir.path().join("plain"))
+        };
+        let node = PipeStore::open(config).await.unwrap();
+        assert_eq!(node.name(), "pipestore-plain");
+        assert!(node.backbone().is_none());
+        let running = node.start(None, None).await.unwrap();
+        assert!(running.grpc_url().is_none());
+        let addr = running.http_addr();
+        let (status, body) = request(addr, "POST", "/v1/photos", &png(1)).await;
+        assert_eq!(status, 401, "{}", String::from_utf8_lossy(&body));
+        let health = json(addr, "/healthz").await;
+        assert_eq!(
+            (health["status"].as_str(), health["photos"].as_u64()),
+            (Some("ok"), Some(0))
+        );
+        let (status, body) = request(addr, "GET", "/v1/nothing", b"").await;
+        assert_eq!(status, 404);
+        let error: ndpipe_util::http::ErrorBody = serde_json::from_slice(&body).unwrap();
+        assert_eq!(error.error, "no_route");
+        running.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_node_serves_both_apis_deploys_a_head_and_keeps_it_across_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("d");
+        let fake: Arc<dyn ndpipe_model::InferenceBackend> = Arc::new(FakeBackend::new(16, 10));
+        let open = || PipeStore::with_backend(config(&data), Some(fake.clone()));
+
+        let running = open().await.unwrap().start(None, None).await.unwrap();
+        let addr = running.http_addr();
+        let (status, body) = request(addr, "POST", "/v1/photos?label=cat", &png(3)).await;
+        assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+        let reply: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let id = reply["id"].as_u64().unwrap();
+        let labels = loop {
+            let labels = json(addr, &format!("/v1/photos/{id}/labels")).await;
+            if labels.as_array().is_some_and(|l| !l.is_empty()) {
+                break labels;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let pretrained = labels[0]["model_version"].as_str().unwrap().to_string();
+        let models = json(addr, "/v1/models").await;
+        assert_eq!(models[0]["id"], pretrained.as_str());
+        assert_eq!(models[0]["active"], true, "the first model becomes active");
+
+        let url = running.grpc_url().unwrap().to_string();
+        let mut client = PipeStoreClient::connect(url).await.unwrap();
+        running.set_node_id(7);
+        let inventory = client
+            .inventory(pb::InventoryRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!((inventory.node_id, inventory.feature_dim), (7, 16));
+        assert_eq!(inventory.classes[0].label, "cat");
+        assert_eq!(inventory.active_version, pretrained);
+
+        let head = HeadWeights::new(
+            vec!["cat".into(), "dog".into()],
+            16,
+            vec![0.01; 32],
+            vec![1.0, 0.0],
+        )
+        .unwrap();
+        let (weights, crc32c) = ndpipe_proto::head_bytes(&head);
+        let stage = pb::StageHeadRequest {
+            version: "ft-1-abc".into(),
+            backbone_version: inventory.backbone_version.clone(),
+            classes: head.classes().to_vec(),
+            input_dim: 16,
+            weights,
+            crc32c,
+            parent: pretrained.clone(),
+            metrics_json: "{}".into(),
+        };
+        let wrong = pb::StageHeadRequest {
+            backbone_version: "another".into(),
+            ..stage.clone()
+        };
+        let err = client.stage_head(wrong).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+        client.stage_head(stage.clone()).await.unwrap();
+        client
+            .commit_head(pb::CommitHeadRequest {
+                version: "ft-1-abc".into(),
+            })
+            .await
+            .unwrap();
+        let relabel = client
+            .relabel(pb::RelabelRequest {
+                version: "ft-1-abc".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!((relabel.mode.as_str(), relabel.photos), ("head", 1));
+        assert_eq!((relabel.compared, relabel.changed), (1, 1));
+        let search = json(addr, "/v1/search?label=cat").await;
+        assert_eq!(search["model_version"], "ft-1-abc");
+        assert_eq!(search["hits"][0]["id"], id);
+        running.stop().await.unwrap();
+        assert!(data.join("heads/ft-1-abc.safetensors").exists());
+
+        // A restart loads the committed head; so does one that finds only an old-format file.
+        for legacy in [false, true] {
+            if legacy {
+                std::fs::remove_file(data.join("heads/ft-1-abc.safetensors")).unwrap();
+                std::fs::write(
+                    data.join("heads/ft-1-abc.head"),
+                    prost::Message::encode_to_vec(&stage),
+                )
+                .unwrap();
+            }
+            let running = open().await.unwrap().start(None, None).await.unwrap();
+            let mut client = PipeStoreClient::connect(running.grpc_url().unwrap().to_string())
+                .await
+                .unwrap();
+            let inventory = client
+                .inventory(pb::InventoryRequest {})
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(
+                inventory.active_version, "ft-1-abc",
+                "legacy file: {legacy}"
+            );
+            running.stop().await.unwrap();
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! The feature store: one f16 feature vector per (backbone version, photo).
+//!
+//! Features are what fine-tuning consumes, so keeping them means a head-only model update can
+//! re-label the store, and re-training with an unchanged backbone can re-read features instead
+//! of re-running the backbone. Values carry a version byte: `[1, dtype=1 (f16), dim u16 LE,
+//! dim * f16 LE]`.
+
+use std::path::Path;
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::storage::StoreError;
+
+const FEATURES: TableDefinition<'static, (&str, u64), &[u8]> = TableDefinition::new("features");
+const BACKBONES: TableDefinition<'static, &str, ()> = TableDefinition::new("backbones");
+const VALUE_VERSION: u8 = 1;
+const DTYPE_F16: u8 = 1;
+
+/// Feature vectors keyed by backbone version and photo id (`DATA/store/features.redb`).
+///
+/// A building block: a PipeStore owns one and hands it to online labelling, re-labelling,
+/// extraction for the Tuner and deletes; a benchmark opens one to run a [`crate::Relabeler`].
+pub struct FeatureStore {
+    db: Database,
+}
+
+impl FeatureStore {
+    /// Opens or creates the store at `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let db = Database::create(path).map_err(StoreError::index)?;
+        let txn = db.begin_write().map_err(StoreError::index)?;
+        txn.open_table(FEATURES).map_err(StoreError::index)?;
+        txn.open_table(BACKBONES).map_err(StoreError::index)?;
+        txn.commit().map_err(StoreError::index)?;
+        Ok(FeatureStore { db })
+    }
+
+    /// Stores the features of many photos under `backbone` in one transaction.
+    pub(crate) fn put_many(
+        &self,
+        backbone: &str,
+        rows: &[(u64, &[f32])],
+    ) -> Result<(), StoreError> {
+        let txn = self.db.begin_write().map_err(StoreError::index)?;
+        {
+            txn.open_table(BACKBONES)
+                .map_err(StoreError::index)?
+                .insert(backbone, ())
+                .map_err(StoreError::index)?;
+            let mut table = txn.open_table(FEATURES).map_err(StoreError::index)?;
+            for (id, features) in rows {
+                table
+                    .insert((backbone, *id), encode(features)?.as_slice())
+                    .map_err(StoreError::index)?;
+            }
+        }
+        txn.commit().map_err(StoreError::index)
+    }
+
+    /// The features of one photo under `backbone`.
+    pub(crate) fn get(&self, backbone: &str, id: u64) -> Result<Option<Vec<f32>>, StoreError> {
+        let txn = self.db.begin_read().map_err(StoreError::index)?;
+        let table = txn.open_table(FEATURES).map_err(StoreError::index)?;
+        match table.get((backbone, id)).map_err(StoreError::index)? {
+            Some(v) => decode(id, v.value()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Ids with features under `backbone`, ascending.
+    #[cfg(test)]
+    fn ids(&self, backbone: &str) -> Result<Vec<u64>, StoreError> {
+        let txn = self.db.begin_read().map_err(StoreError::index)?;
+        let table = txn.open_table(FEATURES).map_err(StoreError::index)?;
+        let mut out = Vec::new();
+        for item in table
+            .range((backbone, 0)..=(backbone, u64::MAX))
+            .map_err(StoreError::index)?
+        {
+            let (k, _) = item.map_err(StoreError::index)?;
+            out.push(k.value().1);
+        }
+        Ok(out)
+    }
+
+    /// Removes a photo's features under every backbone.
+    pub(crate) fn remove_photo(&self, id: u64) -> Result<(), StoreError> {
+        let txn = self.db.begin_write().map_err(StoreError::index)?;
+        {
+            let mut backbones = Vec::new();
+            for item in txn
+                .open_table(BACKBONES)
+                .map_err(StoreError::index)?
+                .iter()
+                .map_err(StoreError::index)?
+            {
+                backbones.push(item.map_err(StoreError::index)?.0.value().to_string());
+            }
+            let mut table = txn.open_table(FEATURES).map_err(StoreError::index)?;
+            for b in &backbones {
+                table.remove((b.as_str(), id)).map_err(StoreError::index)?;
+            }
+        }
+        txn.commit().map_err(StoreError::index)
+    }
+}
+
+fn encode(features: &[f32]) -> Result<Vec<u8>, StoreError> {
+    let dim = u16::try_from(features.len()).map_err(|_| StoreError::FeaturesTooLong {
+        len: features.len(),
+    })?;
+    let mut out = Vec::with_capacity(4 + features.len() * 2);
+    out.push(VALUE_VERSION);
+    out.push(DTYPE_F16);
+    out.extend_from_slice(&dim.to_le_bytes());
+    ndpipe_util::f16::encode_into(features, &mut out);
+    Ok(out)
+}
+
+fn decode(id: u64, b: &[u8]) -> Result<Vec<f32>, StoreError> {
+    let corrupt = |reason: &str| StoreError::Corrupt {
+        what: format!("features of photo {id}"),
+        reason: reason.into(),
+    };
+    if b.len() < 4 || b[0] != VALUE_VERSION || b[1] != DTYPE_F16 {
+        return Err(corrupt("unknown feature encoding"));
+    }
+    let dim = usize::from(u16::from_le_bytes([b[2], b[3]]));
+    if b.len() != 4 + dim * 2 {
+        return Err(corrupt("length does not match the dimension"));
+    }
+    Ok(ndpipe_util::f16::decode(&b[4..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn features_round_trip_per_backbone_and_are_removed_with_the_photo() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FeatureStore::open(&dir.path().join("f.redb")).unwrap();
+        let a = [0.5f32, -1.25, 3.0];
+        let b = [1.0f32, 2.0, 4.0];
+        fs.put_many("bb1", &[(1, &a), (2, &b)]).unwrap();
+        fs.put_many("bb2", &[(1, &b)]).unwrap();
+        assert_eq!(fs.get("bb1", 1).unwrap().unwrap(), a);
+        assert_eq!(fs.get("bb2", 1).unwrap().unwrap(), b);
+        assert_eq!(fs.ids("bb1").unwrap(), vec![1, 2]);
+        fs.remove_photo(1).unwrap();
+        assert_eq!(fs.get("bb1", 1).unwrap(), None);
+        assert_eq!(fs.get("bb2", 1).unwrap(), None);
+        assert_eq!(fs.ids("bb1").unwrap(), vec![2]);
+    }
+
+    #[test]
+    fn f16_keeps_three_significant_digits() {
+        let v: Vec<f32> = (0..1280).map(|i| (i as f32).sqrt() * 0.37).collect();
+        let back = decode(1, &encode(&v).unwrap()).unwrap();
+        for (x, y) in v.iter().zip(&back) {
+            assert!((x - y).abs() <= x.abs() * 1e-3 + 1e-4, "{x} vs {y}");
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! Where a PipeStore's bytes live, all under its data directory.
+//!
+//! - [`volume`]: append-only volume files with per-record checksums (`docs/volume-format.md`);
+//! - [`index`]: the embedded redb index from photo id to its records, rebuildable from volumes;
+//! - [`store`]: the [`PhotoStore`] over both: one writer thread with group commit, concurrent
+//!   verified reads, crash recovery and compaction;
+//! - [`features`]: the [`FeatureStore`], one feature vector per (backbone, photo), a sibling of
+//!   the photo store that inference fills and extraction reads.
+
+mod error;
+pub(crate) mod features;
+pub(crate) mod index;
+pub(crate) mod store;
+pub(crate) mod volume;
+
+pub use error::StoreError;
+pub use features::FeatureStore;
+pub use store::{CompactionReport, NewPhoto, PhotoStore, RecoveryReport, StoreConfig};

@@ -1,0 +1,41 @@
+//! The Tuner's settings: one serde struct, the `[tuner]` section of `ndpipe.toml`, which the
+//! `ndpipe tuner` flags override.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything a Tuner can be told. Every field has a default, so an empty file is valid.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Data directory: the model registry and head files.
+    pub data: PathBuf,
+    /// HTTP address for operators (`/v1/tuner/...`).
+    pub listen: SocketAddr,
+    /// gRPC address PipeStores register with.
+    pub grpc_listen: SocketAddr,
+    /// Bearer token required for fine-tuning and deploys (unset: none needed).
+    pub token: Option<String>,
+    /// File whose first line is the bearer token (used when `token` is unset).
+    pub token_file: Option<PathBuf>,
+    /// A model folder: gives the Tuner its own backbone, for the conventional comparison mode.
+    pub model_dir: Option<PathBuf>,
+    /// Model threads on the Tuner (0: ONNX Runtime decides).
+    pub intra_threads: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data: PathBuf::from("data/tuner"),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8090)),
+            grpc_listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
+            token: None,
+            token_file: None,
+            model_dir: None,
+            intra_threads: 0,
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! The job's bookkeeping of what the streams sent: each node's progress, the take-overs, and the
+//! validation set and training runs being collected, with the checks every chunk passes.
+
+use std::collections::{BTreeSet, HashSet};
+
+use ndpipe_proto::Features;
+use ndpipe_proto::pb::{self, extract_event::Event};
+
+use super::cached::RemoteRow;
+use super::report::NodeReport;
+use super::streams::{Source, wire_bytes};
+use super::trainer::RunData;
+use crate::TunerError;
+
+/// A node's progress in the job.
+#[derive(Debug, Default)]
+struct NodeState {
+    val_ready: bool,
+    runs_ready: BTreeSet<u32>,
+    done: bool,
+    /// Photos whose features it sent, take-overs included.
+    images: u64,
+    extracted: u64,
+    seconds: f64,
+    rate: f64,
+}
+
+/// Work the fast node took over from the slow one, streamed as [`Source::TakeOver`].
+#[derive(Debug)]
+struct TakeOver {
+    fast: usize,
+    slow: usize,
+    done: bool,
+}
+
+/// What the job has received so far.
+#[derive(Debug)]
+pub(crate) struct Intake {
+    /// Node labels, for messages.
+    labels: Vec<String>,
+    classes: usize,
+    dim: usize,
+    /// Training rows are kept by reference (read through a cache later), not as features.
+    by_reference: bool,
+    nodes: Vec<NodeState>,
+    takeovers: Vec<TakeOver>,
+    seen: HashSet<(Source, i32, u32, u32)>,
+    val: Features,
+    runs: Vec<Features>,
+    remote: Vec<Vec<RemoteRow>>,
+    next_run: usize,
+    bytes: u64,
+    refetched: u64,
+}
+
+impl Intake {
+    /// Nothing received yet from the nodes named `labels`, for a job of `runs` runs over
+    /// `classes` classes and `dim`-d features.
+    pub(crate) fn new(
+        labels: Vec<String>,
+        runs: usize,
+        classes: usize,
+        dim: usize,
+        by_reference: bool,
+    ) -> Self {
+        Intake {
+            nodes: labels.iter().map(|_| NodeState::default()).collect(),
+            labels,
+            classes,
+            dim,
+            by_reference,
+            takeovers: Vec::new(),
+            seen: HashSet::new(),
+            val: empty(dim),
+            runs: (0..runs).map(|_| empty(dim)).collect(),
+            remote: (0..runs).map(|_| Vec::new()).collect(),
+            next_run: 0,
+            bytes: 0,
+            refetched: 0,
+        }
+    }
+
+    /// The job's number of classes (labels of a chunk must be below it).
+    pub(crate) fn classes(&self) -> usize {
+        self.classes
+    }
+
+    /// Records a take-over of `slow`'s work by `fast`; returns its index for [`Source::TakeOver`].
+    pub(crate) fn add_takeover(&mut self, slow: usize, fast: usize) -> usize {
+        self.takeovers.push(TakeOver {
+            fast,
+            slow,
+            done: false,
+        });
+        self.takeovers.len() - 1
+    }
+
+    /// Books an event; returns a chunk seen for the first time, for the caller to decode and
+    /// [`add`](Self::add). A chunk seen before (a node re-sent it) is dropped.
+    pub(crate) fn on_event(&mut self, source: Source, event: Event) -> Option<pb::FeatureChunk> {
+        match (source, event) {
+            (_, Event::Chunk(chunk)) => {
+                if !self.seen.insert((source, chunk.part, chunk.run, chunk.seq)) {
+                    return None;
+                }
+                self.bytes += wire_bytes(&chunk);
+                return Some(chunk);
+            }
+            (Source::Node(i), Event::RunReady(ready)) => {
+                if ready.part == pb::Part::Val as i32 {
+                    self.nodes[i].val_ready = true;
+                } else {
+                    self.nodes[i].runs_ready.insert(ready.run);
+                }
+            }
+            (Source::Node(i), Event::Throughput(t)) => self.nodes[i].rate = t.images_per_second,
+            (Source::Node(i), Event::Done(done)) => {
+                let node = &mut self.nodes[i];
+                node.done = true;
+                node.extracted = done.extracted;
+                node.seconds = done.seconds;
+            }
+            (Source::TakeOver(k), Event::Done(_)) => self.takeovers[k].done = true,
+            (Source::TakeOver(_), Event::RunReady(_) | Event::Throughput(_)) => {}
+        }
+        None
+    }
+
+    /// Counts a chunk fetched again after a checksum failure.
+    pub(crate) fn on_refetched(&mut self, chunk: &pb::FeatureChunk) {
+        self.refetched += 1;
+        self.bytes += wire_bytes(chunk);
+    }
+
+    /// Adds the decoded features of a chunk of `part` and `run` from `source`.
+    pub(crate) fn add(
+        &mut self,
+        source: Source,
+        part: i32,
+        run: u32,
+        features: Features,
+    ) -> Result<(), TunerError> {
+        if features.dim != self.dim {
+            return Err(self.blame(
+                source,
+                &format!("sent {}-d features, expected {}", features.dim, self.dim),
+            ));
+        }
+        let (credited, owner) = match source {
+            Source::Node(i) => (i, i),
+            Source::TakeOver(k) => (self.takeovers[k].fast, self.takeovers[k].slow),
+        };
+        self.nodes[credited].images += features.len() as u64;
+        if part == pb::Part::Val as i32 {
+            append(&mut self.val, features);
+            return Ok(());
+        }
+        let runs = self.runs.len();
+        let out_of_range = || format!("sent run {run} of {runs}");
+        let k = run as usize;
+        if self.by_reference {
+            let Some(rows) = self.remote.get_mut(k) else {
+                return Err(self.blame(source, &out_of_range()));
+            };
+            rows.extend(rows_of(owner, &features));
+        } else {
+            let Some(target) = self.runs.get_mut(k) else {
+                return Err(self.blame(source, &out_of_range()));
+            };
+            append(target, features);
+        }
+        Ok(())
+    }
+
+    /// The error for a stream that ended: none once it was done.
+    pub(crate) fn on_ended(&self, source: Source) -> Result<(), TunerError> {
+        match source {
+            Source::Node(i) if !self.nodes[i].done => {
+                Err(self.blame(source, "its feature stream ended before the job was done"))
+            }
+            Source::TakeOver(k) if !self.takeovers[k].done => {
+                Err(self.blame(source, "its take-over stream ended early"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The error for `source` failing with `message`. A take-over's failure is its fast node's,
+    /// naming the slow node whose work it was.
+    pub(crate) fn blame(&self, source: Source, message: &str) -> TunerError {
+        let (node, message) = match source {
+            Source::Node(i) => (i, message.to_string()),
+            Source::TakeOver(k) => {
+                let t = &self.takeovers[k];
+                (
+                    t.fast,
+                    format!(
+                        "taking over work from {} failed: {message}",
+                        self.labels[t.slow]
+                    ),
+                )
+            }
+        };
+        TunerError::Node {
+            node: self.labels[node].clone(),
+            message,
+        }
+    }
+
+    /// Whether every node has sent its validation set.
+    pub(crate) fn all_val_ready(&self) -> bool {
+        self.nodes.iter().all(|n| n.val_ready)
+    }
+
+    /// Whether every node has sent everything of its own.
+    pub(crate) fn all_done(&self) -> bool {
+        self.nodes.iter().all(|n| n.done)
+    }
+
+    /// Each node's last reported throughput, images/s.
+    pub(crate) fn rates(&self) -> Vec<f64> {
+        self.nodes.iter().map(|n| n.rate).collect()
+    }
+
+    /// The next run to train, once every node has sent it and the validation set; the last run
+    /// also waits for every take-over.
+    pub(crate) fn next_ready_run(&mut self) -> Option<(usize, RunData)> {
+        let k = self.next_run;
+        let ready = k < self.runs.len()
+            && self
+                .nodes
+                .iter()
+                .all(|n| n.val_ready && n.runs_ready.contains(&(k as u32)))
+            && (k + 1 < self.runs.len() || self.takeovers.iter().all(|t| t.done));
+        if !ready {
+            return None;
+        }
+        self.next_run += 1;
+        let data = if self.by_reference {
+            RunData::Remote(std::mem::take(&mut self.remote[k]))
+        } else {
+            let run = std::mem::replace(&mut self.runs[k], empty(self.dim));
+            RunData::Memory {
+                values: run.values,
+                labels: run.labels,
+            }
+        };
+        Some((k, data))
+    }
+
+    /// The validation set, handed to the trainer once.
+    pub(crate) fn take_val(&mut self) -> Features {
+        std::mem::replace(&mut self.val, empty(self.dim))
+    }
+
+    /// Bytes of features, labels and ids received, re-fetches included.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Chunks fetched again.
+    pub(crate) fn refetched(&self) -> u64 {
+        self.refetched
+    }
+
+    /// Photos received, validation and training, all nodes.
+    pub(crate) fn images(&self) -> u64 {
+        self.nodes.iter().map(|n| n.images).sum()
+    }
+
+    /// Per-node figures.
+    pub(crate) fn node_reports(&self) -> Vec<NodeReport> {
+        self.labels
+            .iter()
+            .zip(&self.nodes)
+            .map(|(label, n)| NodeReport {
+                node: label.clone(),
+                images: n.images,
+                extracted: n.extracted,
+                seconds: n.seconds,
+                images_per_second: n.rate,
+            })
+            .collect()
+    }
+}
+
+fn empty(dim: usize) -> Features {
+    Features {
+        values: Vec::new(),
+        dim,
+        labels: Vec::new(),
+        photo_ids: Vec::new(),
+    }
+}
+
+fn append(target: &mut Features, more: Features) {
+    target.values.extend(more.values);
+    target.labels.extend(more.labels);
+    target.photo_ids.extend(more.photo_ids);
+}
+
+fn rows_of(node: usize, f: &Features) -> impl Iterator<Item = RemoteRow> + '_ {
+    f.photo_ids
+        .iter()
+        .zip(&f.labels)
+        .map(move |(photo, label)| RemoteRow {
+            node,
+            photo: *photo,
+            label: *label,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use ndpipe_proto::encode_chunk;
+    use pb::Part;
+
+    use super::*;
+
+    fn features(ids: std::ops::Range<u64>, dim: usize) -> Features {
+        let n = ids.end - ids.start;
+        Features {
+            values: vec![0.5; n as usize * dim],
+            dim,
+            labels: ids.clone().map(|i| (i % 2) as u32).collect(),
+            photo_ids: ids.collect(),
+        }
+    }
+
+    fn chunk(part: Part, run: u32, seq: u32, ids: std::ops::Range<u64>) -> Event {
+        Event::Chunk(encode_chunk(part, run, seq, &features(ids, 2)))
+    }
+
+    fn ready(part: Part, run: u32) -> Event {
+        Event::RunReady(pb::RunReady {
+            part: part as i32,
+            run,
+            ..Default::default()
+        })
+    }
+
+    fn done() -> Event {
+        Event::Done(pb::ExtractDone {
+            images: 0,
+            seconds: 1.5,
+            extracted: 3,
+        })
+    }
+
+    /// Feeds an event; adds the chunk it yields, if any.
+    fn feed(intake: &mut Intake, source: Source, event: Event) -> Result<bool, TunerError> {
+        match intake.on_event(source, event) {
+            Some(c) => {
+                let f = ndpipe_proto::decode_chunk(&c, intake.classes()).unwrap();
+                intake.add(source, c.part, c.run, f).map(|()| true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn intake(by_reference: bool) -> Intake {
+        Intake::new(
+            vec!["a (node 1)".into(), "b (node 2)".into()],
+            2,
+            2,
+            2,
+            by_reference,
+        )
+    }
+
+    #[test]
+    fn runs_are_ready_when_every_node_sent_them_and_duplicates_are_dropped() {
+        let mut i = intake(false);
+        let (a, b) = (Source::Node(0), Source::Node(1));
+        assert!(feed(&mut i, a, chunk(Part::Val, 0, 0, 0..4)).unwrap());
+        assert!(
+            !feed(&mut i, a, chunk(Part::Val, 0, 0, 0..4)).unwrap(),
+            "a duplicate"
+        );
+        feed(&mut i, a, ready(Part::Val, 0)).unwrap();
+        feed(&mut i, a, chunk(Part::Train, 0, 1, 10..16)).unwrap();
+        feed(&mut i, a, ready(Part::Train, 0)).unwrap();
+        assert!(!i.all_val_ready());
+        assert!(i.next_ready_run().is_none(), "b has sent nothing");
+        feed(&mut i, b, ready(Part::Val, 0)).unwrap();
+        feed(&mut i, b, chunk(Part::Train, 0, 0, 20..22)).unwrap();
+        assert!(i.next_ready_run().is_none(), "b has not finished run 0");
+        feed(&mut i, b, ready(Part::Train, 0)).unwrap();
+        assert!(i.all_val_ready());
+        let (run, data) = i.next_ready_run().unwrap();
+        assert_eq!((run, data.len()), (0, 8));
+        assert!(i.next_ready_run().is_none(), "run 1 is not there yet");
+        assert_eq!(i.take_val().photo_ids, [0, 1, 2, 3]);
+        assert_eq!(i.images(), 12);
+        let per_image = 2 * 2 + 4 + 8;
+        assert_eq!(i.bytes(), 12 * per_image);
+    }
+
+    #[test]
+    fn the_last_run_waits_for_take_overs_credited_to_the_fast_node() {
+        let mut i = intake(true);
+        let (a, b) = (Source::Node(0), Source::Node(1));
+        for s in [a, b] {
+            for event in [
+                ready(Part::Val, 0),
+                ready(Part::Train, 0),
+                ready(Part::Train, 1),
+            ] {
+                feed(&mut i, s, event).unwrap();
+            }
+        }
+        feed(&mut i, b, chunk(Part::Train, 1, 0, 0..3)).unwrap();
+        let k = i.add_takeover(1, 0);
+        let t = Source::TakeOver(k);
+        assert_eq!(i.next_ready_run().map(|r| r.0), Some(0));
+        assert!(i.next_ready_run().is_none(), "the take-over is not done");
+        // The take-over's sequence numbers may equal a node's: they are its own.
+        assert!(feed(&mut i, t, chunk(Part::Train, 1, 0, 100..102)).unwrap());
+        assert!(i.on_ended(t).is_err());
+        feed(&mut i, t, done()).unwrap();
+        assert!(i.on_ended(t).is_ok());
+        let (run, data) = i.next_ready_run().unwrap();
+        assert_eq!(run, 1);
+        let RunData::Remote(rows) = data else {
+            panic!("by reference");
+        };
+        assert_eq!(rows.len(), 5);
+        assert!(
+            rows.iter().all(|r| r.node == 1),
+            "photos stay b's: {rows:?}"
+        );
+        let reports = i.node_reports();
+        assert_eq!((reports[0].images, reports[1].images), (2, 3));
+    }
+
+    #[test]
+    fn bad_chunks_and_early_ends_name_the_node() {
+        let mut i = intake(false);
+        let a = Source::Node(0);
+        let wrong_dim = Event::Chunk(encode_chunk(Part::Train, 0, 0, &features(0..2, 3)));
+        let err = feed(&mut i, a, wrong_dim).unwrap_err();
+        assert!(err.to_string().contains("a (node 1)") && err.to_string().contains("3-d"));
+        let err = feed(&mut i, a, chunk(Part::Train, 5, 1, 0..2)).unwrap_err();
+        assert!(err.to_string().contains("run 5 of 2"), "{err}");
+        assert!(i.on_ended(a).is_err());
+        feed(&mut i, a, done()).unwrap();
+        assert!(i.on_ended(a).is_ok());
+        assert!(!i.all_done());
+        let k = i.add_takeover(1, 0);
+        let err = i.blame(Source::TakeOver(k), "checksum mismatch");
+        let text = err.to_string();
+        assert!(
+            text.contains("a (node 1)") && text.contains("b (node 2)"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,564 @@
+//! Fine-tuning across PipeStores, as NDPipe does it.
+//!
+//! Every node streams its validation features first, then its training features in `runs`
+//! chunks; the Tuner trains run `k` (warm-started from run `k-1`, with NDPipe's per-run
+//! learning-rate scale) while the nodes produce run `k+1`, and validates after every run. Only
+//! features, labels and photo ids cross the network.
+//!
+//! - [`request`] and [`report`]: the job's input and output;
+//! - [`streams`]: the node streams feeding the job's channel, re-fetching damaged chunks;
+//! - [`intake`]: what arrived so far, and when a run is ready;
+//! - [`balance`]: moving work from slow nodes to fast ones after the validation set;
+//! - [`trainer`]: the training thread, in memory or through [`cached`] over the memory budget;
+//! - [`conventional`]: the comparison mode where the Tuner runs the backbone.
+
+mod balance;
+mod cached;
+mod conventional;
+mod intake;
+mod report;
+mod request;
+mod streams;
+mod trainer;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ndpipe_catalog::ModelVersion;
+use ndpipe_model::InferenceBackend;
+use ndpipe_proto::{ProtoError, decode_chunk, decode_tensor_chunk, pb};
+use ndpipe_util::time::now_ms;
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+pub use cached::CacheReport;
+pub use report::{FinetuneReport, NodeReport, Rebalanced, RunTimeline};
+pub use request::{CachePolicy, FinetuneRequest, Mode, ValSplit};
+
+use self::cached::CacheSetup;
+use self::intake::Intake;
+use self::streams::{Msg, Source};
+use self::trainer::{Trainer, TrainerSetup, validate};
+use crate::nodes::{Node, Nodes, node_error};
+use crate::registry::Registry;
+use crate::{Head, HeadConfig, TunerError, deploy};
+
+/// Fine-tunes a new head from the nodes' features, records it in the registry and, when asked,
+/// deploys it. `backbone` is the Tuner's own, for conventional mode.
+pub(crate) async fn finetune(
+    nodes: &Nodes,
+    registry: &Registry,
+    backbone: Option<&Arc<dyn InferenceBackend>>,
+    req: FinetuneRequest,
+) -> Result<FinetuneReport, TunerError> {
+    let started = Instant::now();
+    if req.runs == 0 {
+        return Err(TunerError::InvalidArgument(
+            "runs must be at least 1".into(),
+        ));
+    }
+    let conventional = match req.mode {
+        Mode::NearData => None,
+        Mode::Conventional => Some(backbone.cloned().ok_or_else(|| {
+            TunerError::InvalidArgument(
+                "conventional mode needs a backbone on the Tuner (--model-dir)".into(),
+            )
+        })?),
+    };
+    let snapshot = nodes.snapshot();
+    if snapshot.is_empty() {
+        return Err(TunerError::NoNodes);
+    }
+    let survey = Survey::take(&snapshot, req.val_split).await?;
+    let (head, parent) = starting_head(registry, &req, &survey)?;
+    let job_id = format!("ft-{}", now_ms());
+    info!(
+        job = %job_id,
+        nodes = snapshot.len(),
+        classes = head.classes().len(),
+        runs = req.runs,
+        val_split = survey.val_split,
+        "fine-tuning starts"
+    );
+    let (job, rx) = Job::start(
+        &snapshot,
+        &req,
+        &job_id,
+        &survey,
+        head,
+        conventional,
+        started,
+    );
+    let done = job.run(rx).await?;
+    let (mut report, head) = done.into_report(&survey, &job_id, parent, started);
+    let record = register(registry, &survey, &req, &report, &head)?;
+    info!(version = %record.id, report.val_top1, report.seconds, "fine-tuning done");
+    if req.deploy {
+        report.deploy = Some(deploy::deploy(nodes, registry, &record, Some(&head)).await?);
+    }
+    Ok(report)
+}
+
+/// Records the new version (and the nodes' pretrained one it may derive from) with its head.
+fn register(
+    registry: &Registry,
+    survey: &Survey,
+    req: &FinetuneRequest,
+    report: &FinetuneReport,
+    head: &Head,
+) -> Result<ModelVersion, TunerError> {
+    if !survey.pretrained.is_empty() {
+        registry.record(&ModelVersion {
+            id: survey.pretrained.clone(),
+            backbone: survey.backbone.clone(),
+            parent: None,
+            metrics: serde_json::json!({"head": "pretrained"}),
+            created_ms: 0,
+            active: false,
+        })?;
+    }
+    let record = ModelVersion {
+        id: report.version.clone(),
+        backbone: survey.backbone.clone(),
+        parent: report.parent.clone(),
+        metrics: serde_json::json!({
+            "val_top1": report.val_top1,
+            "val_top1_before": report.val_top1_before,
+            "val_split": report.val_split,
+            "train_images": report.train_images,
+            "runs": req.runs,
+            "epochs": req.epochs,
+            "classes": report.classes.len(),
+        }),
+        created_ms: now_ms(),
+        active: false,
+    };
+    registry.save_head(&record, head)?;
+    registry.record(&record)?;
+    Ok(record)
+}
+
+/// What the nodes' inventories say about the job.
+struct Survey {
+    /// The backbone every node runs.
+    backbone: String,
+    feature_dim: usize,
+    /// The version the nodes serve now ("" for none).
+    pretrained: String,
+    /// "val" or "test".
+    val_split: &'static str,
+    /// Classes with training photos on any node.
+    labels: BTreeSet<String>,
+    /// Training photos per node.
+    have: Vec<u64>,
+}
+
+impl Survey {
+    async fn take(nodes: &[Node], val_split: ValSplit) -> Result<Self, TunerError> {
+        let replies = futures::future::join_all(nodes.iter().map(|n| async move {
+            n.client()
+                .inventory(pb::InventoryRequest {})
+                .await
+                .map(tonic::Response::into_inner)
+        }))
+        .await;
+        let inventories = nodes
+            .iter()
+            .zip(replies)
+            .map(|(n, r)| r.map_err(|e| node_error(n, e.message())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let backbone = inventories[0].backbone_version.clone();
+        for (node, inv) in nodes.iter().zip(&inventories) {
+            if inv.backbone_version != backbone {
+                return Err(node_error(
+                    node,
+                    format!(
+                        "runs backbone {}, others run {backbone}",
+                        inv.backbone_version
+                    ),
+                ));
+            }
+        }
+        let counts = || inventories.iter().flat_map(|i| &i.classes);
+        let val_split = match val_split {
+            ValSplit::Auto if counts().any(|c| c.val > 0) => "val",
+            ValSplit::Auto | ValSplit::Test => "test",
+            ValSplit::Val => "val",
+        };
+        Ok(Survey {
+            feature_dim: inventories[0].feature_dim as usize,
+            pretrained: inventories[0].active_version.clone(),
+            val_split,
+            labels: counts()
+                .filter(|c| c.train > 0)
+                .map(|c| c.label.clone())
+                .collect(),
+            have: inventories
+                .iter()
+                .map(|i| i.classes.iter().map(|c| c.train).sum())
+                .collect(),
+            backbone,
+        })
+    }
+
+    /// Training through a cache, when the job's features exceed the memory budget.
+    fn cache_setup(&self, nodes: &[Node], req: &FinetuneRequest) -> Option<CacheSetup> {
+        let feature_bytes = self.have.iter().sum::<u64>() * self.feature_dim as u64 * 4;
+        if req.memory_budget_bytes == 0 || feature_bytes <= req.memory_budget_bytes {
+            return None;
+        }
+        info!(
+            feature_bytes,
+            budget = req.memory_budget_bytes,
+            policy = %req.cache_policy,
+            "features exceed the memory budget: training reads them through the cache"
+        );
+        Some(CacheSetup {
+            policy: req.cache_policy,
+            budget_bytes: req.memory_budget_bytes,
+            nodes: nodes.to_vec(),
+            handle: tokio::runtime::Handle::current(),
+            dim: self.feature_dim,
+            batch: req.batch,
+            seed: req.seed,
+        })
+    }
+}
+
+/// The head to start from: the active version's (with new classes added) or a new one; and the
+/// version it derives from.
+fn starting_head(
+    registry: &Registry,
+    req: &FinetuneRequest,
+    survey: &Survey,
+) -> Result<(Head, Option<String>), TunerError> {
+    if survey.labels.is_empty() {
+        return Err(TunerError::EmptyData);
+    }
+    let active = registry
+        .active()?
+        .filter(|v| v.backbone == survey.backbone && req.hidden.is_none());
+    if let Some(active) = active
+        && let Some(mut head) = registry.head(&active.id)?
+    {
+        let new: Vec<String> = survey
+            .labels
+            .iter()
+            .filter(|l| !head.classes().contains(l))
+            .cloned()
+            .collect();
+        head.grow_classes(new)?;
+        return Ok((head, Some(active.id)));
+    }
+    let config = HeadConfig {
+        input_dim: survey.feature_dim,
+        hidden: req.hidden,
+        epochs: req.epochs,
+        batch: req.batch,
+        seed: req.seed,
+        ..HeadConfig::new(survey.labels.iter().cloned().collect())
+    };
+    Ok((
+        Head::new(config)?,
+        Some(survey.pretrained.clone()).filter(|p| !p.is_empty()),
+    ))
+}
+
+/// A job in flight: the event loop's state.
+struct Job<'a> {
+    nodes: &'a [Node],
+    req: &'a FinetuneRequest,
+    job_id: &'a str,
+    started: Instant,
+    /// Training photos per node, for load balancing.
+    have: &'a [u64],
+    intake: Intake,
+    /// The job's channel, for the streams and the trainer started later.
+    tx: mpsc::Sender<Msg>,
+    /// The Tuner's backbone, in conventional mode.
+    conventional: Option<Arc<dyn InferenceBackend>>,
+    cache: Option<CacheSetup>,
+    /// Load balancing is done (or not wanted).
+    balanced: bool,
+    /// The head, until the trainer takes it with the first run.
+    head: Option<Head>,
+    trainer: Option<Trainer>,
+    val_top1_before: f32,
+    timeline: Vec<RunTimeline>,
+    rebalanced: Vec<Rebalanced>,
+    extract_seconds: Option<f64>,
+}
+
+/// What a job ends with.
+struct Done {
+    head: Head,
+    cache: Option<CacheReport>,
+    intake: Intake,
+    timeline: Vec<RunTimeline>,
+    val_top1_before: f32,
+    rebalanced: Vec<Rebalanced>,
+    extract_seconds: Option<f64>,
+}
+
+impl Done {
+    /// The job's report (without a deploy yet), and the trained head. The version is named after
+    /// the job and the backbone.
+    fn into_report(
+        self,
+        survey: &Survey,
+        job_id: &str,
+        parent: Option<String>,
+        started: Instant,
+    ) -> (FinetuneReport, Head) {
+        let seconds = started.elapsed().as_secs_f64();
+        let extract_seconds = self.extract_seconds.unwrap_or(seconds);
+        let runs = self.timeline;
+        let train_images: usize = runs.iter().map(|t| t.images).sum();
+        let val_images = (self.intake.images() as usize).saturating_sub(train_images);
+        let bytes = self.intake.bytes();
+        let backbone = &survey.backbone;
+        let report = FinetuneReport {
+            version: format!("{job_id}-{}", backbone.get(..8).unwrap_or(backbone)),
+            parent,
+            classes: self.head.classes().to_vec(),
+            train_images,
+            val_images,
+            val_split: survey.val_split.to_string(),
+            val_top1_before: self.val_top1_before,
+            val_top1: runs.last().map_or(0.0, |t| t.val_top1),
+            bytes_received: bytes,
+            bytes_per_image: bytes as f64 / (train_images + val_images).max(1) as f64,
+            chunks_refetched: self.intake.refetched(),
+            extract_seconds,
+            train_seconds: runs.iter().map(|t| t.train_seconds).sum(),
+            train_hidden_seconds: runs.iter().map(|t| t.hidden_seconds(extract_seconds)).sum(),
+            seconds,
+            nodes: self.intake.node_reports(),
+            runs,
+            rebalanced: self.rebalanced,
+            cache: self.cache,
+            deploy: None,
+        };
+        (report, self.head)
+    }
+}
+
+impl<'a> Job<'a> {
+    /// Opens every node's feature stream; the job then runs on the returned channel.
+    fn start(
+        nodes: &'a [Node],
+        req: &'a FinetuneRequest,
+        job_id: &'a str,
+        survey: &'a Survey,
+        head: Head,
+        conventional: Option<Arc<dyn InferenceBackend>>,
+        started: Instant,
+    ) -> (Self, mpsc::Receiver<Msg>) {
+        let (tx, rx) = mpsc::channel::<Msg>(64);
+        for (i, node) in nodes.iter().enumerate() {
+            let request = pb::ExtractRequest {
+                job_id: job_id.to_string(),
+                runs: req.runs,
+                align: req.align,
+                classes: head.classes().to_vec(),
+                chunk_size: req.chunk_size,
+                use_stored_features: req.use_stored_features,
+                val_split: survey.val_split.to_string(),
+                throttle_images_per_second: req.throttle.get(&node.name).copied().unwrap_or(0.0),
+                ship_tensors: conventional.is_some(),
+                bandwidth_bytes_per_second: req.bandwidth_bytes_per_second,
+            };
+            streams::spawn_extract(i, node, request, tx.clone());
+        }
+        let cache = survey.cache_setup(nodes, req);
+        let intake = Intake::new(
+            nodes.iter().map(Node::label).collect(),
+            req.runs as usize,
+            head.classes().len(),
+            survey.feature_dim,
+            cache.is_some(),
+        );
+        let job = Job {
+            nodes,
+            req,
+            job_id,
+            started,
+            have: &survey.have,
+            intake,
+            tx,
+            conventional,
+            cache,
+            balanced: !req.load_balance || nodes.len() < 2,
+            head: Some(head),
+            trainer: None,
+            val_top1_before: 0.0,
+            timeline: Vec::new(),
+            rebalanced: Vec::new(),
+            extract_seconds: None,
+        };
+        (job, rx)
+    }
+
+    /// Runs the event loop until every run is trained.
+    async fn run(mut self, mut rx: mpsc::Receiver<Msg>) -> Result<Done, TunerError> {
+        let runs = self.req.runs as usize;
+        let mut trained = 0;
+        while trained < runs {
+            let Some(msg) = rx.recv().await else {
+                return Err(TunerError::Internal("the job's channel closed".into()));
+            };
+            match msg {
+                Msg::Event(source, event) => {
+                    if let Some(chunk) = self.intake.on_event(source, event) {
+                        self.on_chunk(source, chunk).await?;
+                    }
+                    if self.extract_seconds.is_none() && self.intake.all_done() {
+                        self.extract_seconds = Some(self.started.elapsed().as_secs_f64());
+                    }
+                }
+                Msg::Failed(source, message) => return Err(self.intake.blame(source, &message)),
+                Msg::Ended(source) => self.intake.on_ended(source)?,
+                Msg::Trained(result) => {
+                    let run = result?;
+                    let line = self.timeline.get_mut(run.run).ok_or_else(|| {
+                        TunerError::Internal(format!("run {} was trained unasked", run.run))
+                    })?;
+                    line.train_start = run.start;
+                    line.train_seconds = run.seconds;
+                    line.val_top1 = run.val_top1;
+                    trained += 1;
+                    continue;
+                }
+            }
+            if !self.balanced && self.intake.all_val_ready() {
+                self.balanced = true;
+                self.rebalance().await?;
+            }
+            self.start_ready_runs()?;
+        }
+        let trainer = self
+            .trainer
+            .ok_or_else(|| TunerError::Internal("no run was trained".into()))?;
+        let (head, cache) = trainer.finish()?;
+        Ok(Done {
+            head,
+            cache,
+            intake: self.intake,
+            timeline: self.timeline,
+            val_top1_before: self.val_top1_before,
+            rebalanced: self.rebalanced,
+            extract_seconds: self.extract_seconds,
+        })
+    }
+
+    /// Checks, decodes and books a chunk seen for the first time: features, or in conventional
+    /// mode a node's tensors, which the Tuner's backbone turns into features.
+    async fn on_chunk(
+        &mut self,
+        source: Source,
+        chunk: pb::FeatureChunk,
+    ) -> Result<(), TunerError> {
+        let features = match (self.conventional.clone(), source) {
+            (Some(backbone), Source::Node(i)) => {
+                let tensors = self.decode(source, &chunk, decode_tensor_chunk).await?;
+                conventional::extract_on_tuner(backbone, &self.nodes[i], tensors).await?
+            }
+            _ => self.decode(source, &chunk, decode_chunk).await?,
+        };
+        self.intake.add(source, chunk.part, chunk.run, features)
+    }
+
+    /// Decodes a chunk, fetching it again from its node once when its checksum fails. Take-over
+    /// chunks cannot be fetched again (the protocol has no such call), so that fails the job.
+    async fn decode<T>(
+        &mut self,
+        source: Source,
+        chunk: &pb::FeatureChunk,
+        decode: fn(&pb::FeatureChunk, usize) -> Result<T, ProtoError>,
+    ) -> Result<T, TunerError> {
+        let classes = self.intake.classes();
+        match (decode(chunk, classes), source) {
+            (Ok(value), _) => Ok(value),
+            (Err(ProtoError::Checksum { .. }), Source::Node(i)) => {
+                let node = &self.nodes[i];
+                warn!(
+                    node = %node.label(),
+                    run = chunk.run,
+                    seq = chunk.seq,
+                    "chunk checksum mismatch; fetching it again"
+                );
+                let again = streams::refetch(node, self.job_id, chunk).await?;
+                self.intake.on_refetched(&again);
+                decode(&again, classes).map_err(|e| node_error(node, e.to_string()))
+            }
+            (Err(e @ ProtoError::Checksum { .. }), Source::TakeOver(_)) => Err(self.intake.blame(
+                source,
+                &format!("{e}; a taken-over chunk cannot be fetched again"),
+            )),
+            (Err(e), _) => Err(self.intake.blame(source, &e.to_string())),
+        }
+    }
+
+    /// Moves work from slow nodes to fast ones, each move streamed as a take-over.
+    async fn rebalance(&mut self) -> Result<(), TunerError> {
+        let handoffs = balance::rebalance(
+            self.nodes,
+            self.job_id,
+            self.req.chunk_size,
+            self.have,
+            &self.intake.rates(),
+        )
+        .await?;
+        for h in handoffs {
+            let k = self.intake.add_takeover(h.slow, h.fast);
+            self.rebalanced.push(h.moved);
+            streams::spawn_takeover(k, &self.nodes[h.fast], h.request, self.tx.clone());
+        }
+        Ok(())
+    }
+
+    /// Hands every ready run to the trainer, starting it with the first one.
+    fn start_ready_runs(&mut self) -> Result<(), TunerError> {
+        while let Some((run, data)) = self.intake.next_ready_run() {
+            let trainer = match self.trainer.take() {
+                Some(trainer) => trainer,
+                None => self.start_trainer()?,
+            };
+            self.timeline.push(RunTimeline {
+                run,
+                images: data.len(),
+                ready_at: self.started.elapsed().as_secs_f64(),
+                train_start: 0.0,
+                train_seconds: 0.0,
+                val_top1: 0.0,
+            });
+            let sent = trainer.train(run, data);
+            self.trainer = Some(trainer);
+            sent?;
+        }
+        Ok(())
+    }
+
+    /// Starts the training thread with the head and the validation set (complete by now).
+    fn start_trainer(&mut self) -> Result<Trainer, TunerError> {
+        let head = self
+            .head
+            .take()
+            .ok_or_else(|| TunerError::Internal("trainer started twice".into()))?;
+        let val = self.intake.take_val();
+        self.val_top1_before = validate(&head, &val)?;
+        let tx = self.tx.clone();
+        Trainer::spawn(
+            TrainerSetup {
+                head,
+                val,
+                epochs: self.req.epochs,
+                runs: self.req.runs as usize,
+                started: self.started,
+                cache: self.cache.clone(),
+            },
+            move |trained| tx.blocking_send(Msg::Trained(trained)).is_ok(),
+        )
+    }
+}

@@ -1,0 +1,121 @@
+//! What a fine-tuning job reports: the reply of `POST /v1/tuner/finetune`.
+
+use serde::{Deserialize, Serialize};
+
+use super::cached::CacheReport;
+use crate::deploy::DeployReport;
+
+/// The result of a fine-tuning job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FinetuneReport {
+    /// The new version.
+    pub version: String,
+    /// The version it was derived from.
+    pub parent: Option<String>,
+    /// The head's classes.
+    pub classes: Vec<String>,
+    /// Training photos, all nodes.
+    pub train_images: usize,
+    /// Validation photos, all nodes.
+    pub val_images: usize,
+    /// The validation split used: "val" or "test".
+    pub val_split: String,
+    /// Per run.
+    pub runs: Vec<RunTimeline>,
+    /// Validation top-1 of the head before this job (0 for a new head).
+    pub val_top1_before: f32,
+    /// Validation top-1 at the end.
+    pub val_top1: f32,
+    /// Bytes of features, labels and ids received.
+    pub bytes_received: u64,
+    /// `bytes_received / (train + val images)`.
+    pub bytes_per_image: f64,
+    /// Chunks whose checksum failed and were fetched again.
+    pub chunks_refetched: u64,
+    /// Seconds from start until the last node sent its last run.
+    pub extract_seconds: f64,
+    /// Seconds of training in all runs.
+    pub train_seconds: f64,
+    /// Training seconds that overlapped feature extraction.
+    pub train_hidden_seconds: f64,
+    /// Seconds until the head was trained.
+    pub seconds: f64,
+    /// Per node.
+    pub nodes: Vec<NodeReport>,
+    /// Work moved by load balancing.
+    pub rebalanced: Vec<Rebalanced>,
+    /// The cache's figures, when the features exceeded the memory budget.
+    pub cache: Option<CacheReport>,
+    /// The deploy, when asked for.
+    pub deploy: Option<DeployReport>,
+}
+
+/// The timeline of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunTimeline {
+    /// Run index, from 0.
+    pub run: usize,
+    /// Training rows of the run (all nodes).
+    pub images: usize,
+    /// Seconds from the job's start until every node had sent the run.
+    pub ready_at: f64,
+    /// Seconds from the job's start when training of the run began.
+    pub train_start: f64,
+    /// Seconds of training.
+    pub train_seconds: f64,
+    /// Validation top-1 after the run.
+    pub val_top1: f32,
+}
+
+/// Per-node figures of a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeReport {
+    /// "name (node N)".
+    pub node: String,
+    /// Photos whose features it sent (including work it took over).
+    pub images: u64,
+    /// Of those, features computed by its backbone during the job.
+    pub extracted: u64,
+    /// Its seconds from first to last feature.
+    pub seconds: f64,
+    /// Its last reported throughput.
+    pub images_per_second: f64,
+}
+
+/// Photos moved from a slow node to a fast one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rebalanced {
+    /// The slow node.
+    pub from: String,
+    /// The fast node.
+    pub to: String,
+    /// Photos moved.
+    pub photos: usize,
+}
+
+impl RunTimeline {
+    /// Seconds of this run's training that overlapped extraction, which ended at `extract_end`.
+    pub(crate) fn hidden_seconds(&self, extract_end: f64) -> f64 {
+        (extract_end.min(self.train_start + self.train_seconds) - self.train_start).max(0.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn training_is_hidden_only_while_extraction_runs() {
+        let run = RunTimeline {
+            run: 0,
+            images: 10,
+            ready_at: 1.0,
+            train_start: 2.0,
+            train_seconds: 3.0,
+            val_top1: 0.5,
+        };
+        assert_eq!(run.hidden_seconds(10.0), 3.0);
+        assert_eq!(run.hidden_seconds(4.0), 2.0);
+        assert_eq!(run.hidden_seconds(1.0), 0.0);
+    }
+}

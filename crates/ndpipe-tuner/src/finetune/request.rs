@@ -1,0 +1,341 @@
+//! What a fine-tuning job is asked to do: the body of `POST /v1/tuner/finetune`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use spidercache::PolicyKind;
+
+use crate::TunerError;
+
+/// What a fine-tuning job is asked to do. Every field has a default (NDPipe's settings), so `{}`
+/// is a valid request; unknown fields, modes and policies are refused when the JSON is parsed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FinetuneRequest {
+    /// Pipelined runs (NDPipe's `num_of_run`), at least 1. Default 2.
+    pub runs: u32,
+    /// Epochs per run. Default 30.
+    pub epochs: usize,
+    /// Training batch size. Default 1024.
+    pub batch: usize,
+    /// Validation split. Default [`ValSplit::Auto`].
+    pub val_split: ValSplit,
+    /// Re-use stored features when the backbone is unchanged. Default true.
+    pub use_stored_features: bool,
+    /// Width of an optional hidden layer (not deployable in this version of the protocol).
+    pub hidden: Option<usize>,
+    /// Seed of initialisation and shuffling. Default 0.
+    pub seed: u64,
+    /// Photos per feature chunk on the wire. Default 256.
+    pub chunk_size: u32,
+    /// Run boundaries are aligned to this many photos (the nodes' batch size). Default 32.
+    pub align: u32,
+    /// Deploy the new version to every node and re-label the stores when training is done.
+    /// Default true.
+    pub deploy: bool,
+    /// Per-node throttle in images/s, by node name (for load-balancing experiments).
+    pub throttle: BTreeMap<String, f64>,
+    /// Where the backbone runs. Default [`Mode::NearData`].
+    pub mode: Mode,
+    /// Cap on each node's sending rate, bytes/s (0: none): a stand-in for a slower network.
+    pub bandwidth_bytes_per_second: f64,
+    /// Once every node has sent its validation set, move work from slow nodes to fast ones in
+    /// proportion to their measured throughput (the fast node fetches the slow node's tensors).
+    /// Default true.
+    pub load_balance: bool,
+    /// Bytes of training features the Tuner may hold (0: no limit). When the job's features
+    /// exceed it, training reads them through `cache_policy`, fetching misses from the nodes.
+    pub memory_budget_bytes: u64,
+    /// The cache used over the memory budget. Default [`CachePolicy::SpiderCache`].
+    pub cache_policy: CachePolicy,
+}
+
+impl Default for FinetuneRequest {
+    fn default() -> Self {
+        FinetuneRequest {
+            runs: 2,
+            epochs: 30,
+            batch: 1024,
+            val_split: ValSplit::Auto,
+            use_stored_features: true,
+            hidden: None,
+            seed: 0,
+            chunk_size: 256,
+            align: 32,
+            deploy: true,
+            throttle: BTreeMap::new(),
+            mode: Mode::NearData,
+            bandwidth_bytes_per_second: 0.0,
+            load_balance: true,
+            memory_budget_bytes: 0,
+            cache_policy: CachePolicy::SpiderCache,
+        }
+    }
+}
+
+/// Where the backbone runs during a job.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mode {
+    /// NDPipe: the PipeStores run the backbone and send features (`"near-data"`; `""` too).
+    #[default]
+    #[serde(rename = "near-data", alias = "")]
+    NearData,
+    /// For comparison: the PipeStores send preprocessed tensors and the Tuner runs the backbone
+    /// (`"conventional"`; the Tuner needs its own backbone).
+    #[serde(rename = "conventional")]
+    Conventional,
+}
+
+/// The training-data cache used when a job's features exceed the Tuner's memory budget; the
+/// names are those of the `spidercache` crate's policies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CachePolicy {
+    /// SpiderCache (`"spidercache"`).
+    #[default]
+    #[serde(rename = "spidercache")]
+    SpiderCache,
+    /// SHADE (`"shade"`).
+    #[serde(rename = "shade")]
+    Shade,
+    /// iCache (`"icache"`).
+    #[serde(rename = "icache")]
+    ICache,
+    /// Quiver (`"quiver"`).
+    #[serde(rename = "quiver")]
+    Quiver,
+    /// Uniform sampling, LRU (`"lru"`).
+    #[serde(rename = "lru")]
+    Lru,
+    /// Uniform sampling, LFU (`"lfu"`).
+    #[serde(rename = "lfu")]
+    Lfu,
+    /// Uniform sampling, filled once, never evicted (CoorDL; `"static"`).
+    #[serde(rename = "static")]
+    Static,
+    /// Uniform sampling, no cache (`"nocache"`).
+    #[serde(rename = "nocache")]
+    NoCache,
+}
+
+/// Which labelled photos validate the head after every run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ValSplit {
+    /// `"val"` when any node has such photos, else `"test"` (written `""`).
+    #[default]
+    #[serde(rename = "")]
+    Auto,
+    /// The `"val"` split.
+    #[serde(rename = "val")]
+    Val,
+    /// The `"test"` split.
+    #[serde(rename = "test")]
+    Test,
+}
+
+impl Mode {
+    /// The name in requests.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::NearData => "near-data",
+            Mode::Conventional => "conventional",
+        }
+    }
+}
+
+impl CachePolicy {
+    /// Every policy, in the order of the `spidercache` crate's tables.
+    pub const ALL: [CachePolicy; 8] = [
+        CachePolicy::NoCache,
+        CachePolicy::Lru,
+        CachePolicy::Lfu,
+        CachePolicy::Static,
+        CachePolicy::Shade,
+        CachePolicy::ICache,
+        CachePolicy::Quiver,
+        CachePolicy::SpiderCache,
+    ];
+
+    /// The name in requests and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CachePolicy::SpiderCache => "spidercache",
+            CachePolicy::Shade => "shade",
+            CachePolicy::ICache => "icache",
+            CachePolicy::Quiver => "quiver",
+            CachePolicy::Lru => "lru",
+            CachePolicy::Lfu => "lfu",
+            CachePolicy::Static => "static",
+            CachePolicy::NoCache => "nocache",
+        }
+    }
+
+    /// The policy with its default settings.
+    pub(crate) fn kind(self) -> PolicyKind {
+        match self {
+            CachePolicy::SpiderCache => PolicyKind::Spider(Default::default()),
+            CachePolicy::Shade => PolicyKind::Shade(Default::default()),
+            CachePolicy::ICache => PolicyKind::ICache(Default::default()),
+            CachePolicy::Quiver => PolicyKind::Quiver(Default::default()),
+            CachePolicy::Lru => PolicyKind::Lru,
+            CachePolicy::Lfu => PolicyKind::Lfu,
+            CachePolicy::Static => PolicyKind::Static,
+            CachePolicy::NoCache => PolicyKind::NoCache,
+        }
+    }
+}
+
+impl ValSplit {
+    /// The name in requests (`""` for [`ValSplit::Auto`]).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ValSplit::Auto => "",
+            ValSplit::Val => "val",
+            ValSplit::Test => "test",
+        }
+    }
+}
+
+fn unknown(what: &str, name: &str, known: &[&str]) -> TunerError {
+    TunerError::InvalidArgument(format!(
+        "unknown {what} {name:?}: use one of {}",
+        known.join(", ")
+    ))
+}
+
+impl FromStr for Mode {
+    type Err = TunerError;
+
+    /// Parses a name as the JSON body does (`""` is [`Mode::NearData`]).
+    fn from_str(s: &str) -> Result<Self, TunerError> {
+        match s {
+            "near-data" | "" => Ok(Mode::NearData),
+            "conventional" => Ok(Mode::Conventional),
+            other => Err(unknown("mode", other, &["near-data", "conventional"])),
+        }
+    }
+}
+
+impl FromStr for CachePolicy {
+    type Err = TunerError;
+
+    /// Parses a name as the JSON body does.
+    fn from_str(s: &str) -> Result<Self, TunerError> {
+        CachePolicy::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                let names = CachePolicy::ALL.map(CachePolicy::as_str);
+                unknown("cache policy", s, &names)
+            })
+    }
+}
+
+impl FromStr for ValSplit {
+    type Err = TunerError;
+
+    /// Parses a name as the JSON body does (`""` is [`ValSplit::Auto`]).
+    fn from_str(s: &str) -> Result<Self, TunerError> {
+        match s {
+            "" => Ok(ValSplit::Auto),
+            "val" => Ok(ValSplit::Val),
+            "test" => Ok(ValSplit::Test),
+            other => Err(unknown("validation split", other, &["val", "test"])),
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for CachePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for ValSplit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<FinetuneRequest, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+
+    #[test]
+    fn an_empty_request_has_ndpipes_defaults() {
+        let req = parse("{}").unwrap();
+        assert_eq!(req, FinetuneRequest::default());
+        assert_eq!((req.runs, req.epochs, req.batch), (2, 30, 1024));
+        assert_eq!((req.chunk_size, req.align), (256, 32));
+        assert!(req.deploy && req.load_balance && req.use_stored_features);
+        assert_eq!(req.mode, Mode::NearData);
+        assert_eq!(req.cache_policy, CachePolicy::SpiderCache);
+        assert_eq!(req.val_split, ValSplit::Auto);
+    }
+
+    #[test]
+    fn todays_strings_parse_into_the_enums() {
+        let req = parse(r#"{"mode": "", "val_split": "", "cache_policy": "lfu"}"#).unwrap();
+        assert_eq!(
+            (req.mode, req.val_split, req.cache_policy),
+            (Mode::NearData, ValSplit::Auto, CachePolicy::Lfu)
+        );
+        let req = parse(r#"{"mode": "conventional", "val_split": "test"}"#).unwrap();
+        assert_eq!(
+            (req.mode, req.val_split),
+            (Mode::Conventional, ValSplit::Test)
+        );
+        assert_eq!(
+            parse(r#"{"mode": "near-data"}"#).unwrap().mode,
+            Mode::NearData
+        );
+        for policy in CachePolicy::ALL {
+            let json = format!(r#"{{"cache_policy": "{policy}"}}"#);
+            assert_eq!(parse(&json).unwrap().cache_policy, policy);
+            assert_eq!(policy.as_str().parse::<CachePolicy>().unwrap(), policy);
+        }
+    }
+
+    #[test]
+    fn unknown_names_and_fields_are_refused_when_parsed() {
+        assert!(parse(r#"{"cache_policy": "fifo"}"#).is_err());
+        assert!(parse(r#"{"mode": "far-data"}"#).is_err());
+        assert!(parse(r#"{"val_split": "train"}"#).is_err());
+        assert!(parse(r#"{"epochz": 3}"#).is_err());
+        assert!(matches!(
+            "fifo".parse::<CachePolicy>(),
+            Err(TunerError::InvalidArgument(m)) if m.contains("spidercache")
+        ));
+        assert_eq!("".parse::<Mode>().unwrap(), Mode::NearData);
+        assert_eq!("".parse::<ValSplit>().unwrap(), ValSplit::Auto);
+        assert!("train".parse::<ValSplit>().is_err());
+    }
+
+    #[test]
+    fn requests_round_trip_with_todays_names() {
+        let req = FinetuneRequest {
+            mode: Mode::Conventional,
+            cache_policy: CachePolicy::NoCache,
+            ..FinetuneRequest::default()
+        };
+        let json = serde_json::to_value(&req).unwrap();
+        assert_eq!(json["mode"], "conventional");
+        assert_eq!(json["cache_policy"], "nocache");
+        assert_eq!(json["val_split"], "");
+        assert_eq!(
+            serde_json::from_value::<FinetuneRequest>(json).unwrap(),
+            req
+        );
+    }
+}

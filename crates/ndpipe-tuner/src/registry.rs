@@ -1,0 +1,150 @@
+//! The model registry: every version the Tuner produced (or found deployed), with its head file.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ndpipe_catalog::{ModelRegistry, ModelVersion, SqliteCatalog};
+use ndpipe_model::HeadVersion;
+use ndpipe_util::fs::file_stem;
+
+use crate::{Head, TunerError};
+
+/// Model versions (a [`ModelRegistry`]) and head files (`heads/<file_stem(id)>.safetensors`).
+///
+/// File names: [`file_stem`] keeps ASCII letters, digits, `-`, `_` and `.`. The sanitiser before
+/// it also turned `.` into `_`; the Tuner's ids (`ft-<ms>-<hex>`, and the PipeStores' pretrained
+/// `<name>-<hex>`) contain no `.`, so the heads of existing versions keep their file names.
+pub(crate) struct Registry {
+    models: Arc<dyn ModelRegistry>,
+    heads: PathBuf,
+}
+
+impl Registry {
+    /// Opens (creating) the registry in `dir`: `registry.sqlite` and `heads/`.
+    pub(crate) fn open(dir: &Path) -> Result<Self, TunerError> {
+        let heads = dir.join("heads");
+        std::fs::create_dir_all(&heads).map_err(|source| TunerError::Io {
+            path: heads.clone(),
+            source,
+        })?;
+        let models = Arc::new(SqliteCatalog::open(&dir.join("registry.sqlite"))?);
+        Ok(Registry { models, heads })
+    }
+
+    /// Where the head of `id` is kept.
+    fn head_path(&self, id: &str) -> PathBuf {
+        self.heads.join(format!("{}.safetensors", file_stem(id)))
+    }
+
+    /// All versions, oldest first.
+    pub(crate) fn list(&self) -> Result<Vec<ModelVersion>, TunerError> {
+        Ok(self.models.models()?)
+    }
+
+    /// One version.
+    pub(crate) fn get(&self, id: &str) -> Result<ModelVersion, TunerError> {
+        self.models
+            .model(id)?
+            .ok_or_else(|| TunerError::UnknownVersion(id.to_string()))
+    }
+
+    /// The version serving now, if any.
+    pub(crate) fn active(&self) -> Result<Option<ModelVersion>, TunerError> {
+        Ok(self.models.active_model()?)
+    }
+
+    /// Records a version (not active until deployed), unless it is known already.
+    pub(crate) fn record(&self, version: &ModelVersion) -> Result<(), TunerError> {
+        if self.models.model(&version.id)?.is_some() {
+            return Ok(());
+        }
+        self.models.register_model(&ModelVersion {
+            active: false,
+            ..version.clone()
+        })?;
+        Ok(())
+    }
+
+    /// Marks `id` as the serving version.
+    pub(crate) fn set_active(&self, id: &str) -> Result<(), TunerError> {
+        Ok(self.models.set_active_model(id)?)
+    }
+
+    /// Writes the head of `version` (durably), labelled with the version.
+    pub(crate) fn save_head(&self, version: &ModelVersion, head: &Head) -> Result<(), TunerError> {
+        let label = HeadVersion {
+            id: version.id.clone(),
+            backbone: version.backbone.clone(),
+            parent: version.parent.clone(),
+            metrics: version.metrics.clone(),
+        };
+        head.save_as(&self.head_path(&version.id), Some(label))
+    }
+
+    /// The head of `id`; `None` for a version without a head file on the Tuner (a PipeStore's
+    /// pretrained version).
+    pub(crate) fn head(&self, id: &str) -> Result<Option<Head>, TunerError> {
+        let path = self.head_path(id);
+        if path.exists() {
+            Head::load(&path).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::HeadConfig;
+
+    fn version(id: &str) -> ModelVersion {
+        ModelVersion {
+            id: id.into(),
+            backbone: "b".repeat(64),
+            parent: None,
+            metrics: serde_json::json!({}),
+            created_ms: 1,
+            active: true,
+        }
+    }
+
+    #[test]
+    fn versions_are_recorded_once_inactive_and_keep_their_head_file_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::open(dir.path()).unwrap();
+        registry.record(&version("ft-1-abcdef12")).unwrap();
+        registry.record(&version("ft-1-abcdef12")).unwrap();
+        assert_eq!(registry.list().unwrap().len(), 1);
+        assert!(registry.active().unwrap().is_none());
+        registry.set_active("ft-1-abcdef12").unwrap();
+        assert_eq!(registry.active().unwrap().unwrap().id, "ft-1-abcdef12");
+        assert!(matches!(
+            registry.get("nope"),
+            Err(TunerError::UnknownVersion(_))
+        ));
+
+        assert_eq!(
+            registry.head_path("ft-1700000000000-abcdef12"),
+            dir.path()
+                .join("heads/ft-1700000000000-abcdef12.safetensors")
+        );
+        assert_eq!(
+            registry.head_path("../x"),
+            dir.path().join("heads/_.._x.safetensors")
+        );
+        assert!(registry.head("ft-1-abcdef12").unwrap().is_none());
+        let head = Head::new(HeadConfig {
+            input_dim: 4,
+            ..HeadConfig::new(vec!["a".into(), "b".into()])
+        })
+        .unwrap();
+        registry
+            .save_head(&version("ft-1-abcdef12"), &head)
+            .unwrap();
+        let back = registry.head("ft-1-abcdef12").unwrap().unwrap();
+        assert_eq!(back.config(), head.config());
+        let file = ndpipe_model::HeadFile::read(&registry.head_path("ft-1-abcdef12")).unwrap();
+        assert_eq!(file.version.unwrap().id, "ft-1-abcdef12");
+    }
+}

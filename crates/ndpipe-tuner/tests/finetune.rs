@@ -1,0 +1,657 @@
+//! Fine-tuning and deploy end to end against fake PipeStores (gRPC servers in this process whose
+//! features are a function of the photo's label): pipelined runs, a damaged chunk fetched again,
+//! load balancing with a take-over, training through a cache, the two-phase deploy and rollback.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::Stream;
+use ndpipe_proto::pb::extract_event::Event;
+use ndpipe_proto::pb::pipe_store_server::{PipeStore, PipeStoreServer};
+use ndpipe_proto::pb::{self, Part};
+use ndpipe_proto::{
+    Features, RunPlan, Tensors, encode_chunk, encode_tensor_chunk, head_from_request,
+};
+use ndpipe_tuner::{
+    CachePolicy, Config, FinetuneReport, FinetuneRequest, Mode, Tuner, TunerError, ValSplit,
+};
+use tokio::sync::{Notify, mpsc};
+use tonic::{Request, Response, Status};
+
+const DIM: usize = 4;
+const BACKBONE: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+const CLASSES: [&str; 2] = ["cat", "cup"];
+
+/// A photo's features: its class lights up its own dimension.
+fn feature(id: u64, label: u32) -> Vec<f32> {
+    let mut v = vec![0.05 * (id % 5) as f32; DIM];
+    v[label as usize] += 2.0;
+    v
+}
+
+fn features(rows: &[(u64, u32)]) -> Features {
+    Features {
+        values: rows.iter().flat_map(|&(id, l)| feature(id, l)).collect(),
+        dim: DIM,
+        labels: rows.iter().map(|r| r.1).collect(),
+        photo_ids: rows.iter().map(|r| r.0).collect(),
+    }
+}
+
+/// How a fake node behaves.
+#[derive(Default)]
+struct Behaviour {
+    /// Images/s it reports.
+    rate: f64,
+    /// Send the first chunk with a wrong checksum (the right one on re-fetch).
+    corrupt_first: bool,
+    /// Wait (up to a second) for a rebalance before sending its training runs.
+    wait_for_rebalance: bool,
+    /// Damage the chunks of work it takes over.
+    corrupt_takeovers: bool,
+}
+
+struct Fake {
+    /// (id, class name, split).
+    photos: Vec<(u64, &'static str, &'static str)>,
+    behaviour: Behaviour,
+    refuse_stage: AtomicBool,
+    job: Mutex<Option<Job>>,
+    rebalanced: Notify,
+    sent: Mutex<HashMap<(i32, u32, u32), pb::FeatureChunk>>,
+    calls: Mutex<Vec<String>>,
+}
+
+/// A job's training rows and plan, and how many rows of the last run were given away.
+struct Job {
+    train: Vec<(u64, u32)>,
+    plan: RunPlan,
+    given: usize,
+}
+
+type Events = Pin<Box<dyn Stream<Item = Result<pb::ExtractEvent, Status>> + Send>>;
+
+fn stream(rx: mpsc::Receiver<Event>) -> Events {
+    Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+        let event = rx.recv().await?;
+        Some((Ok(pb::ExtractEvent { event: Some(event) }), rx))
+    }))
+}
+
+impl Fake {
+    fn call(&self, what: String) {
+        self.calls.lock().unwrap().push(what);
+    }
+
+    fn rows(&self, split: &str, classes: &[String]) -> Vec<(u64, u32)> {
+        self.photos
+            .iter()
+            .filter(|p| p.2 == split)
+            .filter_map(|p| {
+                let label = classes.iter().position(|c| c == p.1)?;
+                Some((p.0, label as u32))
+            })
+            .collect()
+    }
+
+    fn chunk(&self, part: Part, run: u32, seq: u32, rows: &[(u64, u32)], tensors: bool) -> Event {
+        let mut chunk = if tensors {
+            let (h, w) = (224, 224);
+            encode_tensor_chunk(
+                part,
+                run,
+                seq,
+                &Tensors {
+                    data: rows
+                        .iter()
+                        .flat_map(|r| vec![(r.1 * 200) as u8; h * w * 3])
+                        .collect(),
+                    height: h as u32,
+                    width: w as u32,
+                    labels: rows.iter().map(|r| r.1).collect(),
+                    photo_ids: rows.iter().map(|r| r.0).collect(),
+                },
+            )
+        } else {
+            encode_chunk(part, run, seq, &features(rows))
+        };
+        let mut sent = self.sent.lock().unwrap();
+        let first = sent.is_empty();
+        sent.insert((part as i32, run, seq), chunk.clone());
+        if first && self.behaviour.corrupt_first {
+            chunk.crc32c ^= 1;
+        }
+        Event::Chunk(chunk)
+    }
+}
+
+#[derive(Clone)]
+struct Node(Arc<Fake>);
+
+#[tonic::async_trait]
+impl PipeStore for Node {
+    async fn inventory(
+        &self,
+        _: Request<pb::InventoryRequest>,
+    ) -> Result<Response<pb::InventoryReply>, Status> {
+        let classes = CLASSES
+            .iter()
+            .map(|&c| {
+                let n = |s: &str| {
+                    self.0
+                        .photos
+                        .iter()
+                        .filter(|p| p.1 == c && p.2 == s)
+                        .count()
+                };
+                pb::ClassCount {
+                    label: c.into(),
+                    train: n("train") as u64,
+                    val: n("val") as u64,
+                    test: n("test") as u64,
+                }
+            })
+            .collect();
+        Ok(Response::new(pb::InventoryReply {
+            node_id: 0,
+            backbone_version: BACKBONE.into(),
+            feature_dim: DIM as u32,
+            classes,
+            active_version: "pretrained-0123".into(),
+        }))
+    }
+
+    type ExtractStream = Events;
+
+    async fn extract(
+        &self,
+        request: Request<pb::ExtractRequest>,
+    ) -> Result<Response<Events>, Status> {
+        let req = request.into_inner();
+        let fake = self.0.clone();
+        let val = fake.rows(&req.val_split, &req.classes);
+        let train = fake.rows("train", &req.classes);
+        let plan = RunPlan::new(train.len(), req.runs as usize, req.align as usize).unwrap();
+        *fake.job.lock().unwrap() = Some(Job {
+            train: train.clone(),
+            plan: plan.clone(),
+            given: 0,
+        });
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(async move {
+            let size = req.chunk_size as usize;
+            let tensors = req.ship_tensors;
+            let mut events = Vec::new();
+            for (seq, rows) in val.chunks(size).enumerate() {
+                events.push(fake.chunk(Part::Val, 0, seq as u32, rows, tensors));
+            }
+            // As PipeStores do: throughput after chunks, then the part is ready.
+            events.push(Event::Throughput(pb::Throughput {
+                images_per_second: fake.behaviour.rate,
+                ..Default::default()
+            }));
+            events.push(Event::RunReady(pb::RunReady {
+                part: Part::Val as i32,
+                ..Default::default()
+            }));
+            for e in events.drain(..) {
+                if tx.send(e).await.is_err() {
+                    return;
+                }
+            }
+            if fake.behaviour.wait_for_rebalance {
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(1), fake.rebalanced.notified()).await;
+            }
+            let given = fake.job.lock().unwrap().as_ref().unwrap().given;
+            for (run, range) in plan.chunks().iter().enumerate() {
+                let mut rows = &train[range.clone()];
+                if run + 1 == plan.runs() {
+                    rows = &rows[..rows.len() - given];
+                }
+                for (seq, rows) in rows.chunks(size).enumerate() {
+                    events.push(fake.chunk(Part::Train, run as u32, seq as u32, rows, tensors));
+                }
+                events.push(Event::RunReady(pb::RunReady {
+                    part: Part::Train as i32,
+                    run: run as u32,
+                    ..Default::default()
+                }));
+            }
+            events.push(Event::Done(pb::ExtractDone {
+                images: (val.len() + train.len() - given) as u64,
+                seconds: 0.5,
+                extracted: 3,
+            }));
+            for e in events {
+                if tx.send(e).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(stream(rx)))
+    }
+
+    async fn fetch_chunk(
+        &self,
+        request: Request<pb::FetchChunkRequest>,
+    ) -> Result<Response<pb::FeatureChunk>, Status> {
+        let r = request.into_inner();
+        self.0.call(format!("refetch {} {}", r.run, r.seq));
+        let sent = self.0.sent.lock().unwrap();
+        let chunk = sent.get(&(r.part, r.run, r.seq)).cloned();
+        chunk
+            .map(Response::new)
+            .ok_or_else(|| Status::not_found("no such chunk"))
+    }
+
+    async fn stage_head(
+        &self,
+        request: Request<pb::StageHeadRequest>,
+    ) -> Result<Response<pb::StageHeadReply>, Status> {
+        let r = request.into_inner();
+        let head = head_from_request(&r).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        assert_eq!(head.input_dim(), DIM);
+        self.0.call(format!("stage {}", r.version));
+        if self.0.refuse_stage.load(Ordering::Relaxed) {
+            return Err(Status::failed_precondition("disk full"));
+        }
+        Ok(Response::new(pb::StageHeadReply {}))
+    }
+
+    async fn commit_head(
+        &self,
+        request: Request<pb::CommitHeadRequest>,
+    ) -> Result<Response<pb::CommitHeadReply>, Status> {
+        self.0
+            .call(format!("commit {}", request.into_inner().version));
+        Ok(Response::new(pb::CommitHeadReply {}))
+    }
+
+    async fn abort_head(
+        &self,
+        request: Request<pb::AbortHeadRequest>,
+    ) -> Result<Response<pb::AbortHeadReply>, Status> {
+        self.0
+            .call(format!("abort {}", request.into_inner().version));
+        Ok(Response::new(pb::AbortHeadReply {}))
+    }
+
+    async fn relabel(
+        &self,
+        request: Request<pb::RelabelRequest>,
+    ) -> Result<Response<pb::RelabelReply>, Status> {
+        self.0
+            .call(format!("relabel {}", request.into_inner().version));
+        Ok(Response::new(pb::RelabelReply {
+            photos: self.0.photos.len() as u64,
+            compared: 10,
+            changed: 1,
+            seconds: 0.1,
+            mode: "head".into(),
+        }))
+    }
+
+    async fn rebalance(
+        &self,
+        request: Request<pb::RebalanceRequest>,
+    ) -> Result<Response<pb::RebalanceReply>, Status> {
+        let give = request.into_inner().give as usize;
+        let mut job = self.0.job.lock().unwrap();
+        let Job { train, plan, given } = job.as_mut().unwrap();
+        let last = plan.chunk(plan.runs() - 1).unwrap();
+        *given = give.min(last.len());
+        let photos = train[last.end - *given..last.end]
+            .iter()
+            .map(|&(id, label)| pb::LabelledPhoto { id, label })
+            .collect();
+        let run = plan.runs() as u32 - 1;
+        drop(job);
+        self.0.rebalanced.notify_one();
+        Ok(Response::new(pb::RebalanceReply { photos, run }))
+    }
+
+    type TakeOverStream = Events;
+
+    async fn take_over(
+        &self,
+        request: Request<pb::TakeOverRequest>,
+    ) -> Result<Response<Events>, Status> {
+        let req = request.into_inner();
+        let corrupt = self.0.behaviour.corrupt_takeovers;
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(async move {
+            let rows: Vec<(u64, u32)> = req.photos.iter().map(|p| (p.id, p.label)).collect();
+            for (k, rows) in rows.chunks(req.chunk_size as usize).enumerate() {
+                let mut chunk = encode_chunk(
+                    Part::Train,
+                    req.run,
+                    req.first_seq + k as u32,
+                    &features(rows),
+                );
+                if corrupt {
+                    chunk.crc32c ^= 1;
+                }
+                if tx.send(Event::Chunk(chunk)).await.is_err() {
+                    return;
+                }
+            }
+            let done = pb::ExtractDone {
+                images: rows.len() as u64,
+                seconds: 0.1,
+                extracted: rows.len() as u64,
+            };
+            let _ = tx.send(Event::Done(done)).await;
+        });
+        Ok(Response::new(stream(rx)))
+    }
+
+    async fn get_tensors(
+        &self,
+        _: Request<pb::GetTensorsRequest>,
+    ) -> Result<Response<pb::GetTensorsReply>, Status> {
+        Err(Status::unimplemented("the fake takes over without tensors"))
+    }
+
+    async fn get_features(
+        &self,
+        request: Request<pb::GetFeaturesRequest>,
+    ) -> Result<Response<pb::FeatureChunk>, Status> {
+        let ids = request.into_inner().ids;
+        let rows: Vec<(u64, u32)> = ids
+            .iter()
+            .map(|id| {
+                let p = self.0.photos.iter().find(|p| p.0 == *id).unwrap();
+                (p.0, CLASSES.iter().position(|c| *c == p.1).unwrap() as u32)
+            })
+            .collect();
+        Ok(Response::new(encode_chunk(
+            Part::Train,
+            0,
+            0,
+            &features(&rows),
+        )))
+    }
+}
+
+/// A fake PipeStore with `train` training and `val` validation photos (ids from `first`),
+/// serving on a free port.
+async fn fake(first: u64, train: u64, val: u64, behaviour: Behaviour) -> (Arc<Fake>, SocketAddr) {
+    let photos = (first..first + train + val)
+        .map(|id| {
+            let split = if id - first < train { "train" } else { "val" };
+            (id, CLASSES[(id % 2) as usize], split)
+        })
+        .collect();
+    let fake = Arc::new(Fake {
+        photos,
+        behaviour,
+        refuse_stage: AtomicBool::new(false),
+        job: Mutex::new(None),
+        rebalanced: Notify::new(),
+        sent: Mutex::new(HashMap::new()),
+        calls: Mutex::new(Vec::new()),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = PipeStoreServer::new(Node(fake.clone()));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    (fake, addr)
+}
+
+fn tuner(dir: &std::path::Path) -> Tuner {
+    Tuner::open(&Config {
+        data: dir.to_path_buf(),
+        ..Config::default()
+    })
+    .unwrap()
+}
+
+fn small(req: FinetuneRequest) -> FinetuneRequest {
+    FinetuneRequest {
+        runs: 2,
+        epochs: 15,
+        batch: 16,
+        chunk_size: 4,
+        align: 4,
+        ..req
+    }
+}
+
+async fn run(tuner: &Tuner, req: FinetuneRequest) -> FinetuneReport {
+    tokio::time::timeout(Duration::from_secs(60), tuner.finetune(req))
+        .await
+        .expect("the job must not hang")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_pipelined_with_a_refetch_a_take_over_and_a_deploy_then_rollback() {
+    let dir = tempfile::tempdir().unwrap();
+    let tuner = tuner(dir.path());
+    let fast = Behaviour {
+        rate: 1000.0,
+        corrupt_first: true,
+        ..Behaviour::default()
+    };
+    let slow = Behaviour {
+        rate: 10.0,
+        wait_for_rebalance: true,
+        ..Behaviour::default()
+    };
+    let (a, a_addr) = fake(0, 40, 10, fast).await;
+    let (b, b_addr) = fake(1000, 40, 10, slow).await;
+    tuner
+        .register_node("ps-a", &format!("http://{a_addr}"))
+        .unwrap();
+    tuner
+        .register_node("ps-b", &format!("http://{b_addr}"))
+        .unwrap();
+
+    let report = run(&tuner, small(FinetuneRequest::default())).await;
+
+    assert_eq!(
+        (report.train_images, report.val_images),
+        (80, 20),
+        "{report:?}"
+    );
+    assert_eq!(report.val_split, "val");
+    assert_eq!(report.parent.as_deref(), Some("pretrained-0123"));
+    assert_eq!(report.classes, CLASSES);
+    assert_eq!(report.runs.len(), 2);
+    assert!(report.val_top1 > 0.9, "{report:?}");
+    assert_eq!(report.chunks_refetched, 1);
+    assert!(a.calls.lock().unwrap().contains(&"refetch 0 0".to_string()));
+    assert_eq!(report.rebalanced.len(), 1, "{report:?}");
+    let moved = &report.rebalanced[0];
+    assert!(moved.from.starts_with("ps-b") && moved.to.starts_with("ps-a"));
+    assert_eq!(moved.photos, 20, "b's whole last run");
+    let images: Vec<u64> = report.nodes.iter().map(|n| n.images).collect();
+    assert_eq!(images, [50 + 20, 50 - 20]);
+    let deploy = report.deploy.as_ref().unwrap();
+    assert_eq!((deploy.nodes, deploy.relabelled), (2, 100));
+    assert_eq!(
+        (deploy.compared, deploy.changed, deploy.changed_fraction),
+        (20, 2, 0.1)
+    );
+    assert_eq!(deploy.modes, ["head", "head"]);
+    let v = &report.version;
+    assert!(v.starts_with("ft-") && v.ends_with("-01234567"), "{v}");
+    let calls = b.calls.lock().unwrap().clone();
+    assert_eq!(
+        calls,
+        [
+            format!("stage {v}"),
+            format!("commit {v}"),
+            format!("relabel {v}")
+        ]
+    );
+
+    let versions = tuner.versions().unwrap();
+    let ids: Vec<(&str, bool)> = versions.iter().map(|m| (m.id.as_str(), m.active)).collect();
+    assert_eq!(ids, [("pretrained-0123", false), (v.as_str(), true)]);
+    assert!(dir.path().join(format!("heads/{v}.safetensors")).exists());
+    // The typed report is what the HTTP API sends.
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(
+        serde_json::from_value::<FinetuneReport>(json).unwrap(),
+        report
+    );
+
+    // Rollback to the pretrained version: nothing to stage, the nodes have it.
+    let back = tuner.deploy("pretrained-0123").await.unwrap();
+    assert_eq!(back.version, "pretrained-0123");
+    assert_eq!(
+        b.calls.lock().unwrap().last().unwrap(),
+        "relabel pretrained-0123"
+    );
+    assert!(
+        !b.calls
+            .lock()
+            .unwrap()
+            .contains(&"stage pretrained-0123".to_string())
+    );
+    // And forward again: the head comes from the registry's file.
+    tuner.deploy(v).await.unwrap();
+    assert_eq!(
+        b.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| *c == &format!("stage {v}"))
+            .count(),
+        2
+    );
+    assert!(matches!(
+        tuner.deploy("nope").await,
+        Err(TunerError::UnknownVersion(_))
+    ));
+
+    // A node refusing the head aborts the deploy everywhere.
+    b.refuse_stage.store(true, Ordering::Relaxed);
+    let err = tuner.deploy(v).await.unwrap_err();
+    assert!(
+        matches!(&err, TunerError::DeployAborted { reason, .. } if reason.contains("ps-b")),
+        "{err}"
+    );
+    assert_eq!(
+        a.calls.lock().unwrap().last().unwrap(),
+        &format!("abort {v}")
+    );
+
+    // The next job warm-starts from the serving version.
+    b.refuse_stage.store(false, Ordering::Relaxed);
+    let again = run(
+        &tuner,
+        small(FinetuneRequest {
+            deploy: false,
+            load_balance: false,
+            ..FinetuneRequest::default()
+        }),
+    )
+    .await;
+    assert_eq!(again.parent.as_deref(), Some(v.as_str()));
+    assert!(again.val_top1_before > 0.9, "{again:?}");
+    assert!(again.deploy.is_none() && again.rebalanced.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_memory_budget_training_reads_through_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let tuner = tuner(dir.path());
+    let (_a, a_addr) = fake(0, 40, 10, Behaviour::default()).await;
+    let (_b, b_addr) = fake(1000, 40, 10, Behaviour::default()).await;
+    tuner
+        .register_node("ps-a", &format!("http://{a_addr}"))
+        .unwrap();
+    tuner
+        .register_node("ps-b", &format!("http://{b_addr}"))
+        .unwrap();
+    // 80 training features of 4 f32 are 1280 bytes; 20 rows of f16 fit in 160.
+    let req = small(FinetuneRequest {
+        memory_budget_bytes: 160,
+        cache_policy: CachePolicy::Lru,
+        deploy: false,
+        val_split: ValSplit::Val,
+        ..FinetuneRequest::default()
+    });
+    let report = run(&tuner, req).await;
+    let cache = report.cache.as_ref().expect("trained through the cache");
+    assert_eq!(cache.policy, CachePolicy::Lru);
+    assert_eq!(cache.capacity_items, 20);
+    assert_eq!(
+        cache.requests,
+        cache.exact_hits + cache.substitutes + cache.misses
+    );
+    assert!(cache.misses > 0 && cache.fetched_bytes > 0, "{cache:?}");
+    assert_eq!(report.train_images, 80);
+    assert!(report.val_top1 > 0.9, "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_take_over_chunk_fails_the_job_naming_both_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let tuner = tuner(dir.path());
+    let fast = Behaviour {
+        rate: 1000.0,
+        corrupt_takeovers: true,
+        ..Behaviour::default()
+    };
+    let slow = Behaviour {
+        rate: 10.0,
+        wait_for_rebalance: true,
+        ..Behaviour::default()
+    };
+    let (_a, a_addr) = fake(0, 40, 10, fast).await;
+    let (_b, b_addr) = fake(1000, 40, 10, slow).await;
+    tuner
+        .register_node("ps-a", &format!("http://{a_addr}"))
+        .unwrap();
+    tuner
+        .register_node("ps-b", &format!("http://{b_addr}"))
+        .unwrap();
+    let err = tuner
+        .finetune(small(FinetuneRequest::default()))
+        .await
+        .unwrap_err();
+    let TunerError::Node { node, message } = &err else {
+        panic!("{err}");
+    };
+    assert!(
+        node.starts_with("ps-a") && message.contains("ps-b"),
+        "{err}"
+    );
+    assert!(message.contains("checksum"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conventional_mode_runs_the_tuners_backbone_on_shipped_tensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let tuner = tuner(dir.path());
+    let (_a, a_addr) = fake(0, 24, 8, Behaviour::default()).await;
+    tuner
+        .register_node("ps-a", &format!("http://{a_addr}"))
+        .unwrap();
+    let req = small(FinetuneRequest {
+        mode: Mode::Conventional,
+        deploy: false,
+        ..FinetuneRequest::default()
+    });
+    assert!(matches!(
+        tuner.finetune(req.clone()).await,
+        Err(TunerError::InvalidArgument(m)) if m.contains("backbone")
+    ));
+    let backbone = ndpipe_model::FakeBackend::new(DIM, 2);
+    let tuner = tuner.with_backbone(Arc::new(backbone));
+    let report = run(&tuner, req).await;
+    assert_eq!((report.train_images, report.val_images), (24, 8));
+    assert_eq!(report.nodes[0].images, 32);
+}

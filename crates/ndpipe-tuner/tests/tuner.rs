@@ -1,0 +1,160 @@
+//! The Tuner's servers end to end, without PipeStores: the HTTP API's errors and bearer token,
+//! and registration over gRPC.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use ndpipe_proto::PROTOCOL_VERSION;
+use ndpipe_proto::pb::RegisterRequest;
+use ndpipe_proto::pb::tuner_client::TunerClient;
+use ndpipe_tuner::{Config, NodeView, Tuner, TunerError};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One HTTP/1.1 request; returns the status and the JSON body.
+async fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, Value) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: tuner\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n{auth}\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await.unwrap();
+    let status = reply[9..12].parse().unwrap();
+    let (_, body) = reply.split_once("\r\n\r\n").unwrap();
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+fn config(dir: &std::path::Path) -> Config {
+    Config {
+        data: dir.to_path_buf(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        grpc_listen: "127.0.0.1:0".parse().unwrap(),
+        token: Some("s3cret".into()),
+        ..Config::default()
+    }
+}
+
+#[tokio::test]
+async fn the_http_api_maps_errors_and_guards_writes_and_nodes_register_over_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let tuner = Arc::new(Tuner::open(&config).unwrap());
+    let running = tuner.clone().start(&config).await.unwrap();
+    let addr = running.http_addr();
+    let token = Some("s3cret");
+
+    assert_eq!(
+        http(addr, "GET", "/v1/tuner/nodes", None, "").await,
+        (200, json!([]))
+    );
+    assert_eq!(
+        http(addr, "GET", "/v1/tuner/versions", None, "").await,
+        (200, json!([]))
+    );
+    let (status, body) = http(addr, "POST", "/v1/tuner/finetune", None, "{}").await;
+    assert_eq!((status, &body["error"]), (401, &json!("unauthorized")));
+    let (status, body) = http(addr, "POST", "/v1/tuner/finetune", Some("wrong"), "{}").await;
+    assert_eq!((status, &body["error"]), (401, &json!("unauthorized")));
+    let fifo = r#"{"cache_policy": "fifo"}"#;
+    let (status, body) = http(addr, "POST", "/v1/tuner/finetune", token, fifo).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (400, &json!("bad_body")),
+        "{body}"
+    );
+    let (status, body) = http(addr, "POST", "/v1/tuner/finetune", token, "{}").await;
+    assert_eq!(
+        (status, &body["error"]),
+        (409, &json!("no_nodes")),
+        "{body}"
+    );
+    let (status, body) = http(addr, "POST", "/v1/tuner/deploy/nope", token, "{}").await;
+    assert_eq!(
+        (status, &body["error"]),
+        (404, &json!("unknown_model")),
+        "{body}"
+    );
+    let runs = r#"{"runs": 0, "mode": ""}"#;
+    let (status, body) = http(addr, "POST", "/v1/tuner/finetune", token, runs).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (400, &json!("invalid_request")),
+        "{body}"
+    );
+
+    let mut client = TunerClient::connect(format!("http://{}", running.grpc_addr()))
+        .await
+        .unwrap();
+    let register = |name: &str| RegisterRequest {
+        protocol_version: PROTOCOL_VERSION,
+        grpc_url: "http://127.0.0.1:9".into(),
+        name: name.into(),
+    };
+    let reply = client
+        .register(register("ps-a"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reply.node_id, 1);
+    let unnamed = client.register(register(" ")).await.unwrap_err();
+    assert_eq!(unnamed.code(), tonic::Code::InvalidArgument);
+    let old = RegisterRequest {
+        protocol_version: PROTOCOL_VERSION + 1,
+        ..register("ps-b")
+    };
+    let refused = client.register(old).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(
+        tuner.register_node("ps-b", "http://127.0.0.1:10").unwrap(),
+        2
+    );
+
+    let (status, nodes) = http(addr, "GET", "/v1/tuner/nodes", None, "").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        nodes,
+        json!([
+            {"id": 1, "name": "ps-a", "url": "http://127.0.0.1:9"},
+            {"id": 2, "name": "ps-b", "url": "http://127.0.0.1:10"},
+        ])
+    );
+    let typed: Vec<NodeView> = serde_json::from_value(nodes).unwrap();
+    assert_eq!(typed, tuner.nodes());
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_token_comes_from_the_token_file_when_not_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "from-file\n").unwrap();
+    let config = Config {
+        token: None,
+        token_file: Some(file),
+        ..config(&dir.path().join("data"))
+    };
+    let tuner = Arc::new(Tuner::open(&config).unwrap());
+    let running = tuner.start(&config).await.unwrap();
+    let addr = running.http_addr();
+    let (status, _) = http(addr, "POST", "/v1/tuner/deploy/v", Some("s3cret"), "").await;
+    assert_eq!(status, 401);
+    let (status, _) = http(addr, "POST", "/v1/tuner/deploy/v", Some("from-file"), "").await;
+    assert_eq!(status, 404);
+    running.stop().await.unwrap();
+
+    let missing = Config {
+        token_file: Some(dir.path().join("absent")),
+        ..config
+    };
+    assert!(matches!(Tuner::open(&missing), Err(TunerError::Io { .. })));
+}

@@ -1,0 +1,20 @@
+//! Small helpers that several ndpipe crates need, written once.
+//!
+//! - [`time`]: wall-clock milliseconds since the Unix epoch;
+//! - [`sync`]: mutex and rwlock guards that survive a poisoned lock;
+//! - [`fs`]: durable file replacement (write, fsync, rename, fsync the directory) and file names
+//!   made safe from version ids;
+//! - [`f16`](mod@f16): the little-endian f16 encoding of feature vectors, on disk and on the wire;
+//! - [`churn`]: how many top-1 labels a new model version changed;
+//! - `http` (feature `http`): the bearer-token check and the JSON error body of the HTTP APIs.
+//!
+//! Nothing here knows about photos, models or the network protocol.
+#![deny(missing_docs)]
+
+pub mod churn;
+pub mod f16;
+pub mod fs;
+#[cfg(feature = "http")]
+pub mod http;
+pub mod sync;
+pub mod time;

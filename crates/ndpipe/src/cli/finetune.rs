@@ -1,0 +1,161 @@
+//! `ndpipe finetune`, `ndpipe versions` and `ndpipe rollback`: operate the Tuner over HTTP, with
+//! the Tuner's own request and report types.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use ndpipe::client::{Client, ServerArgs};
+use ndpipe_catalog::ModelVersion;
+use ndpipe_tuner::{DeployReport, FinetuneReport, FinetuneRequest, ValSplit};
+
+/// Flags of `ndpipe finetune`; unset ones keep the Tuner's defaults.
+#[derive(Debug, Args)]
+pub(crate) struct FinetuneArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Pipelined runs, NDPipe's num_of_run [default: 2].
+    #[arg(long)]
+    runs: Option<u32>,
+    /// Epochs per run [default: 30].
+    #[arg(long)]
+    epochs: Option<usize>,
+    /// Training batch size [default: 1024].
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Validation split: val or test [default: val when any node has val photos, else test].
+    #[arg(long, value_parser = parse_val_split)]
+    val_split: Option<ValSplit>,
+    /// Run the backbone again even where features are stored.
+    #[arg(long)]
+    no_stored_features: bool,
+    /// Seed of initialisation and shuffling [default: 0].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Train and register the version without deploying it.
+    #[arg(long)]
+    no_deploy: bool,
+}
+
+fn parse_val_split(s: &str) -> Result<ValSplit, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string()))
+        .map_err(|_| format!("{s:?} is not a validation split: use val or test"))
+}
+
+impl FinetuneArgs {
+    fn request(&self) -> FinetuneRequest {
+        let d = FinetuneRequest::default();
+        FinetuneRequest {
+            runs: self.runs.unwrap_or(d.runs),
+            epochs: self.epochs.unwrap_or(d.epochs),
+            batch: self.batch.unwrap_or(d.batch),
+            val_split: self.val_split.unwrap_or(d.val_split),
+            use_stored_features: d.use_stored_features && !self.no_stored_features,
+            seed: self.seed.unwrap_or(d.seed),
+            deploy: d.deploy && !self.no_deploy,
+            ..d
+        }
+    }
+}
+
+/// Runs `ndpipe finetune`.
+pub(crate) async fn finetune(args: FinetuneArgs) -> Result<()> {
+    let client = Client::new(&args.server)?;
+    let r: FinetuneReport = client
+        .post_json_body("/v1/tuner/finetune", &args.request())
+        .await?;
+    println!(
+        "new version {} (parent {}): {} classes, {} training and {} validation photos ({} split)",
+        r.version,
+        r.parent.as_deref().unwrap_or("none"),
+        r.classes.len(),
+        r.train_images,
+        r.val_images,
+        r.val_split,
+    );
+    println!("| run | images | ready at s | train start s | train s | val top-1 |");
+    println!("|-----|--------|------------|---------------|---------|-----------|");
+    for run in &r.runs {
+        println!(
+            "| {:>3} | {:>6} | {:>10.2} | {:>13.2} | {:>7.2} | {:>8.1}% |",
+            run.run,
+            run.images,
+            run.ready_at,
+            run.train_start,
+            run.train_seconds,
+            100.0 * run.val_top1
+        );
+    }
+    println!(
+        "validation top-1 {:.1}% (before: {:.1}%); {:.0} bytes/image on the wire ({} chunks re-fetched); \
+         extraction {:.1} s, training {:.1} s of which {:.1} s hidden behind extraction; total {:.1} s",
+        100.0 * r.val_top1,
+        100.0 * r.val_top1_before,
+        r.bytes_per_image,
+        r.chunks_refetched,
+        r.extract_seconds,
+        r.train_seconds,
+        r.train_hidden_seconds,
+        r.seconds
+    );
+    for n in &r.nodes {
+        println!(
+            "  {}: {} images ({} run through the backbone), {:.0} img/s",
+            n.node, n.images, n.extracted, n.images_per_second
+        );
+    }
+    if let Some(d) = &r.deploy {
+        print_deploy(d);
+    }
+    Ok(())
+}
+
+fn print_deploy(d: &DeployReport) {
+    println!(
+        "deployed {} to {} nodes; re-labelled {} photos: top-1 changed for {} of {} ({:.1}%) [{}]",
+        d.version,
+        d.nodes,
+        d.relabelled,
+        d.changed,
+        d.compared,
+        100.0 * d.changed_fraction,
+        d.modes.join(", ")
+    );
+}
+
+/// Runs `ndpipe versions`.
+pub(crate) async fn versions(args: ServerArgs) -> Result<()> {
+    let client = Client::new(&args)?;
+    let list: Vec<ModelVersion> = client.get_json("/v1/tuner/versions").await?;
+    for v in list {
+        println!(
+            "{} {:<40} parent {:<40} {}",
+            if v.active { "*" } else { " " },
+            v.id,
+            v.parent.as_deref().unwrap_or("-"),
+            v.metrics
+        );
+    }
+    Ok(())
+}
+
+/// Flags of `ndpipe rollback`.
+#[derive(Debug, Args)]
+pub(crate) struct RollbackArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The version to serve again (see `ndpipe versions`).
+    version: String,
+}
+
+/// Runs `ndpipe rollback`.
+pub(crate) async fn rollback(args: RollbackArgs) -> Result<()> {
+    let client = Client::new(&args.server)?;
+    let d: DeployReport = client
+        .post_json_body(
+            &format!("/v1/tuner/deploy/{}", args.version),
+            &serde_json::json!({}),
+        )
+        .await
+        .context("rolling back")?;
+    print_deploy(&d);
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! Server flags. Each is optional and names the configuration key it overrides; only the flags
+//! (and `NDPIPE_*` variables) that were given are laid over the file. Defaults are in the
+//! libraries' `Config`s and in `ndpipe config example`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use ndpipe_model::{CodecKind, ExecutionProvider};
+use serde::Serialize;
+
+/// Flags of `ndpipe serve` and `ndpipe pipestore`: keys of `[pipestore]`.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+pub(crate) struct PipeStoreFlags {
+    /// Data directory: volumes, index, features, catalog and heads [data; default: data].
+    #[arg(long, env = "NDPIPE_DATA")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) data: Option<PathBuf>,
+    /// Address of the HTTP API [listen; default: 127.0.0.1:8080].
+    #[arg(long, env = "NDPIPE_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) listen: Option<SocketAddr>,
+    /// Address of this node's gRPC service; port 0 picks a free one [grpc_listen].
+    #[arg(long, env = "NDPIPE_GRPC_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) grpc_listen: Option<SocketAddr>,
+    /// URL the Tuner uses to reach this node's gRPC service [advertise_url; default:
+    /// http://GRPC_LISTEN].
+    #[arg(long, env = "NDPIPE_ADVERTISE_URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) advertise_url: Option<String>,
+    /// The name this node registers with; the same name keeps its node id [name].
+    #[arg(long, env = "NDPIPE_NODE_NAME")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) name: Option<String>,
+    /// The Tuner's gRPC URL to register with (`ndpipe pipestore`) [tuner].
+    #[arg(long, env = "NDPIPE_TUNER")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tuner: Option<String>,
+    /// Bearer token required for writes and admin calls [token].
+    #[arg(
+        long,
+        env = "NDPIPE_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "token_file"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) token: Option<String>,
+    /// File whose first line is the bearer token [token_file].
+    #[arg(long, env = "NDPIPE_TOKEN_FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) token_file: Option<PathBuf>,
+    /// Largest accepted upload, in bytes [max_upload_bytes; default: 64 MiB].
+    #[arg(long, env = "NDPIPE_MAX_UPLOAD_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_upload_bytes: Option<usize>,
+    /// Largest accepted image in pixels, checked before decoding [max_pixels; default: 64 Mpx].
+    #[arg(long, env = "NDPIPE_MAX_PIXELS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_pixels: Option<u64>,
+    /// Volume files are sealed at this size, in bytes [max_volume_bytes; default: 1 GiB].
+    #[arg(long, env = "NDPIPE_MAX_VOLUME_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_volume_bytes: Option<u64>,
+    /// Compression of stored tensors: zstd, deflate or none [tensor_codec; default: zstd].
+    #[arg(long, env = "NDPIPE_TENSOR_CODEC")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tensor_codec: Option<CodecKind>,
+    /// Compression level of stored tensors, zstd 1..=22 or deflate 0..=9 [tensor_level;
+    /// default: 3].
+    #[arg(long, env = "NDPIPE_TENSOR_LEVEL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tensor_level: Option<i32>,
+    /// Photos decoded at once [decode_threads; default: one per CPU core].
+    #[arg(long, env = "NDPIPE_DECODE_THREADS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) decode_threads: Option<usize>,
+    /// Folder with the model: model.json, the ONNX file, the class names [model_dir; default:
+    /// .cache/model].
+    #[arg(long, env = "NDPIPE_MODEL_DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) model_dir: Option<PathBuf>,
+    /// The ONNX Runtime shared library [ort_lib; default: MODEL_DIR/lib/libonnxruntime.so].
+    #[arg(long, env = "NDPIPE_ORT_LIB")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ort_lib: Option<PathBuf>,
+    /// Run without a model: photos are stored but not labelled [no_model].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) no_model: bool,
+    /// Threads per model run, 0: ONNX Runtime decides [intra_threads; default: 0].
+    #[arg(long, env = "NDPIPE_INTRA_THREADS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) intra_threads: Option<usize>,
+    /// Largest batch per model run [max_batch; default: 32].
+    #[arg(long, env = "NDPIPE_MAX_BATCH")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_batch: Option<usize>,
+    /// Where inference runs: cpu, cuda or tensorrt [execution_provider; default: cpu].
+    #[arg(long, env = "NDPIPE_EXECUTION_PROVIDER")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) execution_provider: Option<ExecutionProvider>,
+    /// Longest wait, in ms, for concurrent uploads to fill a labelling batch [label_wait_ms;
+    /// default: 5].
+    #[arg(long, env = "NDPIPE_LABEL_WAIT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) label_wait_ms: Option<u64>,
+    /// Testing only: damage the first N feature chunks sent to the Tuner
+    /// [fault_corrupt_chunks].
+    #[arg(long, hide = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) fault_corrupt_chunks: Option<u32>,
+}
+
+/// Flags of `ndpipe tuner`: keys of `[tuner]`.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+pub(crate) struct TunerFlags {
+    /// Data directory: the model registry and head files [data; default: data/tuner].
+    #[arg(long, env = "NDPIPE_TUNER_DATA")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) data: Option<PathBuf>,
+    /// HTTP address for operators, /v1/tuner/... [listen; default: 127.0.0.1:8090].
+    #[arg(long, env = "NDPIPE_TUNER_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) listen: Option<SocketAddr>,
+    /// gRPC address PipeStores register with [grpc_listen; default: 127.0.0.1:7070].
+    #[arg(long, env = "NDPIPE_TUNER_GRPC_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) grpc_listen: Option<SocketAddr>,
+    /// Bearer token required for fine-tuning and deploys [token].
+    #[arg(
+        long,
+        env = "NDPIPE_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "token_file"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) token: Option<String>,
+    /// File whose first line is the bearer token [token_file].
+    #[arg(long, env = "NDPIPE_TOKEN_FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) token_file: Option<PathBuf>,
+    /// A model folder: gives the Tuner its own backbone, for the conventional comparison mode
+    /// [model_dir].
+    #[arg(long, env = "NDPIPE_TUNER_MODEL_DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) model_dir: Option<PathBuf>,
+    /// Model threads on the Tuner, 0: ONNX Runtime decides [intra_threads; default: 0].
+    #[arg(long, env = "NDPIPE_TUNER_INTRA_THREADS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) intra_threads: Option<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_given_flags_are_laid_over_the_file() {
+        let flags = PipeStoreFlags {
+            max_batch: Some(8),
+            ..PipeStoreFlags::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&flags).unwrap(),
+            serde_json::json!({"max_batch": 8})
+        );
+        let all = PipeStoreFlags {
+            no_model: true,
+            tensor_codec: Some(CodecKind::Deflate),
+            execution_provider: Some(ExecutionProvider::TensorRt),
+            ..PipeStoreFlags::default()
+        };
+        let config: ndpipe_store::Config =
+            serde_json::from_value(serde_json::to_value(&all).unwrap()).unwrap();
+        assert!(config.no_model);
+        assert_eq!(config.tensor_codec, CodecKind::Deflate);
+        assert_eq!(config.execution_provider, ExecutionProvider::TensorRt);
+    }
+}

@@ -1,0 +1,84 @@
+//! The subcommands: servers (`serve`, `pipestore`, `tuner`), operator tools over HTTP, and the
+//! configuration file.
+
+mod config;
+mod finetune;
+mod flags;
+mod import;
+mod photos;
+mod relabel;
+mod serve;
+mod tuner;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use ndpipe::client::ServerArgs;
+
+/// ndpipe: a photo store that labels photos with a deep-learning model on the storage servers.
+#[derive(Debug, Parser)]
+#[command(name = "ndpipe", version, about, long_about = None)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the embedded default: a PipeStore, its catalog and a Tuner in one process.
+    Serve(serve::ServeArgs),
+    /// Run a PipeStore that registers with a remote Tuner (`--tuner URL`).
+    Pipestore(serve::ServeArgs),
+    /// Run the Tuner: training server and coordinator of PipeStores.
+    Tuner(tuner::TunerArgs),
+    /// Fine-tune a new classifier head from the PipeStores' features, deploy it, re-label.
+    Finetune(finetune::FinetuneArgs),
+    /// List the model versions the Tuner knows (* marks the serving one).
+    Versions(ServerArgs),
+    /// Serve an earlier model version again (deploy + re-label).
+    Rollback(finetune::RollbackArgs),
+    /// Upload a folder of photos, or the Fashion-MNIST data set, to a running store.
+    Import(import::ImportArgs),
+    /// List, fetch, inspect or delete photos in a running store.
+    Photos(photos::PhotosArgs),
+    /// Re-label every stored photo with the model, on the store, and report label churn.
+    Relabel(relabel::RelabelArgs),
+    /// Reclaim the space of deleted photos in a running store.
+    Compact(ServerArgs),
+    /// The configuration file: print a commented example, or check a file.
+    Config(config::ConfigArgs),
+}
+
+impl Cli {
+    /// Runs the chosen subcommand.
+    pub(crate) async fn run(self) -> Result<()> {
+        match self.command {
+            Command::Serve(args) => serve::serve(args).await,
+            Command::Pipestore(args) => serve::pipestore(args).await,
+            Command::Tuner(args) => tuner::run(args).await,
+            Command::Finetune(args) => finetune::finetune(args).await,
+            Command::Versions(args) => finetune::versions(args).await,
+            Command::Rollback(args) => finetune::rollback(args).await,
+            Command::Import(args) => import::run(args).await,
+            Command::Photos(args) => photos::run(args).await,
+            Command::Compact(args) => photos::compact(args).await,
+            Command::Relabel(args) => relabel::run(args).await,
+            Command::Config(args) => config::run(args),
+        }
+    }
+}
+
+/// Waits for Ctrl-C or SIGTERM.
+pub(crate) async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = ctrl_c.await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,197 @@
+//! `ndpipe photos ...` and `ndpipe compact`: operate on a running store.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use ndpipe::client::{Client, ServerArgs};
+
+/// Flags of `ndpipe photos`.
+#[derive(Debug, Args)]
+pub(super) struct PhotosArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Debug, Subcommand)]
+enum Action {
+    /// List photos (id, size, dimensions, ground truth), in id order.
+    List {
+        /// Start after this id.
+        #[arg(long)]
+        after: Option<u64>,
+        /// How many to list.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Write a photo's original bytes to a file (or stdout with `-`).
+    Get {
+        /// Photo id.
+        id: u64,
+        /// Output file.
+        #[arg(short, long, default_value = "-")]
+        output: PathBuf,
+    },
+    /// Print a photo's metadata as JSON.
+    Meta {
+        /// Photo id.
+        id: u64,
+    },
+    /// Print a photo's predicted labels, per model version.
+    Labels {
+        /// Photo id.
+        id: u64,
+    },
+    /// Find photos by predicted label (e.g. "tabby"), best score first.
+    Search {
+        /// A class name, or one of its comma-separated synonyms.
+        label: String,
+        /// Model version (default: the active one).
+        #[arg(long)]
+        model: Option<String>,
+        /// How many results.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Delete a photo.
+    Delete {
+        /// Photo id.
+        id: u64,
+    },
+}
+
+/// Runs `ndpipe photos`.
+pub(super) async fn run(args: PhotosArgs) -> Result<()> {
+    let client = Client::new(&args.server)?;
+    match args.action {
+        Action::List { after, limit } => list(&client, after, limit).await,
+        Action::Get { id, output } => {
+            let bytes = client.get_bytes(&format!("/v1/photos/{id}")).await?;
+            if output.as_os_str() == "-" {
+                std::io::stdout()
+                    .write_all(&bytes)
+                    .context("writing to stdout")?;
+            } else {
+                std::fs::write(&output, &bytes)
+                    .with_context(|| format!("writing {}", output.display()))?;
+                eprintln!("wrote {} bytes to {}", bytes.len(), output.display());
+            }
+            Ok(())
+        }
+        Action::Meta { id } => {
+            let meta: Value = client.get_json(&format!("/v1/photos/{id}/meta")).await?;
+            println!("{}", serde_json::to_string_pretty(&meta)?);
+            Ok(())
+        }
+        Action::Labels { id } => {
+            let labels: Value = client.get_json(&format!("/v1/photos/{id}/labels")).await?;
+            for version in labels.as_array().into_iter().flatten() {
+                println!("{}:", version["model_version"].as_str().unwrap_or("?"));
+                for l in version["labels"].as_array().into_iter().flatten() {
+                    println!(
+                        "  {:.3}  {}",
+                        l["score"].as_f64().unwrap_or(0.0),
+                        l["label"].as_str().unwrap_or("")
+                    );
+                }
+            }
+            Ok(())
+        }
+        Action::Search {
+            label,
+            model,
+            limit,
+        } => {
+            let mut path = format!("/v1/search?label={}&limit={limit}", encode(&label));
+            if let Some(m) = model {
+                path.push_str(&format!("&model={}", encode(&m)));
+            }
+            let reply: Value = client.get_json(&path).await?;
+            println!("model {}", reply["model_version"].as_str().unwrap_or("?"));
+            for h in reply["hits"].as_array().into_iter().flatten() {
+                println!(
+                    "{:>10}  {:.3}  rank {}  {}",
+                    h["id"].as_u64().unwrap_or(0),
+                    h["score"].as_f64().unwrap_or(0.0),
+                    h["rank"].as_u64().unwrap_or(0) + 1,
+                    h["label"].as_str().unwrap_or("")
+                );
+            }
+            Ok(())
+        }
+        Action::Delete { id } => {
+            client.delete(&format!("/v1/photos/{id}")).await?;
+            println!("deleted photo {id}");
+            Ok(())
+        }
+    }
+}
+
+async fn list(client: &Client, mut after: Option<u64>, limit: usize) -> Result<()> {
+    println!(
+        "{:>10}  {:>10}  {:>11}  {:<12}  {:<20}  split",
+        "id", "bytes", "size", "type", "label"
+    );
+    let mut left = limit;
+    while left > 0 {
+        let page_size = left.min(1000);
+        let path = match after {
+            Some(a) => format!("/v1/photos?after={a}&limit={page_size}"),
+            None => format!("/v1/photos?limit={page_size}"),
+        };
+        let page: Value = client.get_json(&path).await?;
+        let photos = page["photos"].as_array().cloned().unwrap_or_default();
+        for p in &photos {
+            let truth = &p["ground_truth"];
+            let num = |k: &str| p[k].as_u64().unwrap_or(0);
+            println!(
+                "{:>10}  {:>10}  {:>11}  {:<12}  {:<20}  {}",
+                num("id"),
+                num("bytes"),
+                format!("{}x{}", num("width"), num("height")),
+                p["content_type"].as_str().unwrap_or(""),
+                truth["label"].as_str().unwrap_or("-"),
+                truth["split"].as_str().unwrap_or("-"),
+            );
+        }
+        left -= photos.len().min(left);
+        match page["next_after"].as_u64() {
+            Some(n) if !photos.is_empty() => after = Some(n),
+            _ => break,
+        }
+    }
+    Ok(())
+}
+
+/// Runs `ndpipe compact`.
+pub(super) async fn compact(args: ServerArgs) -> Result<()> {
+    let client = Client::new(&args)?;
+    let report: Value = client.post_json("/v1/admin/compact").await?;
+    let mb = |v: &Value| v.as_f64().unwrap_or(0.0) / 1e6;
+    println!(
+        "compacted: {:.1} MB -> {:.1} MB, {} records moved, {} volumes removed, {:.2} s",
+        mb(&report["bytes_before"]),
+        mb(&report["bytes_after"]),
+        report["records_moved"],
+        report["volumes_removed"],
+        report["seconds"].as_f64().unwrap_or(0.0)
+    );
+    Ok(())
+}
+
+/// Percent-encodes a query value.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,93 @@
+//! `ndpipe serve` and `ndpipe pipestore`: boot a PipeStore (with its own Tuner when embedded),
+//! serve until Ctrl-C or SIGTERM, stop cleanly.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use ndpipe_store::PipeStore;
+use ndpipe_tuner::Tuner;
+use tracing::info;
+
+use super::config::ConfigFlag;
+use super::flags::PipeStoreFlags;
+
+/// Flags of `ndpipe serve` and `ndpipe pipestore`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    config: ConfigFlag,
+    #[command(flatten)]
+    flags: PipeStoreFlags,
+}
+
+/// `ndpipe serve`: one PipeStore and its own Tuner in one process, on one data directory.
+pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
+    let config = args.config.resolve("pipestore", &args.flags)?.pipestore;
+    if config.tuner.is_some() {
+        bail!("ndpipe serve runs its own Tuner; use ndpipe pipestore to register with another");
+    }
+    info!(version = env!("CARGO_PKG_VERSION"), data = %config.data.display(), "ndpipe serve: an embedded PipeStore and Tuner");
+    let tuner_config = ndpipe_tuner::Config {
+        data: config.data.join("tuner"),
+        token: config.token.clone(),
+        token_file: config.token_file.clone(),
+        ..ndpipe_tuner::Config::default()
+    };
+    let store = PipeStore::open(config)
+        .await
+        .context("opening the PipeStore")?;
+    let name = store.name().to_string();
+    let tuner = match store.backbone() {
+        Some(backbone) => Some(Arc::new(
+            Tuner::open(&tuner_config)
+                .context("opening the embedded Tuner")?
+                .with_backbone(backbone),
+        )),
+        None => {
+            info!("no model: the embedded Tuner is off until the store runs with one");
+            None
+        }
+    };
+    let running = store
+        .start(
+            tuner.as_ref().map(Tuner::http_router),
+            tuner.as_ref().map(|t| t.grpc_routes()),
+        )
+        .await
+        .context("starting the PipeStore's servers")?;
+    if let (Some(tuner), Some(url)) = (&tuner, running.grpc_url()) {
+        let id = tuner
+            .register_node(&name, url)
+            .context("registering the PipeStore with its Tuner")?;
+        running.set_node_id(id);
+        info!(node = id, %name, "registered with the embedded Tuner");
+    }
+    println!("ndpipe listening on http://{}", running.http_addr());
+    super::wait_for_signal().await;
+    info!("shutting down");
+    running.stop().await.context("stopping the PipeStore")
+}
+
+/// `ndpipe pipestore`: a PipeStore that registers with the Tuner at `--tuner`.
+pub(crate) async fn pipestore(args: ServeArgs) -> Result<()> {
+    let config = args.config.resolve("pipestore", &args.flags)?.pipestore;
+    let Some(tuner) = config.tuner.clone() else {
+        bail!("ndpipe pipestore needs --tuner URL (the Tuner's gRPC address)");
+    };
+    info!(version = env!("CARGO_PKG_VERSION"), data = %config.data.display(), %tuner, "ndpipe pipestore");
+    let store = PipeStore::open(config)
+        .await
+        .context("opening the PipeStore")?;
+    let running = store
+        .start(None, None)
+        .await
+        .context("starting the PipeStore's servers")?;
+    println!(
+        "ndpipe pipestore listening on http://{}",
+        running.http_addr()
+    );
+    super::wait_for_signal().await;
+    info!("shutting down");
+    running.stop().await.context("stopping the PipeStore")
+}

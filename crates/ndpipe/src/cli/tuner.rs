@@ -1,0 +1,39 @@
+//! `ndpipe tuner`: the training server and coordinator of many `ndpipe pipestore` processes.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use ndpipe_tuner::Tuner;
+use tracing::info;
+
+use super::config::ConfigFlag;
+use super::flags::TunerFlags;
+
+/// Flags of `ndpipe tuner`.
+#[derive(Debug, Args)]
+pub(crate) struct TunerArgs {
+    #[command(flatten)]
+    config: ConfigFlag,
+    #[command(flatten)]
+    flags: TunerFlags,
+}
+
+/// Runs `ndpipe tuner` until Ctrl-C or SIGTERM.
+pub(crate) async fn run(args: TunerArgs) -> Result<()> {
+    let config = args.config.resolve("tuner", &args.flags)?.tuner;
+    info!(version = env!("CARGO_PKG_VERSION"), data = %config.data.display(), "ndpipe tuner");
+    let tuner = Arc::new(Tuner::open(&config).context("opening the Tuner")?);
+    let running = tuner
+        .start(&config)
+        .await
+        .context("starting the Tuner's servers")?;
+    println!(
+        "ndpipe tuner: gRPC http://{}, HTTP http://{}",
+        running.grpc_addr(),
+        running.http_addr()
+    );
+    super::wait_for_signal().await;
+    info!("shutting down");
+    running.stop().await.context("stopping the Tuner")
+}
