@@ -1,4 +1,4 @@
-"""A straightforward Python port of NDPipe's offline-inference loop, the peer of `ndpipe bench infer`.
+"""A straightforward Python port of NDPipe's offline-inference loop, the peer of `ndpipe-bench infer`.
 
 As in the artifact (Offline_inference/inference_test.py): one gzip-compressed fp32 CHW tensor file
 per image; a loader thread reads and decompresses the next batch while onnxruntime runs the

@@ -2,7 +2,7 @@
 
     python quantize.py MODEL.onnx CALIBRATION.npy OUT.onnx
 
-CALIBRATION.npy holds normalised fp32 NCHW tensors exported by `ndpipe bench infer`. Uses
+CALIBRATION.npy holds normalised fp32 NCHW tensors exported by `ndpipe-bench infer`. Uses
 onnxruntime's QDQ format with per-channel weights, which runs on VNNI int8 kernels on CPUs that
 have them.
 """
