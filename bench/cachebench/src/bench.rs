@@ -7,14 +7,18 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
-use spidercache::{AdaptiveSplit, PolicyKind, SpiderConfig, SplitPolicy, TrainingSpec};
+use spidercache::{
+    ICacheConfig, MeasuredSplit, PolicyKind, Radius, SpiderConfig, SplitPolicy, TrainingSpec,
+};
 
 use crate::data::{Dataset, PipeStore};
 use crate::error::{BenchError, Result};
+use crate::metrics::RunResult;
 use crate::model::{EMBEDDING_DIM, ModelConfig};
 use crate::replay::TraceWriter;
 use crate::storage::{RemoteStore, StorageModel};
-use crate::train::{RunResult, TrainSetup, train_policy};
+use crate::summary::{PolicySummary, summarize};
+use crate::train::{TrainSetup, train_policy};
 
 /// A policy under its table label.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,11 +29,24 @@ pub struct PolicySpec {
     pub kind: PolicyKind,
 }
 
-/// Every policy with its defaults, plus SpiderCache with its homophily cache
-/// on (the adaptive split; the default split gives it no space).
-pub fn policy_specs() -> Vec<PolicySpec> {
+/// Every policy at its authors' recommended settings for an `epochs` budget,
+/// plus two SpiderCache variants: with its homophily cache on (the split
+/// set from the measured gain of each part) and with the artifact's
+/// absolute radius.
+///
+/// iCache's warm-up is its artifact's 5 of 90 epochs scaled to the budget
+/// (at least 1; beta is the artifact's 0.33); everything else is the
+/// crate's defaults.
+pub fn policy_specs(epochs: u32) -> Vec<PolicySpec> {
     let mut specs: Vec<PolicySpec> = PolicyKind::all_defaults()
         .into_iter()
+        .map(|kind| match kind {
+            PolicyKind::ICache(c) => PolicyKind::ICache(ICacheConfig {
+                warm_up: (epochs * c.warm_up).div_ceil(90).max(1),
+                ..c
+            }),
+            other => other,
+        })
         .map(|kind| PolicySpec {
             label: label_of(&kind).to_owned(),
             kind,
@@ -38,9 +55,13 @@ pub fn policy_specs() -> Vec<PolicySpec> {
     specs.push(PolicySpec {
         label: "spidercache+homophily".into(),
         kind: PolicyKind::Spider(SpiderConfig {
-            split: SplitPolicy::Adaptive(AdaptiveSplit::default()),
+            split: SplitPolicy::Measured(MeasuredSplit::default()),
             ..SpiderConfig::default()
         }),
+    });
+    specs.push(PolicySpec {
+        label: "spidercache-artifact".into(),
+        kind: PolicyKind::Spider(SpiderConfig::artifact()),
     });
     specs
 }
@@ -70,6 +91,45 @@ pub fn steers_sampling(kind: &PolicyKind) -> bool {
     )
 }
 
+/// Overrides of the SpiderCache variants (`None` keeps the crate's
+/// default): the radius of those with a relative one, the cap, and the split
+/// of those with a measured one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpiderKnobs {
+    /// The quantile of nearest-neighbour distances the radius is.
+    pub radius_quantile: Option<f64>,
+    /// The multiplier of that quantile.
+    pub radius_scale: Option<f64>,
+    /// Neighbours one homophily representative stands in for at most.
+    pub max_neighbours: Option<usize>,
+    /// A fixed importance share in place of the measured split (an ablation).
+    pub importance_share: Option<f64>,
+}
+
+impl SpiderKnobs {
+    /// `kind` with these overrides, if it is a SpiderCache.
+    pub fn apply(&self, kind: PolicyKind) -> PolicyKind {
+        match kind {
+            PolicyKind::Spider(mut c) => {
+                if let Radius::Quantile { q, scale, .. } = &mut c.radius {
+                    *q = self.radius_quantile.unwrap_or(*q);
+                    *scale = self.radius_scale.unwrap_or(*scale);
+                }
+                if let Some(m) = self.max_neighbours {
+                    c.homophily.max_neighbours = m;
+                }
+                if let (SplitPolicy::Measured(_), Some(importance)) =
+                    (&c.split, self.importance_share)
+                {
+                    c.split = SplitPolicy::Fixed { importance };
+                }
+                PolicyKind::Spider(c)
+            }
+            other => other,
+        }
+    }
+}
+
 /// Everything a benchmark run is configured with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchConfig {
@@ -89,8 +149,11 @@ pub struct BenchConfig {
     pub storage: StorageModel,
     /// Model initialisation and optimiser.
     pub model: ModelConfig,
-    /// Seed of every policy's sampler.
+    /// Seed of every policy's sampler in the first repetition; repetition
+    /// `i` adds `i` to it and to the model's seed.
     pub seed: u64,
+    /// Repetitions with different seeds (3).
+    pub seeds: usize,
     /// Validation accuracy whose first crossing is timed.
     pub target_accuracy: f64,
     /// Rescale every reported embedding to this L2 norm, so SpiderCache's
@@ -98,18 +161,21 @@ pub struct BenchConfig {
     /// threshold (`1 - cos <= 1.01 / norm^2`). `None` reports the raw
     /// activations, as the artifact does.
     pub embedding_norm: Option<f32>,
+    /// Overrides of SpiderCache's relative radius and homophily cap.
+    pub spider: SpiderKnobs,
     /// Run only the policies with these labels (all when empty).
     pub policies: Vec<String>,
     /// Where results, plots and the trace go.
     pub out_dir: PathBuf,
+    /// Also write the per-policy summaries (`--json`) here.
+    pub json: Option<PathBuf>,
     /// Show progress bars.
     pub progress: bool,
 }
 
 impl BenchConfig {
-    /// The full comparison: 4000 training photos, 6 epochs, caches of 10%
-    /// and 20%, 1 ms per miss and an 8 MiB/s link (about 15 minutes on
-    /// two cores).
+    /// The full comparison: 4000 training photos, 6 epochs, a 10% cache,
+    /// 1 ms per miss and an 8 MiB/s link, three seeds.
     pub fn full() -> Self {
         Self {
             ndpipe_bin: PathBuf::new(),
@@ -117,7 +183,7 @@ impl BenchConfig {
             test: 1000,
             epochs: 6,
             batch_size: 128,
-            cache_fractions: vec![0.1, 0.2],
+            cache_fractions: vec![0.1],
             storage: StorageModel {
                 latency: Duration::from_millis(1),
                 bandwidth: Some(8 << 20),
@@ -128,15 +194,19 @@ impl BenchConfig {
                 seed: 42,
             },
             seed: 7,
+            seeds: 3,
             target_accuracy: 0.8,
             embedding_norm: None,
+            spider: SpiderKnobs::default(),
             policies: Vec::new(),
             out_dir: PathBuf::from("cachebench-out"),
+            json: None,
             progress: true,
         }
     }
 
-    /// The smoke test: 1000 training photos, 3 epochs, a 10% cache.
+    /// The reduced comparison: 1000 training photos, 3 epochs, a 10% cache,
+    /// three seeds.
     pub fn quick() -> Self {
         Self {
             train: 1000,
@@ -164,23 +234,26 @@ pub struct BenchResults {
     /// Mean seconds of one storage read on the request path (loopback HTTP
     /// plus the injected latency and bandwidth), for comparison with a hit.
     pub mean_miss_s: f64,
-    /// One run per policy and cache size (no-cache once, at size 0).
+    /// One run per policy, cache size and seed (no-cache at size 0).
     pub runs: Vec<RunResult>,
+    /// The runs per policy and cache size over their seeds.
+    pub summaries: Vec<PolicySummary>,
 }
 
 /// Runs the comparison `config` describes, writes `results.json`,
-/// `results.md`, the plots and `trace.bin` (the no-cache run, for
-/// `cachebench replay`) into `config.out_dir`, and returns the results.
+/// `results.md`, the PNG plots and `trace.bin` (the first no-cache run, for
+/// `cachebench replay`) into `config.out_dir`, and `config.json` if set, and
+/// returns the results.
 pub fn run(config: &BenchConfig) -> Result<BenchResults> {
     let started = Instant::now();
-    let specs: Vec<PolicySpec> = policy_specs()
+    let specs: Vec<PolicySpec> = policy_specs(config.epochs)
         .into_iter()
         .filter(|p| config.policies.is_empty() || config.policies.contains(&p.label))
         .collect();
-    if specs.is_empty() {
+    if specs.is_empty() || config.seeds == 0 {
         return Err(BenchError::Dataset(format!(
-            "no policy matches {:?}",
-            config.policies
+            "nothing to run: policies {:?}, {} seeds",
+            config.policies, config.seeds
         )));
     }
     std::fs::create_dir_all(&config.out_dir)?;
@@ -204,27 +277,12 @@ pub fn run(config: &BenchConfig) -> Result<BenchResults> {
     say(format!("setup took {setup_s:.1} s"));
 
     let store = Arc::new(RemoteStore::new(client, dataset.clone(), config.storage));
-    let spec = TrainingSpec {
-        num_samples: dataset.train.len(),
-        batch_size: config.batch_size,
-        seed: config.seed,
-    };
-    let setup = TrainSetup {
-        dataset: &dataset,
-        store: &store,
-        test_pixels: &test_pixels,
-        test_labels: &test_labels,
-        model: config.model,
-        spec,
-        epochs: config.epochs,
-        target_accuracy: config.target_accuracy,
-        embedding_norm: config.embedding_norm,
-    };
-    let plan: Vec<(&PolicySpec, f64)> = specs
-        .iter()
-        .flat_map(|p| match p.kind {
-            PolicyKind::NoCache => vec![(p, 0.0)],
-            _ => config.cache_fractions.iter().map(|&f| (p, f)).collect(),
+    let plan: Vec<(u64, &PolicySpec, f64)> = (0..config.seeds as u64)
+        .flat_map(|i| {
+            specs.iter().flat_map(move |p| match p.kind {
+                PolicyKind::NoCache => vec![(i, p, 0.0)],
+                _ => config.cache_fractions.iter().map(|&f| (i, p, f)).collect(),
+            })
         })
         .collect();
     let bar = if config.progress {
@@ -238,22 +296,44 @@ pub fn run(config: &BenchConfig) -> Result<BenchResults> {
         )
         .expect("the template is valid"),
     );
+    let base_spec = TrainingSpec {
+        num_samples: dataset.train.len(),
+        batch_size: config.batch_size,
+        seed: config.seed,
+    };
     let sizes: Vec<u32> = dataset.train.iter().map(|i| i.bytes as u32).collect();
     let labels: Vec<_> = dataset.train.iter().map(|i| i.label).collect();
     let mut trace = Some(TraceWriter::create(
         &config.out_dir.join("trace.bin"),
-        spec,
+        base_spec,
         EMBEDDING_DIM,
         &sizes,
         &labels,
     )?);
     let mut runs = Vec::new();
-    for (policy, fraction) in plan {
+    for (i, policy, fraction) in plan {
+        let setup = TrainSetup {
+            dataset: &dataset,
+            store: &store,
+            test_pixels: &test_pixels,
+            test_labels: &test_labels,
+            model: ModelConfig {
+                seed: config.model.seed + i,
+                ..config.model
+            },
+            spec: TrainingSpec {
+                seed: config.seed + i,
+                ..base_spec
+            },
+            epochs: config.epochs,
+            target_accuracy: config.target_accuracy,
+            embedding_norm: config.embedding_norm,
+        };
         // The first run (no-cache, uniform sampling, when selected) is the trace.
         let run = train_policy(
             &setup,
             &policy.label,
-            policy.kind.clone(),
+            config.spider.apply(policy.kind.clone()),
             fraction,
             trace.as_mut(),
             &bar,
@@ -277,14 +357,19 @@ pub fn run(config: &BenchConfig) -> Result<BenchResults> {
     }
     bar.finish_and_clear();
     let (reads, _, read_time) = store.trainer.snapshot();
+    let mean_miss_s = read_time.as_secs_f64() / reads.max(1) as f64;
     let results = BenchResults {
         config: config.clone(),
         classes: dataset.classes.clone(),
         setup_s,
         wall_s: started.elapsed().as_secs_f64(),
-        mean_miss_s: read_time.as_secs_f64() / reads.max(1) as f64,
+        mean_miss_s,
+        summaries: summarize(&runs, config.target_accuracy, mean_miss_s),
         runs,
     };
     crate::report::write_all(&results, &config.out_dir)?;
+    if let Some(path) = &config.json {
+        std::fs::write(path, serde_json::to_string_pretty(&results.summaries)?)?;
+    }
     Ok(results)
 }

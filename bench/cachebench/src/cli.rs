@@ -20,15 +20,15 @@ pub struct CacheArgs {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Train once per policy and cache size, reading a PipeStore through the cache.
-    Run(RunArgs),
+    /// Train once per policy, cache size and seed, reading a PipeStore through the cache.
+    Run(Box<RunArgs>),
     /// Replay a recorded trace through every policy (hit ratios only, no training).
     Replay(ReplayArgs),
 }
 
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// Small and fast (1000 photos, 3 epochs, 10% cache): a smoke test.
+    /// Reduced (1000 photos, 3 epochs, 10% cache, three seeds): a few minutes.
     #[arg(long)]
     quick: bool,
     /// The ndpipe binary to serve and import with (default: this one).
@@ -55,9 +55,12 @@ struct RunArgs {
     /// Bandwidth cap of the remote storage in MiB/s (0: none).
     #[arg(long)]
     bandwidth_mib: Option<f64>,
-    /// Seed of every policy's sampler.
+    /// Seed of every policy's sampler in the first repetition.
     #[arg(long)]
     seed: Option<u64>,
+    /// Repetitions, each with the policy and model seeds one higher.
+    #[arg(long)]
+    seeds: Option<usize>,
     /// Validation accuracy whose first crossing is timed.
     #[arg(long)]
     target_accuracy: Option<f64>,
@@ -65,12 +68,27 @@ struct RunArgs {
     /// then becomes a cosine threshold); raw activations when absent.
     #[arg(long)]
     embedding_norm: Option<f32>,
+    /// SpiderCache's radius: this quantile of nearest-neighbour distances (default 0.5).
+    #[arg(long)]
+    radius_quantile: Option<f64>,
+    /// SpiderCache's radius: this multiple of the quantile (default 1).
+    #[arg(long)]
+    radius_scale: Option<f64>,
+    /// Neighbours one homophily representative stands in for at most (default 10).
+    #[arg(long)]
+    max_neighbours: Option<usize>,
+    /// Fix spidercache+homophily's importance share (0..=1) instead of measuring it.
+    #[arg(long)]
+    importance_share: Option<f64>,
     /// Only these policies (labels as in the table), comma-separated.
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
-    /// Folder for results.json, results.md, the SVG plots and trace.bin.
+    /// Folder for results.json, results.md, the PNG plots and trace.bin.
     #[arg(long, default_value = ".cache/bench-cache")]
     out: PathBuf,
+    /// Also write the per-policy summaries (means and spreads over seeds) to this JSON file.
+    #[arg(long)]
+    json: Option<PathBuf>,
     /// Hide progress output.
     #[arg(long)]
     no_progress: bool,
@@ -98,10 +116,18 @@ impl RunArgs {
             c.storage.bandwidth = (mib > 0.0).then_some((mib * 1048576.0) as u64);
         }
         c.seed = self.seed.unwrap_or(c.seed);
+        c.seeds = self.seeds.unwrap_or(c.seeds);
         c.target_accuracy = self.target_accuracy.unwrap_or(c.target_accuracy);
         c.embedding_norm = self.embedding_norm.or(c.embedding_norm);
+        c.spider = crate::bench::SpiderKnobs {
+            radius_quantile: self.radius_quantile,
+            radius_scale: self.radius_scale,
+            max_neighbours: self.max_neighbours,
+            importance_share: self.importance_share,
+        };
         c.policies = self.policies;
         c.out_dir = self.out;
+        c.json = self.json;
         c.progress = !self.no_progress;
         c
     }
@@ -135,7 +161,7 @@ pub fn run(args: CacheArgs, ndpipe_binary: PathBuf) -> Result<()> {
             let results = bench::run(&config).context("benchmark failed")?;
             println!("{}", report::markdown(&results));
             println!(
-                "results, plots (SVG) and trace.bin written to {}",
+                "results, plots (PNG) and trace.bin written to {}",
                 config.out_dir.display()
             );
         }
@@ -143,7 +169,7 @@ pub fn run(args: CacheArgs, ndpipe_binary: PathBuf) -> Result<()> {
             let trace = Trace::read(&args.trace)
                 .with_context(|| format!("reading {}", args.trace.display()))?;
             let mut results = Vec::new();
-            for policy in bench::policy_specs()
+            for policy in bench::policy_specs(trace.epochs.len() as u32)
                 .into_iter()
                 .filter(|p| args.policies.is_empty() || args.policies.contains(&p.label))
             {

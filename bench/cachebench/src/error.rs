@@ -29,6 +29,9 @@ pub enum BenchError {
     /// A trace file is malformed.
     #[error("trace: {0}")]
     Trace(String),
+    /// A plot could not be drawn or written.
+    #[error("plot: {0}")]
+    Plot(String),
     /// A cache policy failed.
     #[error(transparent)]
     Cache(#[from] spidercache::CacheError),

@@ -1,22 +1,26 @@
 //! `cachebench`: the end-to-end evaluation of the `spidercache` crate's
-//! policies (issue 5, part 4).
+//! policies (issues 5 and 12).
 //!
 //! A real `ndpipe serve` process holds Fashion-MNIST, imported with
-//! `ndpipe import`. For every policy and cache size, the same candle MLP
-//! (same seed, optimiser and epoch budget) trains on samples requested
-//! through the policy; every miss is read from the PipeStore over loopback
-//! HTTP and then pays the remote-storage model's latency and bandwidth cap.
-//! The loop reports per-sample losses and penultimate embeddings back to the
-//! policy, and validation accuracy after every epoch.
+//! `ndpipe import`. For every policy, cache size and seed, the same candle MLP
+//! (same seeds, optimiser and epoch budget) trains on samples requested
+//! through the policy; every read, the loop's after a miss and the policy's
+//! own, goes to the PipeStore over loopback HTTP and then pays the
+//! remote-storage model's latency and bandwidth cap. The loop reports
+//! per-sample losses and penultimate embeddings back to the policy, and
+//! validation accuracy after every epoch. The primary figure is storage
+//! reads per requested sample, beside exact hits, substitutes, distinct
+//! samples trained per epoch and top-1, as means and spreads over seeds.
 //!
 //! - [`data`]: the PipeStore process, import, listing, decoding.
 //! - [`storage`]: the remote-storage model ([`storage::TokenBucket`]) as a
 //!   [`spidercache::SampleSource`].
 //! - [`model`]: the candle network.
-//! - [`train`]: the loop and its per-epoch measurements.
+//! - [`train`]: the loop; [`metrics`]: what one run measured.
 //! - [`bench`](mod@bench): one whole comparison, from [`bench::BenchConfig`].
+//! - [`summary`]: every policy over its seeds (what `--json` writes).
 //! - [`replay`]: record a run's batches, replay them through every policy.
-//! - [`report`]: markdown tables, the issue's targets, SVG plots, JSON.
+//! - [`report`]: markdown tables, the issue's targets; [`plot`]: PNG charts.
 //! - [`cli`]: `ndpipe-bench cache run|replay`.
 //!
 //! ```no_run
@@ -33,10 +37,13 @@ pub mod bench;
 pub mod cli;
 pub mod data;
 pub mod error;
+pub mod metrics;
 pub mod model;
+pub mod plot;
 pub mod replay;
 pub mod report;
 pub mod storage;
+pub mod summary;
 pub mod train;
 
 pub use error::BenchError;

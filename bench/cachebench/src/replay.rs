@@ -415,7 +415,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.trace");
         let trace = write_sample(&path);
-        for policy in crate::bench::policy_specs() {
+        for policy in crate::bench::policy_specs(2) {
             let r = replay(&trace, &policy, 0.5).unwrap();
             assert_eq!(r.epochs.len(), 2, "{}", policy.label);
             assert!((0.0..=1.0).contains(&r.hit_ratio()), "{}", policy.label);

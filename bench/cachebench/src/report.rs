@@ -1,24 +1,28 @@
-//! What a person reads: markdown tables, the targets of issue 5, SVG line
-//! plots of hit ratio and accuracy per epoch, and the JSON of everything.
+//! What a person reads: markdown tables of means and spreads over seeds,
+//! SpiderCache's per-epoch diagnostics, the targets of issue 12 met or not,
+//! PNG plots, and the JSON of everything.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::bench::BenchResults;
 use crate::error::Result;
+use crate::metrics::RunResult;
 use crate::replay::ReplayResult;
-use crate::train::RunResult;
+use crate::summary::PolicySummary;
 
 /// One line summarising a finished run.
 pub fn run_line(r: &RunResult) -> String {
     format!(
-        "{:<22} {:>4.0}%  hit {:.3}  acc {:.3}  epoch {:.2} s  stall {:.2} s",
+        "{:<22} {:>4.0}% seed {:<3} reads/req {:.3}  exact {:.3}  subst {:.3}  acc {:.3}  epoch {:.2} s",
         r.policy,
         r.cache_fraction * 100.0,
-        r.hit_ratio(),
+        r.seed,
+        r.reads_per_request(),
+        r.exact_ratio(),
+        r.substitute_ratio(),
         r.final_accuracy(),
         r.mean_epoch_time(),
-        r.mean_stall()
     )
 }
 
@@ -26,33 +30,46 @@ fn pct(f: f64) -> String {
     format!("{:.0}%", f * 100.0)
 }
 
-/// The runs at `fraction`, with the no-cache run first.
-fn at(results: &BenchResults, fraction: f64) -> Vec<&RunResult> {
+/// The summaries at `fraction`, with the no-cache one first.
+fn at(results: &BenchResults, fraction: f64) -> Vec<&PolicySummary> {
     results
-        .runs
+        .summaries
         .iter()
-        .filter(|r| r.policy == "nocache" || r.cache_fraction == fraction)
+        .filter(|s| s.policy == "nocache" || s.cache_fraction == fraction)
         .collect()
 }
 
-fn find<'a>(runs: &[&'a RunResult], policy: &str) -> Option<&'a RunResult> {
-    runs.iter().copied().find(|r| r.policy == policy)
+fn find<'a>(rows: &[&'a PolicySummary], policy: &str) -> Option<&'a PolicySummary> {
+    rows.iter().copied().find(|s| s.policy == policy)
 }
 
-/// The markdown report: one table per cache size, per-epoch hit ratio and
-/// accuracy, and the issue's targets.
+fn opt(x: Option<f64>, digits: usize) -> String {
+    x.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+/// The markdown report: per cache size, a table of means ± spreads over the
+/// seeds, reads and accuracy per epoch, SpiderCache's diagnostics; then the
+/// issue's targets.
 pub fn markdown(results: &BenchResults) -> String {
     let c = &results.config;
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "# cachebench: {} train / {} test Fashion-MNIST photos, {} epochs, batch {}\n\n\
-         Storage model: {:.2} ms per miss{}; a miss took {:.3} ms on average \
-         (loopback HTTP included), a hit is a memory read. Setup {:.0} s, total {:.0} s.\n",
+        "# cachebench: {} train / {} test Fashion-MNIST photos, {} epochs, batch {}, {} seeds\n\n\
+         Policy seeds {}..{}, model seeds {}..{}. Storage model: {:.2} ms per read{}; a read \
+         took {:.3} ms on average (loopback HTTP included). Setup {:.0} s, total {:.0} s. \
+         Figures are means ± sample standard deviations over the seeds; reads/req counts the \
+         loop's misses and the policy's own reads (representatives, iCache's stream, Quiver's \
+         packages); distinct is the share of the training set trained per epoch.\n",
         c.train,
         c.test,
         c.epochs,
         c.batch_size,
+        c.seeds,
+        c.seed,
+        c.seed + c.seeds as u64 - 1,
+        c.model.seed,
+        c.model.seed + c.seeds as u64 - 1,
         c.storage.latency.as_secs_f64() * 1e3,
         c.storage.bandwidth.map_or(String::new(), |b| format!(
             ", {:.1} MiB/s cap",
@@ -63,72 +80,107 @@ pub fn markdown(results: &BenchResults) -> String {
         results.wall_s,
     );
     for &f in &c.cache_fractions {
-        let runs = at(results, f);
-        let base = find(&runs, "nocache");
-        let lru = find(&runs, "lru");
+        let rows = at(results, f);
         let _ = writeln!(
             s,
             "## Cache {}\n\n\
-             | policy | steers | hit | exact | subst | miss | final acc | Δacc vs nocache (pp) | epoch s | vs LRU | stall s | scoring s | index KiB | t→{} s |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+             | policy | reads/req | exact | subst | distinct | steps | top-1 | Δ vs nocache (pp) | epoch s | t→{} modelled s (seeds) |\n\
+             |---|---|---|---|---|---|---|---|---|---|",
             pct(f),
             pct(c.target_accuracy)
         );
-        for r in &runs {
-            let req: u64 = r.epochs.iter().map(|e| e.requests).sum::<u64>().max(1);
-            let share = |x: fn(&crate::train::EpochResult) -> u64| {
-                r.epochs.iter().map(x).sum::<u64>() as f64 / req as f64
-            };
-            let last = r.epochs.last();
+        for r in &rows {
             let _ = writeln!(
                 s,
-                "| {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.2} | {} | {:.2} | {:.3} | {} | {} |",
+                "| {} | {:.3} ± {:.3} | {:.3} | {:.3} ± {:.3} | {:.2} | {:.0} | {:.3} ± {:.3} | {} | {:.2} ± {:.2} | {} ({}) |",
                 r.policy,
-                if r.steers_sampling { "yes" } else { "no" },
-                r.hit_ratio(),
-                share(|e| e.exact_hits),
-                share(|e| e.substitutes),
-                share(|e| e.misses),
-                r.final_accuracy(),
-                base.map_or("-".into(), |b| format!(
-                    "{:+.1}",
-                    (r.final_accuracy() - b.final_accuracy()) * 100.0
-                )),
-                r.mean_epoch_time(),
-                lru.map_or("-".into(), |l| format!(
-                    "{:.2}x",
-                    r.mean_epoch_time() / l.mean_epoch_time()
-                )),
-                r.mean_stall(),
-                r.epochs.iter().map(|e| e.scoring_s).sum::<f64>() / r.epochs.len().max(1) as f64,
-                last.map_or(0, |e| e.index_memory_bytes / 1024),
-                r.time_to_target_s.map_or("-".into(), |t| format!("{t:.1}")),
+                r.reads_per_request,
+                r.reads_per_request_sd,
+                r.exact_ratio,
+                r.substitute_ratio,
+                r.substitute_ratio_sd,
+                r.distinct_per_epoch,
+                r.steps,
+                r.top1_mean,
+                r.top1_sd,
+                match (r.top1_gap_pp, r.top1_gap_sd_pp) {
+                    (Some(m), Some(sd)) => format!("{m:+.1} ± {sd:.1}"),
+                    _ => "-".into(),
+                },
+                r.epoch_time_s,
+                r.epoch_time_sd,
+                opt(r.modelled_time_to_target_s, 1),
+                r.reached_target,
             );
         }
         let _ = writeln!(
             s,
-            "\nPer epoch, hit ratio / validation accuracy:\n\n| policy | {} |\n|---|{}",
+            "\nPer epoch, reads per request / validation top-1 (means):\n\n| policy | {} |\n|---|{}",
             (0..c.epochs)
                 .map(|e| format!("e{e}"))
                 .collect::<Vec<_>>()
                 .join(" | "),
             "---|".repeat(c.epochs as usize)
         );
-        for r in &runs {
+        for r in &rows {
             let cells: Vec<String> = r
-                .epochs
+                .per_epoch
                 .iter()
-                .map(|e| format!("{:.2} / {:.3}", e.hit_ratio(), e.val_accuracy))
+                .map(|e| format!("{:.2} / {:.3}", e.reads_per_request, e.val_accuracy))
                 .collect();
             let _ = writeln!(s, "| {} | {} |", r.policy, cells.join(" | "));
         }
         s.push('\n');
+        s.push_str(&diagnostics(results, f));
     }
     s.push_str(&targets(results));
     s
 }
 
-/// The targets of issue 5 at the smallest cache size, met or not.
+/// SpiderCache's scan and homophily cache per epoch, for the first seed.
+fn diagnostics(results: &BenchResults, fraction: f64) -> String {
+    let mut s = String::new();
+    let seed = results.config.seed;
+    for r in results.runs.iter().filter(|r| {
+        r.seed == seed && r.cache_fraction == fraction && r.policy.starts_with("spidercache")
+    }) {
+        let _ = writeln!(
+            s,
+            "{} (seed {seed}), per epoch:\n\n\
+             | epoch | score p10 / p50 / p90 | with a same-label neighbour | same / other | radius² | importance share | reps / covered | subst |\n\
+             |---|---|---|---|---|---|---|---|",
+            r.policy
+        );
+        for e in &r.epochs {
+            let scan = e.scan.map_or("- | - | - | -".into(), |x| {
+                format!(
+                    "{:.3} / {:.3} / {:.3} | {:.2} | {:.2} / {:.2} | {:.1}",
+                    x.score_p10,
+                    x.score_p50,
+                    x.score_p90,
+                    x.with_same,
+                    x.same_mean,
+                    x.other_mean,
+                    x.radius_p50
+                )
+            });
+            let h = e.homophily.map_or("-".into(), |h| {
+                format!("{} / {}", h.representatives, h.covered)
+            });
+            let _ = writeln!(
+                s,
+                "| {} | {scan} | {} | {h} | {} |",
+                e.epoch,
+                opt(e.importance_share, 2),
+                e.substitutes
+            );
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// The targets of issue 12 at the smallest cache size, met or not.
 pub fn targets(results: &BenchResults) -> String {
     let Some(&f) = results
         .config
@@ -138,43 +190,89 @@ pub fn targets(results: &BenchResults) -> String {
     else {
         return String::new();
     };
-    let runs = at(results, f);
-    let mut s = format!("## Targets at {} cache\n\n", pct(f));
+    let rows = at(results, f);
     let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
-    for spider in ["spidercache", "spidercache+homophily"] {
-        let Some(sp) = find(&runs, spider) else {
+    let mut s = format!(
+        "## Targets of issue 12 at {} cache ({} seeds)\n\n",
+        pct(f),
+        results.config.seeds
+    );
+    let lowest = rows
+        .iter()
+        .min_by(|a, b| a.reads_per_request.total_cmp(&b.reads_per_request));
+    let base = find(&rows, "nocache");
+    let plain = find(&rows, "spidercache");
+    for spider in ["spidercache+homophily", "spidercache"] {
+        let Some(sp) = find(&rows, spider) else {
             continue;
         };
-        for peer in ["shade", "icache"] {
-            if let Some(p) = find(&runs, peer) {
-                let _ = writeln!(
-                    s,
-                    "- {spider} hit ratio {:.3} >= {peer}'s {:.3}: {}",
-                    sp.hit_ratio(),
-                    p.hit_ratio(),
-                    verdict(sp.hit_ratio() >= p.hit_ratio())
-                );
+        let _ = writeln!(
+            s,
+            "- {spider} reads per request {:.3} ± {:.3} <= 0.50: {}",
+            sp.reads_per_request,
+            sp.reads_per_request_sd,
+            verdict(sp.reads_per_request <= 0.50)
+        );
+        if let Some(low) = lowest {
+            let _ = writeln!(
+                s,
+                "- {spider} has the fewest reads per request (lowest: {} at {:.3}): {}",
+                low.policy,
+                low.reads_per_request,
+                verdict(low.policy == sp.policy)
+            );
+        }
+        if spider.ends_with("homophily") {
+            let _ = writeln!(
+                s,
+                "- {spider} substitutes {:.3} ± {:.3} of requests >= 0.05 (same-label share of \
+                 the neighbours in the radius {}; substitutes are same-label by construction): {}",
+                sp.substitute_ratio,
+                sp.substitute_ratio_sd,
+                opt(sp.neighbour_purity, 2),
+                verdict(sp.substitute_ratio >= 0.05)
+            );
+        }
+        if let (Some(m), Some(sd)) = (sp.top1_gap_pp, sp.top1_gap_sd_pp) {
+            let _ = writeln!(
+                s,
+                "- {spider} top-1 {:.3} ± {:.3}, {m:+.1} ± {sd:.1} pp from no-cache's {}: within 1 pp: {}",
+                sp.top1_mean,
+                sp.top1_sd,
+                base.map_or("-".into(), |b| format!("{:.3}", b.top1_mean)),
+                verdict(m >= -1.0)
+            );
+        }
+        if let Some(p) = plain.filter(|p| p.policy != sp.policy) {
+            let d = (sp.top1_mean - p.top1_mean) * 100.0;
+            let _ = writeln!(
+                s,
+                "- {spider} top-1 {d:+.1} pp from spidercache without homophily: within 1 pp: {}",
+                verdict(d >= -1.0)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "- {spider} trains {:.2} of the samples per epoch >= 0.40: {}",
+            sp.distinct_per_epoch,
+            verdict(sp.distinct_per_epoch >= 0.40)
+        );
+        let faster = rows.iter().filter(|p| p.policy != sp.policy).all(|p| {
+            match (sp.modelled_time_to_target_s, p.modelled_time_to_target_s) {
+                (Some(a), Some(b)) => a < b && sp.reached_target >= p.reached_target,
+                (Some(_), None) => true,
+                (None, _) => false,
             }
-        }
-        if let Some(b) = find(&runs, "nocache") {
-            let delta = (sp.final_accuracy() - b.final_accuracy()) * 100.0;
-            let _ = writeln!(
-                s,
-                "- {spider} final accuracy {:.3} vs no-cache {:.3} ({delta:+.1} pp, within 1 pp): {}",
-                sp.final_accuracy(),
-                b.final_accuracy(),
-                verdict(delta >= -1.0)
-            );
-        }
-        if let Some(l) = find(&runs, "lru") {
-            let _ = writeln!(
-                s,
-                "- {spider} epoch time {:.2} s < LRU's {:.2} s: {}",
-                sp.mean_epoch_time(),
-                l.mean_epoch_time(),
-                verdict(sp.mean_epoch_time() < l.mean_epoch_time())
-            );
-        }
+        });
+        let _ = writeln!(
+            s,
+            "- {spider} modelled time to {} ({} s, reached by {} of {} seeds) below every peer's: {}",
+            pct(results.config.target_accuracy),
+            opt(sp.modelled_time_to_target_s, 1),
+            sp.reached_target,
+            sp.seeds,
+            verdict(faster)
+        );
     }
     s
 }
@@ -227,110 +325,54 @@ pub fn replay_markdown(results: &[ReplayResult]) -> String {
     s
 }
 
-const PALETTE: [&str; 10] = [
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    "#bcbd22", "#17becf",
-];
-
-/// An SVG line chart of one series per policy over epochs, y in `0..=1`.
-pub fn line_chart(title: &str, y_label: &str, series: &[(String, Vec<f64>)]) -> String {
-    let (w, h, left, right, top, bottom) = (760.0, 420.0, 60.0, 190.0, 40.0, 50.0);
-    let (pw, ph) = (w - left - right, h - top - bottom);
-    let n = series
-        .iter()
-        .map(|(_, v)| v.len())
-        .max()
-        .unwrap_or(1)
-        .max(2);
-    let x = |i: usize| left + pw * i as f64 / (n - 1) as f64;
-    let y = |v: f64| top + ph * (1.0 - v.clamp(0.0, 1.0));
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">{title}</text>\n\
-         <text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {})\" text-anchor=\"middle\">{y_label}</text>\n\
-         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">epoch</text>\n",
-        left + pw / 2.0,
-        top + ph / 2.0,
-        top + ph / 2.0,
-        left + pw / 2.0,
-        h - 12.0
-    );
-    for t in 0..=10 {
-        let v = t as f64 / 10.0;
-        let _ = writeln!(
-            s,
-            "<line x1=\"{left}\" x2=\"{}\" y1=\"{yy}\" y2=\"{yy}\" stroke=\"#ddd\"/>\
-             <text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.1}</text>",
-            left + pw,
-            left - 6.0,
-            y(v) + 4.0,
-            yy = y(v)
-        );
-    }
-    for i in 0..n {
-        let _ = writeln!(
-            s,
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{i}</text>",
-            x(i),
-            top + ph + 18.0
-        );
-    }
-    for (k, (name, values)) in series.iter().enumerate() {
-        let color = PALETTE[k % PALETTE.len()];
-        let points: Vec<String> = values
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| format!("{:.1},{:.1}", x(i), y(v)))
-            .collect();
-        let _ = writeln!(
-            s,
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>\n\
-             <rect x=\"{}\" y=\"{}\" width=\"14\" height=\"4\" fill=\"{color}\"/>\
-             <text x=\"{}\" y=\"{}\">{name}</text>",
-            points.join(" "),
-            left + pw + 16.0,
-            top + 20.0 * k as f64 + 6.0,
-            left + pw + 36.0,
-            top + 20.0 * k as f64 + 12.0
-        );
-    }
-    s.push_str("</svg>\n");
-    s
-}
-
 /// Writes `results.json`, `results.md` and, per cache size,
-/// `hit_ratio_<pct>.svg` and `accuracy_<pct>.svg` into `dir`.
+/// `reads_<pct>.png`, `hit_ratio_<pct>.png` and `accuracy_<pct>.png` (means
+/// over seeds) into `dir`. Without a font the plots are skipped and the
+/// report says why.
 pub fn write_all(results: &BenchResults, dir: &Path) -> Result<()> {
     std::fs::write(
         dir.join("results.json"),
         serde_json::to_string_pretty(results)?,
     )?;
-    std::fs::write(dir.join("results.md"), markdown(results))?;
+    let mut md = markdown(results);
     for &f in &results.config.cache_fractions {
-        let runs = at(results, f);
+        let rows = at(results, f);
         let p = (f * 100.0).round();
-        let series = |g: fn(&crate::train::EpochResult) -> f64| -> Vec<(String, Vec<f64>)> {
-            runs.iter()
-                .map(|r| (r.policy.clone(), r.epochs.iter().map(g).collect()))
+        let series = |g: fn(&crate::summary::EpochMeans) -> f64| -> Vec<(String, Vec<f64>)> {
+            rows.iter()
+                .map(|r| (r.policy.clone(), r.per_epoch.iter().map(g).collect()))
                 .collect()
         };
-        std::fs::write(
-            dir.join(format!("hit_ratio_{p}.svg")),
-            line_chart(
-                &format!("Hit ratio (exact + substitute), cache {p}%"),
+        let charts = [
+            (
+                format!("reads_{p}.png"),
+                format!("Storage reads per request, cache {p}%"),
+                "reads per request",
+                series(|e| e.reads_per_request),
+            ),
+            (
+                format!("hit_ratio_{p}.png"),
+                format!("Hit ratio (exact + substitute), cache {p}%"),
                 "hit ratio",
-                &series(|e| e.hit_ratio()),
+                series(|e| e.hit_ratio),
             ),
-        )?;
-        std::fs::write(
-            dir.join(format!("accuracy_{p}.svg")),
-            line_chart(
-                &format!("Validation top-1, cache {p}%"),
-                "accuracy",
-                &series(|e| e.val_accuracy),
+            (
+                format!("accuracy_{p}.png"),
+                format!("Validation top-1, cache {p}%"),
+                "top-1",
+                series(|e| e.val_accuracy),
             ),
-        )?;
+        ];
+        for (file, title, y, data) in charts {
+            let top = data
+                .iter()
+                .flat_map(|(_, v)| v.iter().copied())
+                .fold(1.0, f64::max);
+            if let Err(e) = crate::plot::line_chart(&dir.join(&file), &title, y, 0.0..top, &data) {
+                let _ = writeln!(md, "\n{file} not drawn: {e}");
+            }
+        }
     }
+    std::fs::write(dir.join("results.md"), md)?;
     Ok(())
 }

@@ -91,7 +91,7 @@ impl Cluster {
             wait_labelled(&client, photos.len().saturating_sub(i).div_ceil(n)).await?;
         }
         let deadline = Instant::now() + Duration::from_secs(30);
-        while tuner.nodes().len() < n {
+        while tuner.nodes()?.iter().filter(|n| n.live).count() < n {
             ensure!(Instant::now() < deadline, "PipeStores did not register");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -12,23 +12,29 @@
 //!   and HTTP API);
 //! - [`ModelRegistry`]: model versions and which one serves (PipeStores and the Tuner);
 //! - [`JobLog`]: long-running jobs and their resumable state;
-//! - [`Catalog`]: all three, as one PipeStore uses them.
+//! - [`Catalog`]: all three, as one PipeStore uses them;
+//! - [`NodeRegistry`]: the PipeStores registered with a Tuner and their leases (the Tuner's
+//!   registry; not part of [`Catalog`]).
 //!
-//! [`SqliteCatalog`] is the embedded implementation used by `ndpipe serve`. Every implementation
-//! must pass the shared `test_suite` (feature `testing`), as the SQLite one does in its tests.
+//! [`SqliteCatalog`] is the embedded implementation used by `ndpipe serve`; [`PgCatalog`] keeps a
+//! cluster's catalog in one PostgreSQL database, each handle seeing one node's photos and jobs,
+//! with photo ids from [`PhotoIdBlocks`]; [`open`] picks one from a `--catalog` value. Every
+//! implementation must pass the shared `test_suite` (feature `testing`), as both do in their tests.
 #![deny(missing_docs)]
 
 mod error;
+mod pg;
 mod sqlite;
 #[cfg(any(test, feature = "testing"))]
 pub mod test_suite;
 mod types;
 
 pub use error::CatalogError;
+pub use pg::{OpenedCatalog, PgCatalog, PgOptions, PhotoIdBlocks, is_postgres_url, open};
 pub use sqlite::SqliteCatalog;
 pub use types::{
-    GroundTruth, JobRecord, ModelVersion, PhotoId, PhotoMeta, PhotoRecord, Prediction, SearchHit,
-    Split,
+    GroundTruth, JobRecord, ModelVersion, NodeRecord, NodeState, PhotoId, PhotoMeta, PhotoRecord,
+    Prediction, SearchHit, Split,
 };
 
 /// Photos, their ground truth and predicted labels. Implementations are thread-safe and every
@@ -122,6 +128,47 @@ pub trait JobLog: Send + Sync {
 
     /// All jobs, oldest first.
     fn jobs(&self) -> Result<Vec<JobRecord>, CatalogError>;
+}
+
+/// The PipeStores registered with a Tuner, with their leases. Times are given by the caller (ms
+/// since the Unix epoch), so implementations keep no clock of their own.
+pub trait NodeRegistry: Send + Sync {
+    /// Registers `name` at `url`, or re-registers a known name: it keeps its id, state and
+    /// registration time, and takes the new url, version and lease. Returns the record.
+    fn register_node(
+        &self,
+        name: &str,
+        url: &str,
+        version: Option<&str>,
+        lease_expires_ms: i64,
+        now_ms: i64,
+    ) -> Result<NodeRecord, CatalogError>;
+
+    /// Renews the lease of node `id`, which must be registered as `name`, and records the version
+    /// it reports. Fails with [`CatalogError::NotFound`] for a node that is not registered (it
+    /// was removed, or never was).
+    fn renew_node_lease(
+        &self,
+        id: u32,
+        name: &str,
+        version: Option<&str>,
+        lease_expires_ms: i64,
+        now_ms: i64,
+    ) -> Result<NodeRecord, CatalogError>;
+
+    /// Every registered node, in id order.
+    fn nodes(&self) -> Result<Vec<NodeRecord>, CatalogError>;
+
+    /// Sets whether node `name` takes new work. Fails with [`CatalogError::NotFound`] if unknown.
+    fn set_node_state(&self, name: &str, state: NodeState) -> Result<NodeRecord, CatalogError>;
+
+    /// Records the version node `id` serves (after the Tuner committed one on it). Fails with
+    /// [`CatalogError::NotFound`] if unknown.
+    fn set_node_version(&self, id: u32, version: &str) -> Result<(), CatalogError>;
+
+    /// Forgets node `name` (it must register again to come back, under a new id). Returns
+    /// whether it was registered.
+    fn remove_node(&self, name: &str) -> Result<bool, CatalogError>;
 }
 
 /// Everything a PipeStore keeps in its catalog: photos, the model registry and the job log.

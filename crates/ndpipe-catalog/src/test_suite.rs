@@ -1,8 +1,9 @@
-//! Behaviour every [`Catalog`] implementation must show, run by each implementation's tests.
+//! Behaviour every [`Catalog`] implementation must show, run by each implementation's tests
+//! ([`run`]), and every [`NodeRegistry`] ([`run_nodes`]).
 
 use crate::{
-    Catalog, CatalogError, GroundTruth, JobRecord, ModelVersion, PhotoMeta, PhotoRecord,
-    Prediction, Split,
+    Catalog, CatalogError, GroundTruth, JobRecord, ModelVersion, NodeRegistry, NodeState,
+    PhotoMeta, PhotoRecord, Prediction, Split,
 };
 
 /// A photo record with predictable fields, for tests.
@@ -42,6 +43,7 @@ pub fn run(c: &dyn Catalog) {
     predictions_replace_per_version(c);
     models_have_one_active(c);
     search_matches_class_names(c);
+    search_treats_wildcards_literally(c);
     jobs_round_trip(c);
 }
 
@@ -73,6 +75,34 @@ fn search_matches_class_names(c: &dyn Catalog) {
     );
     assert_eq!(c.search("tabby", "m", 1, 10).unwrap().len(), 1);
     assert_eq!(c.search("Egyptian cat", "m", 0, 10).unwrap()[0].id, 11);
+}
+
+/// `%`, `_` and `\` in a searched label are characters, not SQL LIKE wildcards.
+fn search_treats_wildcards_literally(c: &dyn Catalog) {
+    let p = |label: &str| Prediction {
+        label: label.into(),
+        score: 0.5,
+    };
+    c.upsert_photo(&photo(20, None)).unwrap();
+    c.upsert_photo(&photo(21, None)).unwrap();
+    c.put_predictions(20, "w", &[p("tabby, tabby cat")])
+        .unwrap();
+    c.put_predictions(21, "w", &[p("100% wool, a_b, back\\slash")])
+        .unwrap();
+    for wildcard in ["%", "_", "%%", "t_bby", "tab%", "%cat", "\\"] {
+        assert!(
+            c.search(wildcard, "w", 0, 10).unwrap().is_empty(),
+            "{wildcard:?} must match only itself"
+        );
+    }
+    for literal in ["100% wool", "a_b", "back\\slash"] {
+        let hits = c.search(literal, "w", 0, 10).unwrap();
+        assert_eq!(
+            hits.iter().map(|h| h.id).collect::<Vec<_>>(),
+            vec![21],
+            "{literal:?}"
+        );
+    }
 }
 
 fn jobs_round_trip(c: &dyn Catalog) {
@@ -198,4 +228,91 @@ fn models_have_one_active(c: &dyn Catalog) {
         Err(CatalogError::NotFound { .. })
     ));
     assert_eq!(c.models().unwrap().iter().filter(|m| m.active).count(), 1);
+}
+
+/// Runs the node registry's suite against an empty registry; panics on the first deviation.
+pub fn run_nodes(c: &dyn NodeRegistry) {
+    let a = c
+        .register_node("ps-a", "http://a:1", None, 1_000, 100)
+        .unwrap();
+    let b = c
+        .register_node("ps-b", "http://b:1", Some("v1"), 2_000, 200)
+        .unwrap();
+    assert_ne!(a.id, b.id);
+    assert_eq!(
+        (a.state, a.lease_expires_ms, a.version.as_deref()),
+        (NodeState::Active, 1_000, None)
+    );
+    assert_eq!((a.registered_ms, a.last_seen_ms), (100, 100));
+
+    // The same name keeps its id, state and registration time; url, version and lease change.
+    c.set_node_state("ps-a", NodeState::Draining).unwrap();
+    let again = c
+        .register_node("ps-a", "http://a:2", Some("v1"), 3_000, 300)
+        .unwrap();
+    assert_eq!(
+        (again.id, again.state, again.registered_ms),
+        (a.id, NodeState::Draining, 100)
+    );
+    assert_eq!(
+        (
+            again.url.as_str(),
+            again.version.as_deref(),
+            again.lease_expires_ms
+        ),
+        ("http://a:2", Some("v1"), 3_000)
+    );
+    assert_eq!(again.last_seen_ms, 300);
+
+    let renewed = c
+        .renew_node_lease(b.id, "ps-b", Some("v2"), 4_000, 400)
+        .unwrap();
+    assert_eq!(
+        (
+            renewed.lease_expires_ms,
+            renewed.last_seen_ms,
+            renewed.version.as_deref()
+        ),
+        (4_000, 400, Some("v2"))
+    );
+    assert!(
+        matches!(
+            c.renew_node_lease(b.id, "ps-a", None, 1, 1),
+            Err(CatalogError::NotFound { .. })
+        ),
+        "the id must be registered under that name"
+    );
+    c.set_node_version(b.id, "v3").unwrap();
+    assert!(matches!(
+        c.set_node_version(9_999, "v3"),
+        Err(CatalogError::NotFound { .. })
+    ));
+    let state = c.set_node_state("ps-a", NodeState::Active).unwrap();
+    assert_eq!(state.state, NodeState::Active);
+    assert!(matches!(
+        c.set_node_state("nope", NodeState::Draining),
+        Err(CatalogError::NotFound { .. })
+    ));
+
+    let listed = c.nodes().unwrap();
+    let names: Vec<(&str, Option<&str>)> = listed
+        .iter()
+        .map(|n| (n.name.as_str(), n.version.as_deref()))
+        .collect();
+    assert_eq!(names, [("ps-a", Some("v1")), ("ps-b", Some("v3"))]);
+    assert!(listed[0].id < listed[1].id, "id order");
+
+    // A removed node is forgotten: its lease cannot be renewed, and it comes back as new.
+    assert!(c.remove_node("ps-b").unwrap());
+    assert!(!c.remove_node("ps-b").unwrap());
+    assert!(matches!(
+        c.renew_node_lease(b.id, "ps-b", None, 5_000, 500),
+        Err(CatalogError::NotFound { .. })
+    ));
+    let back = c
+        .register_node("ps-b", "http://b:1", None, 6_000, 600)
+        .unwrap();
+    assert!(back.id > b.id, "ids are never reused");
+    assert_eq!(back.registered_ms, 600);
+    assert_eq!(c.nodes().unwrap().len(), 2);
 }

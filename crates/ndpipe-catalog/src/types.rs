@@ -146,3 +146,65 @@ pub struct JobRecord {
     /// Last update, ms since the Unix epoch.
     pub updated_ms: i64,
 }
+
+/// Whether a registered PipeStore takes new work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeState {
+    /// Takes part in fine-tuning jobs and deploys.
+    Active,
+    /// Takes no new work (an operator is taking it out of the cluster).
+    Draining,
+}
+
+impl NodeState {
+    /// The lowercase name used in the API and the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeState::Active => "active",
+            NodeState::Draining => "draining",
+        }
+    }
+}
+
+impl fmt::Display for NodeState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for NodeState {
+    type Err = CatalogError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "active" => Ok(NodeState::Active),
+            "draining" => Ok(NodeState::Draining),
+            other => Err(CatalogError::Invalid(format!(
+                "node state must be active or draining, not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// A PipeStore registered with the Tuner, with its lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// Unique id, given at first registration and never reused.
+    pub id: u32,
+    /// The name it registers with (unique).
+    pub name: String,
+    /// Where its PipeStore gRPC service is.
+    pub url: String,
+    /// Whether it takes new work.
+    pub state: NodeState,
+    /// Its lease runs until then (ms since the Unix epoch); a node whose lease ran out is not
+    /// waited for.
+    pub lease_expires_ms: i64,
+    /// The model version the node last reported serving (`None` before it reported one).
+    pub version: Option<String>,
+    /// First registration, ms since the Unix epoch.
+    pub registered_ms: i64,
+    /// Last registration or heartbeat, ms since the Unix epoch.
+    pub last_seen_ms: i64,
+}

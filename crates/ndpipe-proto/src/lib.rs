@@ -16,11 +16,12 @@ pub mod pb {
 }
 
 mod plan;
+pub mod transport;
 
 pub use plan::RunPlan;
 
 /// The protocol version this build speaks; a node with another version is refused.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// A wire message that does not hold together.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -41,6 +42,14 @@ pub enum ProtoError {
         /// Which message.
         what: String,
         /// What disagrees.
+        reason: String,
+    },
+    /// A gRPC URL that does not parse.
+    #[error("bad gRPC url {url:?}: {reason}")]
+    BadUrl {
+        /// The URL.
+        url: String,
+        /// Why it does not parse.
         reason: String,
     },
 }

@@ -33,12 +33,20 @@ pub struct Config {
     pub token: Option<String>,
     /// File whose first line is the bearer token (used when `token` is unset).
     pub token_file: Option<PathBuf>,
+    /// File whose first line is the cluster secret: every gRPC call to this node must carry it,
+    /// and the node sends it to the Tuner and other nodes (unset: no secret, calls are open).
+    pub cluster_secret_file: Option<PathBuf>,
     /// Largest accepted upload, in bytes.
     pub max_upload_bytes: usize,
     /// Largest accepted image, in pixels (width * height), checked before decoding.
     pub max_pixels: u64,
     /// Volume files are sealed at this size, in bytes.
     pub max_volume_bytes: u64,
+    /// Free bytes to keep on the data directory's file system: below it, uploads are refused
+    /// with `507 insufficient_storage` while reads, deletes and searches go on, and they are
+    /// accepted again as soon as space is freed. A fixed amount rather than a share of the disk
+    /// (ext4 already keeps 5% for root; a share would hold back terabytes on a large disk).
+    pub min_free_bytes: u64,
     /// Compression of stored tensors: `zstd`, `deflate` or `none`.
     pub tensor_codec: CodecKind,
     /// Compression level of stored tensors (zstd 1..=22, deflate 0..=9).
@@ -63,6 +71,9 @@ pub struct Config {
     /// Testing only: damage the first N feature chunks sent to the Tuner (their checksum then
     /// fails and the Tuner must fetch them again).
     pub fault_corrupt_chunks: u32,
+    /// Testing only: refuse the first N head commits (the Tuner must bring the node to the
+    /// active version later).
+    pub fault_fail_commits: u32,
 }
 
 impl Default for Config {
@@ -76,9 +87,11 @@ impl Default for Config {
             tuner: None,
             token: None,
             token_file: None,
+            cluster_secret_file: None,
             max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
             max_pixels: ndpipe_model::PreprocessConfig::default().max_pixels,
             max_volume_bytes: 1 << 30,
+            min_free_bytes: 256 << 20,
             tensor_codec: CodecKind::Zstd,
             tensor_level: 3,
             decode_threads: None,
@@ -90,6 +103,7 @@ impl Default for Config {
             execution_provider: ExecutionProvider::Cpu,
             label_wait_ms: 5,
             fault_corrupt_chunks: 0,
+            fault_fail_commits: 0,
         }
     }
 }

@@ -22,6 +22,15 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The cluster secret file cannot be read or holds no secret.
+    #[error("reading the cluster secret file {}: {source}", path.display())]
+    SecretFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The token file cannot be read or holds no token.
     #[error("reading the token file {}: {source}", path.display())]
     TokenFile {

@@ -1,10 +1,16 @@
 //! Ingest: validate an upload, preprocess it once, store it durably, then catalog it; delete;
 //! and, at start, reconcile the catalog with the store.
 //!
-//! The ingestor owns the live-photo gauge (`ndpipe_store_photos`): it sets it at reconcile and
-//! moves it with every photo it adds or deletes.
+//! The store is the truth about which photos exist, and the catalog follows it. An upload whose
+//! catalog row cannot be written is taken out of the store again. A delete takes the photo out
+//! of the store first, then its catalog row and features; while those fail (a full disk) the id
+//! stays in a list of unfinished deletes that every later delete and upload retries, and that
+//! the API hides, so the store and the catalog never disagree. Reconcile at start fixes what a
+//! crash leaves. The ingestor owns the live-photo gauge (`ndpipe_store_photos`): it sets it at
+//! reconcile and moves it with every photo it adds or deletes.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 
 use ndpipe_catalog::{CatalogError, GroundTruth, PhotoCatalog, PhotoMeta, PhotoRecord};
 use ndpipe_model::{
@@ -15,6 +21,8 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use tokio::task::JoinError;
 use tracing::{info, warn};
+
+use ndpipe_util::sync::lock;
 
 use crate::inference::labeler::Labeler;
 use crate::metrics::StoreMetrics;
@@ -73,7 +81,8 @@ pub(crate) enum IngestError {
 pub(crate) struct ReconcileReport {
     /// Photos in the store that the catalog lacked (a crash between the two writes).
     pub(crate) catalog_rows_added: u64,
-    /// Catalog rows without a photo in the store (a crash during a delete).
+    /// Catalog rows without a photo in the store (a crash during a delete), removed; those
+    /// that cannot be removed yet are hidden and retried like an unfinished delete.
     pub(crate) catalog_rows_removed: u64,
     /// Tensors recomputed for photos that had none.
     pub(crate) tensors_rebuilt: u64,
@@ -81,6 +90,9 @@ pub(crate) struct ReconcileReport {
     pub(crate) tensor_failures: Vec<(u64, String)>,
     /// Photos without labels from the active model, queued for labelling.
     pub(crate) queued_for_labels: u64,
+    /// Why the catalog was not reconciled, when the disk was too full to write it (the next
+    /// start tries again).
+    pub(crate) catalog_not_reconciled: Option<String>,
 }
 
 /// The ingest pipeline: what the HTTP API calls to add and delete photos.
@@ -93,6 +105,8 @@ pub(crate) struct Ingestor {
     preprocessor: Preprocessor,
     codec: Codec,
     decode_slots: Semaphore,
+    /// Photos gone from the store whose catalog row or features are not removed yet.
+    unfinished_deletes: Mutex<BTreeSet<u64>>,
 }
 
 impl Ingestor {
@@ -113,6 +127,7 @@ impl Ingestor {
             preprocessor: Preprocessor::new(config.preprocess),
             codec: config.tensor_codec,
             decode_slots: Semaphore::new(config.max_parallel_decodes.max(1)),
+            unfinished_deletes: Mutex::default(),
         }
     }
 
@@ -130,7 +145,8 @@ impl Ingestor {
     }
 
     /// Validates, preprocesses, stores and catalogs one photo. Nothing is written unless the
-    /// photo decodes; the store write is durable before this returns.
+    /// photo decodes and the free-space reserve allows it; the store write is durable before
+    /// this returns.
     pub(crate) async fn ingest(
         &self,
         bytes: bytes::Bytes,
@@ -139,6 +155,8 @@ impl Ingestor {
         if let Some(t) = &truth {
             validate_label(&t.label)?;
         }
+        self.store.check_space(bytes.len() as u64)?;
+        self.finish_deletes().await;
         let (prepared, tensor) = {
             let _slot = self
                 .decode_slots
@@ -151,32 +169,106 @@ impl Ingestor {
         };
         let meta = prepared.meta.clone();
         let id = self.store.put(prepared).await?;
-        self.metrics.photos.inc();
         let record = PhotoRecord { id, meta };
         let catalog = self.catalog.clone();
         let row = record.clone();
-        tokio::task::spawn_blocking(move || catalog.upsert_photo(&row)).await??;
+        if let Err(e) = tokio::task::spawn_blocking(move || catalog.upsert_photo(&row)).await? {
+            // Undo the store write, so that store and catalog agree; if even that fails, the
+            // next start catalogs the photo.
+            if let Err(undo) = self.store.delete(id).await {
+                warn!(photo = id, error = %undo, "cannot take back a photo the catalog refused");
+            }
+            return Err(self.catalog_failure(e.into()));
+        }
+        self.metrics.photos.inc();
         if let Some(labeler) = &self.labeler {
             labeler.submit(id, tensor);
         }
         Ok(record)
     }
 
-    /// Deletes a photo from the store, then its features and its catalog row. Returns whether it
-    /// existed in either.
+    /// Deletes a photo from the store, then its catalog row and its features. Returns whether
+    /// it existed in either. When the store refuses, nothing is deleted; once the store has
+    /// deleted, the delete has happened, and a catalog row that cannot be removed yet is
+    /// removed later (see the module docs).
     pub(crate) async fn delete(&self, id: u64) -> Result<bool, IngestError> {
-        let existed = self.store.delete(id).await?;
+        self.finish_deletes().await;
+        let existed = match self.store.delete(id).await {
+            Ok(existed) => existed,
+            // The store rolls a failed delete back, unless its commit landed after all.
+            Err(e) => match self.store.contains(id) {
+                Ok(false) => false,
+                _ => return Err(e.into()),
+            },
+        };
         if existed {
             self.metrics.photos.dec();
         }
+        lock(&self.unfinished_deletes).insert(id);
+        match self.finish_delete(id).await {
+            Ok(in_catalog) => Ok(existed || in_catalog),
+            // The photo is gone (the store is the truth); its row goes later.
+            Err(e) if existed => {
+                warn!(photo = id, error = %e, "the catalog row of a deleted photo stays until it can be removed");
+                Ok(true)
+            }
+            Err(e) => Err(self.catalog_failure(e)),
+        }
+    }
+
+    /// Whether `id` is gone from the store while its catalog row may still be there: the API
+    /// answers as if the row were gone.
+    pub(crate) fn is_deleted(&self, id: u64) -> bool {
+        lock(&self.unfinished_deletes).contains(&id)
+    }
+
+    /// How many deletes are unfinished.
+    pub(crate) fn unfinished_deletes(&self) -> usize {
+        lock(&self.unfinished_deletes).len()
+    }
+
+    /// Retries the unfinished deletes.
+    async fn finish_deletes(&self) {
+        let ids: Vec<u64> = lock(&self.unfinished_deletes).iter().copied().collect();
+        for id in ids {
+            if let Err(e) = self.finish_delete(id).await {
+                warn!(photo = id, error = %e, "deleting a photo's catalog row failed again");
+                return;
+            }
+        }
+    }
+
+    /// Removes the catalog row, then the features, of a photo gone from the store; returns
+    /// whether the row existed. The id leaves the unfinished deletes once both are done.
+    async fn finish_delete(&self, id: u64) -> Result<bool, IngestError> {
         let catalog = self.catalog.clone();
+        let in_catalog = tokio::task::spawn_blocking(move || catalog.delete_photo(id)).await??;
         let features = self.features.clone();
-        let in_catalog = tokio::task::spawn_blocking(move || {
-            features.remove_photo(id)?;
-            Ok::<_, IngestError>(catalog.delete_photo(id)?)
-        })
-        .await??;
-        Ok(existed || in_catalog)
+        match tokio::task::spawn_blocking(move || features.remove_photo(id)).await {
+            Ok(Ok(())) => {
+                lock(&self.unfinished_deletes).remove(&id);
+            }
+            Ok(Err(e)) => {
+                warn!(photo = id, error = %e, "removing a deleted photo's features failed; will retry")
+            }
+            Err(e) => {
+                warn!(photo = id, error = %e, "removing a deleted photo's features failed; will retry")
+            }
+        }
+        Ok(in_catalog)
+    }
+
+    /// A catalog failure as the client should see it: `InsufficientStorage` when the disk is
+    /// below the reserve (the catalog could not grow), else the catalog's error.
+    fn catalog_failure(&self, e: IngestError) -> IngestError {
+        match e {
+            IngestError::Catalog(e) if self.store.free_space().is_ok_and(|(_, low)| low) => {
+                IngestError::Store(StoreError::InsufficientStorage {
+                    reason: format!("the catalog could not be written: {e}"),
+                })
+            }
+            other => other,
+        }
     }
 
     /// Brings the catalog in line with the store (which is the source of truth for which photos
@@ -184,12 +276,21 @@ impl Ingestor {
     /// sets the live-photo gauge. Run at start-up, after crash recovery.
     pub(crate) async fn reconcile(&self) -> Result<ReconcileReport, IngestError> {
         let mut report = ReconcileReport::default();
-        let store = self.store.clone();
-        let catalog = self.catalog.clone();
-        let (added, removed) =
-            tokio::task::spawn_blocking(move || sync_catalog(&store, &*catalog)).await??;
-        report.catalog_rows_added = added;
-        report.catalog_rows_removed = removed;
+        let (store, catalog) = (self.store.clone(), self.catalog.clone());
+        let stale = tokio::task::spawn_blocking(move || stale_rows(&store, &*catalog)).await??;
+        lock(&self.unfinished_deletes).extend(&stale);
+        self.finish_deletes().await;
+        report.catalog_rows_removed =
+            stale.iter().filter(|id| !self.is_deleted(**id)).count() as u64;
+        let (store, catalog) = (self.store.clone(), self.catalog.clone());
+        match tokio::task::spawn_blocking(move || add_missing_rows(&store, &*catalog)).await? {
+            Ok(added) => report.catalog_rows_added = added,
+            Err(e) if self.store.free_space().is_ok_and(|(_, low)| low) => {
+                warn!(error = %e, "the disk is full: the catalog is not reconciled until a start with free space");
+                report.catalog_not_reconciled = Some(e.to_string());
+            }
+            Err(e) => return Err(e),
+        }
         for id in self.store.missing_tensors()? {
             match self.rebuild_tensor(id).await {
                 Ok(()) => report.tensors_rebuilt += 1,
@@ -211,7 +312,12 @@ impl Ingestor {
         self.metrics
             .photos
             .set(i64::try_from(photos).unwrap_or(i64::MAX));
-        if added + removed + report.tensors_rebuilt + report.queued_for_labels > 0 {
+        if report.catalog_rows_added
+            + report.catalog_rows_removed
+            + report.tensors_rebuilt
+            + report.queued_for_labels
+            > 0
+        {
             info!(?report, "catalog and tensors reconciled with the store");
         }
         Ok(report)
@@ -286,29 +392,32 @@ fn encode_tensor(tensor: &ImageTensor, codec: Codec) -> Result<Vec<u8>, IngestEr
     TensorBlob::encode(tensor, codec).map_err(IngestError::Encode)
 }
 
-fn sync_catalog(store: &PhotoStore, catalog: &dyn PhotoCatalog) -> Result<(u64, u64), IngestError> {
-    let entries = store.entries()?;
-    let live: std::collections::HashSet<u64> = entries.iter().map(|(id, _)| *id).collect();
+/// Adds a catalog row for every photo of the store that has none; returns how many.
+fn add_missing_rows(store: &PhotoStore, catalog: &dyn PhotoCatalog) -> Result<u64, IngestError> {
     let mut added = 0;
-    for (id, entry) in &entries {
-        if catalog.photo(*id)?.is_none() {
+    for (id, entry) in store.entries()? {
+        if catalog.photo(id)?.is_none() {
             catalog.upsert_photo(&PhotoRecord {
-                id: *id,
-                meta: entry.meta.clone(),
+                id,
+                meta: entry.meta,
             })?;
             added += 1;
         }
     }
-    let mut removed = 0;
+    Ok(added)
+}
+
+/// The ids of catalog rows without a photo in the store (a crash during a delete).
+fn stale_rows(store: &PhotoStore, catalog: &dyn PhotoCatalog) -> Result<Vec<u64>, IngestError> {
+    let live: std::collections::HashSet<u64> =
+        store.entries()?.into_iter().map(|(id, _)| id).collect();
+    let mut stale = Vec::new();
     let mut after = None;
     loop {
         let page = catalog.list_photos(after, 1000)?;
         let Some(last) = page.last() else { break };
         after = Some(last.id);
-        for row in page.iter().filter(|r| !live.contains(&r.id)) {
-            catalog.delete_photo(row.id)?;
-            removed += 1;
-        }
+        stale.extend(page.iter().map(|r| r.id).filter(|id| !live.contains(id)));
     }
-    Ok((added, removed))
+    Ok(stale)
 }

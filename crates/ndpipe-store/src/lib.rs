@@ -14,8 +14,9 @@
 //!
 //! Data flows one way, top to bottom:
 //!
-//! - `pipestore` (composition: [`PipeStore::open`]) and `server` (serving: HTTP and gRPC,
-//!   registration with a Tuner, [`Running`]);
+//! - `pipestore` (composition: [`PipeStore::open`]), `server` (serving: HTTP and gRPC,
+//!   [`Running`]) and `membership` (registration with a Tuner and the heartbeat that renews
+//!   the node's lease);
 //! - `api`: the thin adapters. `api::http` is the client API (`/v1`, `/healthz`, `/metrics`;
 //!   photos, labels, jobs and ops route groups, JSON errors, bearer token on writes);
 //!   `api::grpc` is the Tuner protocol over `node`;
@@ -44,6 +45,7 @@ mod error;
 mod inference;
 mod ingest;
 mod jobs;
+mod membership;
 mod metrics;
 mod node;
 mod pipestore;

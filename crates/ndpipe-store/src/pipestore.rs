@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ndpipe_catalog::{Catalog, SqliteCatalog};
 use ndpipe_model::{InferenceBackend, OrtBackend, PreprocessConfig, RuntimeConfig};
+use ndpipe_proto::transport::ClusterSecret;
 use tracing::info;
 
 use crate::config::Config;
@@ -26,6 +27,7 @@ pub struct PipeStore {
     pub(crate) config: Config,
     pub(crate) name: String,
     pub(crate) token: Option<String>,
+    pub(crate) cluster_secret: Option<ClusterSecret>,
     pub(crate) store: Arc<PhotoStore>,
     pub(crate) catalog: Arc<dyn Catalog>,
     pub(crate) metrics: Arc<StoreMetrics>,
@@ -65,6 +67,7 @@ impl PipeStore {
                 reason: e.to_string(),
             })?;
         let token = token(&config)?;
+        let cluster_secret = cluster_secret(&config)?;
         let (store, features) = open_stores(&config).await?;
         let name = node_name(config.name.as_deref(), &config.data);
         let catalog_path = config.data.join("catalog.sqlite");
@@ -99,7 +102,9 @@ impl PipeStore {
                     models.clone(),
                     relabel.clone(),
                 )
-                .with_corrupt_chunks(config.fault_corrupt_chunks),
+                .with_corrupt_chunks(config.fault_corrupt_chunks)
+                .with_failing_commits(config.fault_fail_commits)
+                .with_cluster_secret(cluster_secret.clone()),
             )
         });
         let ingest_config = IngestConfig {
@@ -162,6 +167,7 @@ impl PipeStore {
             config,
             name,
             token,
+            cluster_secret,
             store,
             catalog,
             metrics,
@@ -210,6 +216,7 @@ async fn open_stores(config: &Config) -> Result<(Arc<PhotoStore>, Arc<FeatureSto
     let dir = config.data.join("store");
     let store_config = StoreConfig {
         max_volume_bytes: config.max_volume_bytes,
+        min_free_bytes: config.min_free_bytes,
     };
     let (store, recovery, features) = tokio::task::spawn_blocking(move || {
         let (store, recovery) =
@@ -261,6 +268,18 @@ fn token(config: &Config) -> Result<Option<String>, Error> {
             }),
         (None, None) => Ok(None),
     }
+}
+
+/// The cluster secret: the first line of `config.cluster_secret_file`, when set.
+fn cluster_secret(config: &Config) -> Result<Option<ClusterSecret>, Error> {
+    let Some(path) = &config.cluster_secret_file else {
+        return Ok(None);
+    };
+    let secret = ndpipe_util::fs::read_secret(path).map_err(|source| Error::SecretFile {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(ClusterSecret::new(&secret))
 }
 
 /// `name`, else `pipestore-` and the name of the canonical data directory.

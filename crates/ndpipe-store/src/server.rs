@@ -1,13 +1,10 @@
 //! Serving a PipeStore: the HTTP API and the Tuner-facing gRPC service until [`Running::stop`],
-//! and registration with a remote Tuner.
+//! and membership in a Tuner's cluster (`membership`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use ndpipe_proto::PROTOCOL_VERSION;
-use ndpipe_proto::pb::RegisterRequest;
-use ndpipe_proto::pb::tuner_client::TunerClient;
+use ndpipe_proto::transport::{self, ClusterSecret};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -18,6 +15,7 @@ use crate::api::http::{self, AppState};
 use crate::error::Error;
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
+use crate::membership::{self, Member};
 use crate::node::PipeStoreNode;
 use crate::pipestore::PipeStore;
 use crate::storage::PhotoStore;
@@ -30,8 +28,7 @@ impl PipeStore {
     /// `extra_grpc` is served next to the node's service (an embedded Tuner's service). Without
     /// a model there is no node service and no gRPC server at all, so `extra_grpc` is not
     /// served either (a warning says so). When `config.tuner` is set and the node service runs,
-    /// the node registers with that Tuner in the background, retrying every second until it
-    /// answers.
+    /// the node joins that Tuner's cluster in the background (see [`Running::join`]).
     pub async fn start(
         self,
         extra_http: Option<axum::Router>,
@@ -41,6 +38,7 @@ impl PipeStore {
             config,
             name,
             token,
+            cluster_secret,
             store,
             catalog,
             metrics,
@@ -51,29 +49,22 @@ impl PipeStore {
         let (shutdown, stopped) = watch::channel(false);
         let mut grpc = None;
         let mut grpc_url = None;
-        let mut register = None;
         match &node {
             Some(node) => {
                 let listener = bind("gRPC", config.grpc_listen).await?;
                 let addr = local_addr("gRPC", &listener, config.grpc_listen)?;
                 let routes = extra_grpc
                     .unwrap_or_default()
-                    .add_service(PipeStoreService::server(node.clone()));
+                    .add_service(PipeStoreService::server(
+                        node.clone(),
+                        cluster_secret.clone(),
+                    ));
                 grpc = Some(tokio::spawn(serve_grpc(listener, routes, stopped.clone())));
                 let url = config
                     .advertise_url
                     .clone()
                     .unwrap_or_else(|| format!("http://{addr}"));
                 info!(%url, "gRPC service listening");
-                register = config.tuner.clone().map(|tuner| {
-                    tokio::spawn(register_until_done(
-                        tuner,
-                        name.clone(),
-                        url.clone(),
-                        node.clone(),
-                        stopped.clone(),
-                    ))
-                });
                 grpc_url = Some(url);
             }
             None if extra_grpc.is_some() => {
@@ -104,30 +95,38 @@ impl PipeStore {
                 .await
         });
         info!(%http_addr, "listening");
-        Ok(Running {
+        let mut running = Running {
             http_addr,
+            name,
             grpc_url,
             node,
             shutdown,
             http,
             grpc,
-            register,
+            membership: None,
+            cluster_secret,
             jobs,
             ingestor,
             store,
-        })
+        };
+        if let Some(tuner) = config.tuner {
+            running.join(tuner);
+        }
+        Ok(running)
     }
 }
 
 /// A PipeStore serving in this process.
 pub struct Running {
     http_addr: SocketAddr,
+    name: String,
     grpc_url: Option<String>,
     node: Option<Arc<PipeStoreNode>>,
     shutdown: watch::Sender<bool>,
     http: JoinHandle<std::io::Result<()>>,
     grpc: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
-    register: Option<JoinHandle<()>>,
+    membership: Option<JoinHandle<()>>,
+    cluster_secret: Option<ClusterSecret>,
     jobs: Arc<Jobs>,
     ingestor: Arc<Ingestor>,
     store: Arc<PhotoStore>,
@@ -145,16 +144,31 @@ impl Running {
         self.grpc_url.as_deref()
     }
 
-    /// Records the node id a Tuner assigned (an embedded Tuner registers its node itself);
-    /// reported in the node's inventory. Does nothing without a model.
-    pub fn set_node_id(&self, id: u32) {
-        if let Some(node) = &self.node {
-            node.set_node_id(id);
+    /// Joins the cluster of the Tuner whose gRPC service is at `tuner` (an embedded Tuner's is
+    /// this node's own [`Running::grpc_url`]): registers in the background, then renews the
+    /// node's lease with a heartbeat, registering again whenever the Tuner forgot the node and
+    /// retrying while it is unreachable. Replaces an earlier membership; does nothing without a
+    /// model (no node service).
+    pub fn join(&mut self, tuner: String) {
+        let (Some(node), Some(url)) = (&self.node, &self.grpc_url) else {
+            return;
+        };
+        let member = Member {
+            tuner,
+            name: self.name.clone(),
+            url: url.clone(),
+            node: node.clone(),
+            secret: self.cluster_secret.clone(),
+        };
+        if let Some(old) = self.membership.take() {
+            old.abort();
         }
+        let stopped = self.shutdown.subscribe();
+        self.membership = Some(tokio::spawn(membership::run(member, stopped)));
     }
 
     /// Stops accepting requests, drains those in flight and joins the HTTP and gRPC servers and
-    /// the registration loop; then stops the running job at its next batch (it resumes at the
+    /// the membership loop; then stops the running job at its next batch (it resumes at the
     /// next start), online labelling and the store writer. Every step runs even when one
     /// fails; the first failure is returned.
     pub async fn stop(self) -> Result<(), Error> {
@@ -177,8 +191,8 @@ impl Running {
                 Err(e) => Err(e.into()),
             });
         }
-        if let Some(register) = self.register {
-            keep(register.await.map_err(Error::from));
+        if let Some(membership) = self.membership {
+            keep(membership.await.map_err(Error::from));
         }
         let (jobs, ingestor, store) = (self.jobs, self.ingestor, self.store);
         keep(
@@ -218,7 +232,7 @@ async fn serve_grpc(
     mut stopped: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    tonic::transport::Server::builder()
+    transport::server()
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stopped.wait_for(|s| *s).await;
@@ -226,65 +240,10 @@ async fn serve_grpc(
         .await
 }
 
-/// Registers `node` as `name` at `url` with the Tuner at `tuner`, retrying every second until it
-/// answers or the node stops.
-async fn register_until_done(
-    tuner: String,
-    name: String,
-    url: String,
-    node: Arc<PipeStoreNode>,
-    mut stopped: watch::Receiver<bool>,
-) {
-    let mut attempt = 0u32;
-    loop {
-        let result = tokio::select! {
-            result = register(&tuner, &name, &url) => result,
-            _ = stopped.wait_for(|s| *s) => return,
-        };
-        match result {
-            Ok(id) => {
-                node.set_node_id(id);
-                info!(node = id, %name, %tuner, "registered with the Tuner");
-                return;
-            }
-            Err(e) => {
-                if attempt.is_multiple_of(10) {
-                    warn!(error = %e, %tuner, "cannot register with the Tuner yet; retrying");
-                }
-                attempt += 1;
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = stopped.wait_for(|s| *s) => return,
-        }
-    }
-}
-
-/// Why one registration attempt failed.
-#[derive(Debug, thiserror::Error)]
-enum RegisterError {
-    #[error("connecting: {0}")]
-    Connect(#[from] tonic::transport::Error),
-    #[error("{}", .0.message())]
-    Refused(#[from] tonic::Status),
-}
-
-async fn register(tuner: &str, name: &str, url: &str) -> Result<u32, RegisterError> {
-    let mut client = TunerClient::connect(tuner.to_string()).await?;
-    let reply = client
-        .register(RegisterRequest {
-            protocol_version: PROTOCOL_VERSION,
-            grpc_url: url.to_string(),
-            name: name.to_string(),
-        })
-        .await?;
-    Ok(reply.into_inner().node_id)
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+    use std::time::Duration;
 
     use ndpipe_model::{FakeBackend, HeadWeights};
     use ndpipe_proto::pb;
@@ -381,13 +340,16 @@ mod tests {
 
         let url = running.grpc_url().unwrap().to_string();
         let mut client = PipeStoreClient::connect(url).await.unwrap();
-        running.set_node_id(7);
         let inventory = client
             .inventory(pb::InventoryRequest {})
             .await
             .unwrap()
             .into_inner();
-        assert_eq!((inventory.node_id, inventory.feature_dim), (7, 16));
+        assert_eq!(
+            (inventory.node_id, inventory.feature_dim),
+            (0, 16),
+            "no Tuner gave an id"
+        );
         assert_eq!(inventory.classes[0].label, "cat");
         assert_eq!(inventory.active_version, pretrained);
 
@@ -416,19 +378,31 @@ mod tests {
         let err = client.stage_head(wrong).await.unwrap_err();
         assert_eq!(err.code(), tonic::Code::FailedPrecondition);
         client.stage_head(stage.clone()).await.unwrap();
-        client
-            .commit_head(pb::CommitHeadRequest {
-                version: "ft-1-abc".into(),
-            })
-            .await
-            .unwrap();
-        let relabel = client
+        assert!(data.join("heads/staged/ft-1-abc.safetensors").exists());
+        for _ in 0..2 {
+            client
+                .commit_head(pb::CommitHeadRequest {
+                    version: "ft-1-abc".into(),
+                })
+                .await
+                .expect("a commit is idempotent");
+        }
+        assert!(!data.join("heads/staged/ft-1-abc.safetensors").exists());
+        let mut events = client
             .relabel(pb::RelabelRequest {
                 version: "ft-1-abc".into(),
             })
             .await
             .unwrap()
             .into_inner();
+        let mut progress = Vec::new();
+        let relabel = loop {
+            match events.message().await.unwrap().unwrap().event.unwrap() {
+                pb::relabel_event::Event::Progress(p) => progress.push((p.done, p.total)),
+                pb::relabel_event::Event::Done(reply) => break reply,
+            }
+        };
+        assert_eq!(progress, [(1, 1)]);
         assert_eq!((relabel.mode.as_str(), relabel.photos), ("head", 1));
         assert_eq!((relabel.compared, relabel.changed), (1, 1));
         let search = json(addr, "/v1/search?label=cat").await;

@@ -20,10 +20,20 @@ pub struct Config {
     pub token: Option<String>,
     /// File whose first line is the bearer token (used when `token` is unset).
     pub token_file: Option<PathBuf>,
+    /// File whose first line is the cluster secret: every gRPC call to the Tuner must carry it,
+    /// and the Tuner sends it to the PipeStores (unset: no secret, calls are open).
+    pub cluster_secret_file: Option<PathBuf>,
     /// A model folder: gives the Tuner its own backbone, for the conventional comparison mode.
     pub model_dir: Option<PathBuf>,
     /// Model threads on the Tuner (0: ONNX Runtime decides).
     pub intra_threads: usize,
+    /// A job fails, naming the node, when it hears nothing from a node for this long (ms): no
+    /// message on a feature or re-labelling stream, no answer to a call. Also the deadline of
+    /// every unary call to a node. Must exceed the time a node takes for one chunk of features.
+    pub node_timeout_ms: u64,
+    /// A PipeStore's lease, in ms: it heartbeats three times per lease, and a node whose lease
+    /// ran out is left out of jobs (and reported) instead of waited for.
+    pub node_lease_ms: u64,
 }
 
 impl Default for Config {
@@ -34,8 +44,11 @@ impl Default for Config {
             grpc_listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
             token: None,
             token_file: None,
+            cluster_secret_file: None,
             model_dir: None,
             intra_threads: 0,
+            node_timeout_ms: 30_000,
+            node_lease_ms: 15_000,
         }
     }
 }

@@ -1,19 +1,26 @@
-//! Two-phase deploy of a model version to every PipeStore, then the re-labelling fan-out.
+//! Two-phase deploy of a model version to the nodes, then the re-labelling fan-out; and
+//! bringing one lagging node to the active version (`bring`, for the syncer).
 //!
-//! Phase one stages the head on every node (`StageHead`); if any node refuses, every node is told
-//! to drop it (`AbortHead`) and nothing changes. Phase two commits it everywhere (`CommitHead`),
-//! marks it active in the registry and has every node re-label its store (`Relabel`). A version
-//! without a head on the Tuner (a PipeStore's pretrained model, when rolling back to it) skips
-//! staging: the nodes still have it.
+//! Phase one stages the head on every node (`StageHead`; the node writes it durably before it
+//! answers); if any node refuses, every node is told to drop it (`AbortHead`) and nothing
+//! changes. Then the registry records the version as the one every node must serve (the
+//! intent), and phase two commits it on every node at once (`CommitHead`, idempotent). A node
+//! whose commit fails is reported as lagging and brought to the version by the syncer when it is
+//! next seen. The nodes that committed re-label their stores (`Relabel`, a stream of progress
+//! events watched like every stream: a node silent for the node timeout fails the deploy). A
+//! version without a head on the Tuner (a PipeStore's pretrained model, when rolling back to it)
+//! skips staging: the nodes still have it.
 
 use ndpipe_catalog::ModelVersion;
+use ndpipe_proto::pb::relabel_event::Event;
 use ndpipe_proto::{head_bytes, pb};
 use ndpipe_util::churn::Churn;
 use serde::{Deserialize, Serialize};
-use tracing::info;
+use tracing::{info, warn};
 
-use crate::nodes::{Node, Nodes, node_error};
-use crate::registry::Registry;
+use crate::control::JobEnv;
+use crate::jobs::{Phase, Progress};
+use crate::nodes::{Members, Node, node_error};
 use crate::{Head, TunerError};
 
 /// What a deploy and the re-labelling after it did.
@@ -34,58 +41,89 @@ pub struct DeployReport {
     /// How nodes re-labelled ("head": a matrix multiply over stored features; "full": the
     /// backbone again).
     pub modes: Vec<String>,
+    /// Nodes whose commit failed, with the reason: the Tuner brings them to the version when
+    /// they are next seen.
+    #[serde(default)]
+    pub lagging: Vec<String>,
+    /// Registered nodes the deploy left out (draining, lease ran out, ...), with the reason:
+    /// they too are brought to the version when next seen.
+    #[serde(default)]
+    pub skipped: Vec<String>,
 }
 
-/// Deploys the registered `version` with its head from the registry: a rollback, or the deploy
-/// of a version trained with `deploy: false`.
-pub(crate) async fn deploy_version(
-    nodes: &Nodes,
-    registry: &Registry,
-    version: &str,
-) -> Result<DeployReport, TunerError> {
-    let record = registry.get(version)?;
-    let head = registry.head(version)?;
-    deploy(nodes, registry, &record, head.as_ref()).await
-}
-
-/// Deploys `record` to every node, staging `head` first when there is one.
+/// Deploys `record` to the `members`, staging `head` first when there is one.
 pub(crate) async fn deploy(
-    nodes: &Nodes,
-    registry: &Registry,
+    env: &JobEnv<'_>,
+    members: &Members,
     record: &ModelVersion,
     head: Option<&Head>,
 ) -> Result<DeployReport, TunerError> {
-    let nodes = nodes.snapshot();
+    let nodes = &members.nodes;
     if nodes.is_empty() {
         return Err(TunerError::NoNodes);
     }
     let version = record.id.as_str();
+    env.progress.phase(Phase::Deploying, &[]);
     if let Some(head) = head {
-        stage(&nodes, record, head).await?;
+        stage(nodes, record, head).await?;
     }
-    for n in &nodes {
-        n.client()
-            .commit_head(pb::CommitHeadRequest {
-                version: version.to_string(),
-            })
-            .await
-            .map_err(|e| node_error(n, format!("commit failed: {}", e.message())))?;
+    env.registry.set_active(version)?;
+    let commits = futures::future::join_all(nodes.iter().map(|n| commit(n, version))).await;
+    let mut committed = Vec::new();
+    let mut lagging = Vec::new();
+    for (n, result) in nodes.iter().zip(commits) {
+        match result.and_then(|()| env.nodes.set_version(n.id, version)) {
+            Ok(()) => committed.push(n.clone()),
+            Err(e) => {
+                warn!(node = %n.label(), version, error = %e, "commit failed: the node is brought to the version later");
+                lagging.push(e.to_string());
+            }
+        }
     }
-    registry.set_active(version)?;
-    let report = relabel(&nodes, version).await?;
+    let mut report = relabel(&committed, version, env.progress).await?;
+    report.lagging = lagging;
+    report.skipped = members.skipped.clone();
     info!(
         version,
+        nodes = report.nodes,
+        lagging = report.lagging.len(),
         changed = report.changed_fraction,
         "deployed and re-labelled"
     );
     Ok(report)
 }
 
-/// Phase one: every node stages the head, or every node drops it.
-async fn stage(nodes: &[Node], record: &ModelVersion, head: &Head) -> Result<(), TunerError> {
+/// Brings one node to `record`: nothing when it serves it already, else the head staged (when
+/// the version has one), committed and the node's photos re-labelled.
+pub(crate) async fn bring(
+    node: &Node,
+    record: &ModelVersion,
+    head: Option<&Head>,
+) -> Result<(), TunerError> {
+    let inventory = node
+        .unary(pb::InventoryRequest {}, |mut c, r| async move {
+            c.inventory(r).await
+        })
+        .await
+        .map_err(|e| node_error(node, format!("inventory failed: {}", e.message())))?;
+    if inventory.active_version == record.id {
+        return Ok(());
+    }
+    if let Some(head) = head {
+        let request = stage_request(record, head)?;
+        node.unary(request, |mut c, r| async move { c.stage_head(r).await })
+            .await
+            .map_err(|e| node_error(node, format!("staging failed: {}", e.message())))?;
+    }
+    commit(node, &record.id).await?;
+    relabel_one(node, &record.id, |_, _| {}).await?;
+    Ok(())
+}
+
+fn stage_request(record: &ModelVersion, head: &Head) -> Result<pb::StageHeadRequest, TunerError> {
     let weights = head.weights()?;
     let (bytes, crc32c) = head_bytes(&weights);
-    let request = pb::StageHeadRequest {
+    Ok(pb::StageHeadRequest {
         version: record.id.clone(),
         backbone_version: record.backbone.clone(),
         classes: weights.classes().to_vec(),
@@ -94,10 +132,15 @@ async fn stage(nodes: &[Node], record: &ModelVersion, head: &Head) -> Result<(),
         crc32c,
         parent: record.parent.clone().unwrap_or_default(),
         metrics_json: record.metrics.to_string(),
-    };
+    })
+}
+
+/// Phase one: every node stages the head, or every node drops it.
+async fn stage(nodes: &[Node], record: &ModelVersion, head: &Head) -> Result<(), TunerError> {
+    let request = stage_request(record, head)?;
     let staged = futures::future::join_all(nodes.iter().map(|n| {
         let request = request.clone();
-        async move { n.client().stage_head(request).await }
+        n.unary(request, |mut c, r| async move { c.stage_head(r).await })
     }))
     .await;
     let Some((node, err)) = nodes
@@ -107,40 +150,51 @@ async fn stage(nodes: &[Node], record: &ModelVersion, head: &Head) -> Result<(),
     else {
         return Ok(());
     };
-    for n in nodes {
-        let _ = n
-            .client()
-            .abort_head(pb::AbortHeadRequest {
-                version: record.id.clone(),
-            })
-            .await;
-    }
+    futures::future::join_all(nodes.iter().map(|n| {
+        let request = pb::AbortHeadRequest {
+            version: record.id.clone(),
+        };
+        n.unary(request, |mut c, r| async move { c.abort_head(r).await })
+    }))
+    .await;
     Err(TunerError::DeployAborted {
         version: record.id.clone(),
         reason: format!("{}: {err}", node.label()),
     })
 }
 
-/// Every node re-labels its store with `version`; the figures add up.
-async fn relabel(nodes: &[Node], version: &str) -> Result<DeployReport, TunerError> {
-    let replies = futures::future::join_all(nodes.iter().map(|n| async move {
-        n.client()
-            .relabel(pb::RelabelRequest {
-                version: version.to_string(),
-            })
-            .await
-    }))
-    .await;
+/// Commits `version` on `node`.
+async fn commit(node: &Node, version: &str) -> Result<(), TunerError> {
+    let request = pb::CommitHeadRequest {
+        version: version.to_string(),
+    };
+    node.unary(request, |mut c, r| async move { c.commit_head(r).await })
+        .await
+        .map(drop)
+        .map_err(|e| node_error(node, format!("commit failed: {}", e.message())))
+}
+
+/// Every node re-labels its store with `version`, reporting progress; the figures add up.
+async fn relabel(
+    nodes: &[Node],
+    version: &str,
+    progress: &Progress,
+) -> Result<DeployReport, TunerError> {
+    let labels: Vec<String> = nodes.iter().map(Node::label).collect();
+    progress.phase(Phase::Relabelling, &labels);
+    let replies =
+        futures::future::join_all(nodes.iter().enumerate().map(|(i, n)| {
+            relabel_one(n, version, move |done, total| progress.node(i, done, total))
+        }))
+        .await;
     let mut report = DeployReport {
         version: version.to_string(),
         nodes: nodes.len(),
         ..DeployReport::default()
     };
     let mut churn = Churn::default();
-    for (n, reply) in nodes.iter().zip(replies) {
-        let reply = reply
-            .map_err(|e| node_error(n, format!("re-labelling failed: {}", e.message())))?
-            .into_inner();
+    for reply in replies {
+        let reply = reply?;
         report.relabelled += reply.photos;
         churn += Churn {
             compared: reply.compared,
@@ -152,4 +206,38 @@ async fn relabel(nodes: &[Node], version: &str) -> Result<DeployReport, TunerErr
     report.changed = churn.changed;
     report.changed_fraction = churn.fraction();
     Ok(report)
+}
+
+/// `node` re-labels its store with `version`; `progress` hears (done, total) as it goes.
+async fn relabel_one(
+    node: &Node,
+    version: &str,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<pb::RelabelReply, TunerError> {
+    let failed =
+        |e: tonic::Status| node_error(node, format!("re-labelling failed: {}", e.message()));
+    let request = pb::RelabelRequest {
+        version: version.to_string(),
+    };
+    let mut events = node
+        .open(request, |mut c, r| async move { c.relabel(r).await })
+        .await
+        .map_err(failed)?;
+    loop {
+        match node.next(&mut events).await.map_err(failed)? {
+            Some(pb::RelabelEvent {
+                event: Some(Event::Progress(p)),
+            }) => progress(p.done, p.total),
+            Some(pb::RelabelEvent {
+                event: Some(Event::Done(reply)),
+            }) => return Ok(reply),
+            Some(_) => {}
+            None => {
+                return Err(node_error(
+                    node,
+                    "re-labelling failed: the stream ended without a result",
+                ));
+            }
+        }
+    }
 }

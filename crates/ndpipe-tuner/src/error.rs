@@ -53,8 +53,13 @@ pub enum TunerError {
     /// No PipeStore is registered.
     #[error("no PipeStore is registered with the Tuner")]
     NoNodes,
-    /// Another fine-tuning job or deploy is running.
-    #[error("a fine-tuning job is already running")]
+    /// PipeStores are registered, but none can take part in a job now (each is draining, has
+    /// a lease that ran out, or is being brought to the active version).
+    #[error("no PipeStore can take part in a job: {0}")]
+    NoEligibleNodes(String),
+    /// Another fine-tuning job or deploy is running (or a node is being brought to the active
+    /// version).
+    #[error("another job is running (or a node is being brought to the active version)")]
     Busy,
     /// A PipeStore failed or answered wrongly during a job.
     #[error("PipeStore {node} failed: {message}")]
@@ -75,6 +80,12 @@ pub enum TunerError {
     /// A model version that the registry does not have.
     #[error("unknown model version {0}")]
     UnknownVersion(String),
+    /// A node name that is not registered.
+    #[error("no node named {0:?} is registered")]
+    UnknownNode(String),
+    /// A job id that the Tuner does not know.
+    #[error("unknown job {0}")]
+    UnknownJob(String),
     /// The registry's catalog failed.
     #[error(transparent)]
     Catalog(#[from] ndpipe_catalog::CatalogError),
@@ -117,4 +128,24 @@ pub enum TunerError {
     /// a bug or a fault of this process, not of the request.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl TunerError {
+    /// The stable name of the error's kind, as the HTTP API and the job log report it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TunerError::Busy => "job_running",
+            TunerError::NoNodes | TunerError::NoEligibleNodes(_) => "no_nodes",
+            TunerError::UnknownVersion(_) => "unknown_model",
+            TunerError::UnknownNode(_) => "unknown_node",
+            TunerError::UnknownJob(_) => "unknown_job",
+            TunerError::Node { .. } => "node_failed",
+            TunerError::DeployAborted { .. } => "deploy_aborted",
+            TunerError::EmptyData => "no_training_data",
+            TunerError::InvalidArgument(_) | TunerError::InputDimMismatch { .. } => {
+                "invalid_request"
+            }
+            _ => "internal",
+        }
+    }
 }

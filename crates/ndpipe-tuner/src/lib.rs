@@ -7,25 +7,33 @@
 //!
 //! [`Tuner`] is the entry point: [`Tuner::open`] from a [`Config`], then either
 //! [`Tuner::start`] (the standalone `ndpipe tuner`, HTTP and gRPC on their own addresses) or
-//! [`Tuner::http_router`] and [`Tuner::grpc_routes`] served by an embedding process. Jobs take a
-//! [`FinetuneRequest`] and return a [`FinetuneReport`]; [`Tuner::deploy`] returns a
-//! [`DeployReport`]. [`Head`] is the head itself, usable on its own (below).
+//! [`Tuner::http_router`] and [`Tuner::grpc_routes`] served by an embedding process. Jobs run in
+//! the background ([`JobView`]: phase, progress, result): [`Tuner::submit_finetune`] takes a
+//! [`FinetuneRequest`] and ends with a [`FinetuneReport`], [`Tuner::submit_deploy`] with a
+//! [`DeployReport`]; [`Tuner::finetune`] and [`Tuner::deploy`] wait for the report. [`Head`] is
+//! the head itself, usable on its own (below).
 //!
 //! Inside (all modules are private; the list says where to work):
-//! - `tuner`: the facade, and the job lock (one fine-tuning job or deploy at a time);
+//! - `tuner`: the facade;
+//! - `control`: the shared state, the job lock (one fine-tuning job or deploy at a time) and
+//!   how a job is submitted and run in its own task;
+//! - `jobs`: the jobs' phases, progress and outcomes (a catalog `JobLog`);
 //! - `config`, `error`: [`Config`] and [`TunerError`];
-//! - `nodes`: the registered PipeStores and their gRPC clients;
+//! - `nodes`: the registered PipeStores (a catalog `NodeRegistry`, with leases), their gRPC
+//!   clients with deadlines and stream watchdogs, and which of them a job may use;
+//! - `sync`: bringing nodes that serve another version to the active one;
 //! - `registry`: model versions (a catalog `ModelRegistry`) and their head files;
 //! - `finetune`: a job — `request`, `report`, the node `streams`, the `intake` bookkeeping, load
 //!   `balance` and take-overs, the `trainer` thread, training through a cache over the memory
 //!   budget (`cached`), and the `conventional` comparison mode;
-//! - `deploy`: two-phase deploy (stage, abort or commit) and the re-labelling fan-out;
+//! - `deploy`: two-phase deploy (stage, abort or commit; the intent recorded before the first
+//!   commit) and the re-labelling fan-out;
 //! - `head`: the head (candle-nn, Adam, L2), its training runs, evaluation, prediction, growth to
 //!   new classes, and its file (`head::file`, ndpipe's one head format);
 //! - `schedule`: NDPipe's step learning rate with its per-run scale; the run plan is
 //!   [`RunPlan`], shared with the PipeStores;
 //! - `api`: the HTTP API for operators (`/v1/tuner/...`) and the gRPC service PipeStores register
-//!   with; `server`: the standalone servers ([`Running`]).
+//!   and heartbeat with; `server`: the standalone servers ([`Running`]).
 //!
 //! # Example
 //!
@@ -65,14 +73,17 @@
 
 mod api;
 mod config;
+mod control;
 mod deploy;
 mod error;
 mod finetune;
 mod head;
+mod jobs;
 mod nodes;
 mod registry;
 mod schedule;
 mod server;
+mod sync;
 mod tuner;
 
 pub use config::Config;
@@ -83,6 +94,7 @@ pub use finetune::{
     RunTimeline, ValSplit,
 };
 pub use head::{Head, HeadConfig, Prediction, RunReport};
+pub use jobs::{JobFailure, JobKind, JobResult, JobView, NodeProgress, Phase};
 pub use ndpipe_proto::RunPlan;
 pub use nodes::NodeView;
 pub use server::Running;

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ndpipe_catalog::{ModelRegistry, ModelVersion, SqliteCatalog};
+use ndpipe_catalog::{ModelRegistry, ModelVersion};
 use ndpipe_model::HeadVersion;
 use ndpipe_util::fs::file_stem;
 
@@ -20,14 +20,14 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    /// Opens (creating) the registry in `dir`: `registry.sqlite` and `heads/`.
-    pub(crate) fn open(dir: &Path) -> Result<Self, TunerError> {
+    /// The registry of `models` (the Tuner's `registry.sqlite`) with its head files in
+    /// `dir/heads`, which is created if absent.
+    pub(crate) fn open(dir: &Path, models: Arc<dyn ModelRegistry>) -> Result<Self, TunerError> {
         let heads = dir.join("heads");
         std::fs::create_dir_all(&heads).map_err(|source| TunerError::Io {
             path: heads.clone(),
             source,
         })?;
-        let models = Arc::new(SqliteCatalog::open(&dir.join("registry.sqlite"))?);
         Ok(Registry { models, heads })
     }
 
@@ -95,6 +95,8 @@ impl Registry {
 
 #[cfg(test)]
 mod tests {
+    use ndpipe_catalog::SqliteCatalog;
+
     use super::*;
     use crate::HeadConfig;
 
@@ -112,7 +114,8 @@ mod tests {
     #[test]
     fn versions_are_recorded_once_inactive_and_keep_their_head_file_names() {
         let dir = tempfile::tempdir().unwrap();
-        let registry = Registry::open(dir.path()).unwrap();
+        let models = Arc::new(SqliteCatalog::in_memory().unwrap());
+        let registry = Registry::open(dir.path(), models).unwrap();
         registry.record(&version("ft-1-abcdef12")).unwrap();
         registry.record(&version("ft-1-abcdef12")).unwrap();
         assert_eq!(registry.list().unwrap().len(), 1);

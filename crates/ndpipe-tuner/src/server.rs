@@ -38,7 +38,7 @@ pub(crate) async fn serve(
         let _ = stopped.wait_for(|s| *s).await;
     };
     let grpc = tokio::spawn(
-        tonic::transport::Server::builder()
+        ndpipe_proto::transport::server()
             .add_routes(grpc)
             .serve_with_incoming_shutdown(TcpIncoming::from(grpc_listener), stop(stopped.clone())),
     );

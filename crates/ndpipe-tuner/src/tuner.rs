@@ -2,40 +2,39 @@
 
 use std::sync::Arc;
 
-use ndpipe_catalog::ModelVersion;
+use ndpipe_catalog::{ModelVersion, NodeState};
 use ndpipe_model::{InferenceBackend, OrtBackend, RuntimeConfig};
 use ndpipe_util::fs::read_secret;
-use tokio::sync::{Mutex, MutexGuard};
 
-use crate::nodes::Nodes;
-use crate::registry::Registry;
+use crate::control::Core;
+use crate::jobs::JobView;
 use crate::server::{self, Running};
-use crate::{
-    Config, DeployReport, FinetuneReport, FinetuneRequest, NodeView, TunerError, api, deploy,
-    finetune,
-};
+use crate::{Config, DeployReport, FinetuneReport, FinetuneRequest, NodeView, TunerError, api};
 
 /// The Tuner: the registered PipeStores, the model registry, and the jobs over them (one at a
-/// time: a fine-tuning job or a deploy).
+/// time: a fine-tuning job or a deploy), each running in the background.
 ///
 /// Standalone (`ndpipe tuner`): [`Tuner::open`], then [`Tuner::start`]. Embedded in a PipeStore
 /// process (`ndpipe serve`): [`Tuner::open`], [`Tuner::with_backbone`], then serve
-/// [`Tuner::http_router`] and [`Tuner::grpc_routes`] with the PipeStore's own servers and
-/// [`Tuner::register_node`] the PipeStore.
+/// [`Tuner::http_router`] and [`Tuner::grpc_routes`] with the PipeStore's own servers; the
+/// PipeStore joins over gRPC like any other.
+///
+/// Jobs: [`Tuner::submit_finetune`] and [`Tuner::submit_deploy`] start one and return at once
+/// (the HTTP API's 202); [`Tuner::finetune`] and [`Tuner::deploy`] start one and wait for its
+/// report (in-process callers, benchmarks). Either way the job runs in a task of its own, so
+/// dropping the caller's future never cancels it, and it shows in [`Tuner::jobs`].
 pub struct Tuner {
-    nodes: Arc<Nodes>,
-    registry: Registry,
-    backbone: Option<Arc<dyn InferenceBackend>>,
+    core: Arc<Core>,
     token: Option<Arc<str>>,
-    job: Mutex<()>,
 }
 
 impl Tuner {
-    /// Opens the registry in `config.data` (creating it), loads `config.model_dir`'s backbone
-    /// when set (with `config.intra_threads`), and reads the bearer token (`config.token`, else
-    /// the first line of `config.token_file`). No node is registered yet.
+    /// Opens the registry in `config.data` (creating it; a job that was running when the Tuner
+    /// stopped is marked failed), loads `config.model_dir`'s backbone when set (with
+    /// `config.intra_threads`), and reads the bearer token (`config.token`, else the first line
+    /// of `config.token_file`). Nodes registered before are known again; their leases say
+    /// whether they are live.
     pub fn open(config: &Config) -> Result<Tuner, TunerError> {
-        let registry = Registry::open(&config.data)?;
         let token = match (&config.token, &config.token_file) {
             (Some(token), _) => Some(token.as_str().into()),
             (None, Some(path)) => Some(
@@ -59,65 +58,99 @@ impl Tuner {
             None => None,
         };
         Ok(Tuner {
-            nodes: Arc::new(Nodes::default()),
-            registry,
-            backbone,
+            core: Arc::new(Core::open(config, backbone)?),
             token,
-            job: Mutex::new(()),
         })
     }
 
     /// Gives the Tuner a backbone, for conventional mode (the embedded Tuner shares the
     /// PipeStore's); replaces one loaded from `model_dir`.
-    pub fn with_backbone(mut self, backbone: Arc<dyn InferenceBackend>) -> Tuner {
-        self.backbone = Some(backbone);
+    pub fn with_backbone(self, backbone: Arc<dyn InferenceBackend>) -> Tuner {
+        self.core.set_backbone(backbone);
         self
     }
 
-    /// The operators' HTTP API under `/v1/tuner` (nodes, versions, finetune, deploy); the POSTs
-    /// need the bearer token when one is configured. The router holds a clone of the `Arc`, so
-    /// it can be merged into another server's router (as `ndpipe serve` does).
+    /// The operators' HTTP API under `/v1/tuner` (nodes, versions, jobs, finetune, deploy); the
+    /// writes need the bearer token when one is configured. The router holds a clone of the
+    /// `Arc`, so it can be merged into another server's router (as `ndpipe serve` does).
     pub fn http_router(self: &Arc<Self>) -> axum::Router {
         api::http::router(self.clone(), self.token.clone())
     }
 
-    /// The Tuner's gRPC service (PipeStores `Register` with it), for a server the caller runs:
-    /// add it to a `tonic` server with `add_routes`, or merge it with other services'
-    /// `Routes::add_service`. It shares this Tuner's node registry.
+    /// The Tuner's gRPC service (PipeStores `Register` and `Heartbeat` with it), for a server
+    /// the caller runs: add it to a `tonic` server with `add_routes`, or merge it with other
+    /// services' `Routes::add_service`.
     pub fn grpc_routes(&self) -> tonic::service::Routes {
-        api::grpc::routes(self.nodes.clone())
+        api::grpc::routes(self.core.clone())
     }
 
     /// Registers (or re-registers) a PipeStore whose gRPC service is at `grpc_url`, as its
-    /// `Register` call would; the same name keeps its id. Returns the node id. Needs a Tokio
-    /// runtime (the connection is made lazily, on first use).
+    /// `Register` call would, with a lease of `node_lease_ms` that this call does not renew;
+    /// the same name keeps its id. Returns the node id. Needs a Tokio runtime (the connection
+    /// is made lazily, on first use).
     pub fn register_node(&self, name: &str, grpc_url: &str) -> Result<u32, TunerError> {
-        self.nodes.register(name, grpc_url)
+        Ok(self.core.nodes.register(name, grpc_url, None)?.id)
+    }
+
+    /// Starts a fine-tuning job in the background and returns it as it starts. Fails at once
+    /// with [`TunerError::Busy`] while another job runs, [`TunerError::InvalidArgument`] for a
+    /// bad request, [`TunerError::NoNodes`] (or `NoEligibleNodes`) when no node can take part.
+    pub fn submit_finetune(&self, req: FinetuneRequest) -> Result<JobView, TunerError> {
+        Ok(self.core.submit_finetune(req)?.0)
+    }
+
+    /// Starts a deploy of a registered version (also the rollback) in the background and
+    /// returns it as it starts. Fails at once like [`Tuner::submit_finetune`], and with
+    /// [`TunerError::UnknownVersion`].
+    pub fn submit_deploy(&self, version: &str) -> Result<JobView, TunerError> {
+        Ok(self.core.submit_deploy(version)?.0)
     }
 
     /// Fine-tunes a new head from the nodes' features (NDPipe's pipelined runs), records the
-    /// version and, when `req.deploy`, deploys it. Fails with [`TunerError::Busy`] while another
-    /// job or deploy runs.
+    /// version and, when `req.deploy`, deploys it: a job run to its end. Fails with
+    /// [`TunerError::Busy`] while another job runs.
     pub async fn finetune(&self, req: FinetuneRequest) -> Result<FinetuneReport, TunerError> {
-        let _job = self.lock_job()?;
-        finetune::finetune(&self.nodes, &self.registry, self.backbone.as_ref(), req).await
+        let (_, outcome) = self.core.submit_finetune(req)?;
+        outcome.await.map_err(ended)?
     }
 
-    /// Deploys a registered version (two-phase) to every node and re-labels the stores: also the
-    /// rollback. Fails with [`TunerError::Busy`] while another job or deploy runs.
+    /// Deploys a registered version (two-phase) to the nodes and re-labels the stores: also the
+    /// rollback; a job run to its end. Fails with [`TunerError::Busy`] while another job runs.
     pub async fn deploy(&self, version: &str) -> Result<DeployReport, TunerError> {
-        let _job = self.lock_job()?;
-        deploy::deploy_version(&self.nodes, &self.registry, version).await
+        let (_, outcome) = self.core.submit_deploy(version)?;
+        outcome.await.map_err(ended)?
+    }
+
+    /// Every job, oldest first.
+    pub fn jobs(&self) -> Result<Vec<JobView>, TunerError> {
+        self.core.jobs.list()
+    }
+
+    /// One job; [`TunerError::UnknownJob`] if there is none with that id.
+    pub fn job(&self, id: &str) -> Result<JobView, TunerError> {
+        self.core.jobs.get(id)
     }
 
     /// Every model version the registry knows, oldest first.
     pub fn versions(&self) -> Result<Vec<ModelVersion>, TunerError> {
-        self.registry.list()
+        self.core.registry.list()
     }
 
-    /// The registered PipeStores, in id order.
-    pub fn nodes(&self) -> Vec<NodeView> {
-        self.nodes.snapshot().iter().map(|n| n.view()).collect()
+    /// The registered PipeStores, in id order, with their state, lease and version.
+    pub fn nodes(&self) -> Result<Vec<NodeView>, TunerError> {
+        let active = self.core.registry.active()?.map(|v| v.id);
+        self.core.nodes.views(active.as_deref())
+    }
+
+    /// Drains node `name` (it takes no new work) or makes it active again.
+    pub fn set_node_state(&self, name: &str, state: NodeState) -> Result<NodeView, TunerError> {
+        self.core.nodes.set_state(name, state)
+    }
+
+    /// Forgets node `name`; it must register again to come back (a running PipeStore does so
+    /// at its next heartbeat, under a new id).
+    pub fn remove_node(&self, name: &str) -> Result<(), TunerError> {
+        self.core.nodes.remove(name)
     }
 
     /// Standalone `ndpipe tuner`: binds `config.listen` (HTTP) and `config.grpc_listen` (gRPC)
@@ -132,8 +165,9 @@ impl Tuner {
         )
         .await
     }
+}
 
-    fn lock_job(&self) -> Result<MutexGuard<'_, ()>, TunerError> {
-        self.job.try_lock().map_err(|_| TunerError::Busy)
-    }
+/// A job's task ended without sending its outcome: it panicked.
+fn ended(_: tokio::sync::oneshot::error::RecvError) -> TunerError {
+    TunerError::Internal("the job's task ended without a result".into())
 }

@@ -1,11 +1,13 @@
 //! Fine-tuning and deploy end to end against fake PipeStores (gRPC servers in this process whose
 //! features are a function of the photo's label): pipelined runs, a damaged chunk fetched again,
-//! load balancing with a take-over, training through a cache, the two-phase deploy and rollback.
+//! load balancing with a take-over, training through a cache, the two-phase deploy and rollback,
+//! a stalled node failing the job by name, and a node that missed a commit brought to the active
+//! version afterwards.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,7 +19,8 @@ use ndpipe_proto::{
     Features, RunPlan, Tensors, encode_chunk, encode_tensor_chunk, head_from_request,
 };
 use ndpipe_tuner::{
-    CachePolicy, Config, FinetuneReport, FinetuneRequest, Mode, Tuner, TunerError, ValSplit,
+    CachePolicy, Config, FinetuneReport, FinetuneRequest, JobResult, Mode, Phase, Tuner,
+    TunerError, ValSplit,
 };
 use tokio::sync::{Notify, mpsc};
 use tonic::{Request, Response, Status};
@@ -53,6 +56,8 @@ struct Behaviour {
     wait_for_rebalance: bool,
     /// Damage the chunks of work it takes over.
     corrupt_takeovers: bool,
+    /// After its validation set, send nothing more, keeping the stream open (a stalled node).
+    stall_after_val: bool,
 }
 
 struct Fake {
@@ -60,6 +65,8 @@ struct Fake {
     photos: Vec<(u64, &'static str, &'static str)>,
     behaviour: Behaviour,
     refuse_stage: AtomicBool,
+    /// Commits to refuse before accepting them again.
+    fail_commits: AtomicU32,
     job: Mutex<Option<Job>>,
     rebalanced: Notify,
     sent: Mutex<HashMap<(i32, u32, u32), pb::FeatureChunk>>,
@@ -203,6 +210,11 @@ impl PipeStore for Node {
                     return;
                 }
             }
+            if fake.behaviour.stall_after_val {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                drop(tx);
+                return;
+            }
             if fake.behaviour.wait_for_rebalance {
                 let _ =
                     tokio::time::timeout(Duration::from_secs(1), fake.rebalanced.notified()).await;
@@ -267,8 +279,17 @@ impl PipeStore for Node {
         &self,
         request: Request<pb::CommitHeadRequest>,
     ) -> Result<Response<pb::CommitHeadReply>, Status> {
-        self.0
-            .call(format!("commit {}", request.into_inner().version));
+        let version = request.into_inner().version;
+        let refuse = self
+            .0
+            .fail_commits
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok();
+        if refuse {
+            self.0.call(format!("refused commit {version}"));
+            return Err(Status::unavailable("the disk is busy"));
+        }
+        self.0.call(format!("commit {version}"));
         Ok(Response::new(pb::CommitHeadReply {}))
     }
 
@@ -281,19 +302,30 @@ impl PipeStore for Node {
         Ok(Response::new(pb::AbortHeadReply {}))
     }
 
+    type RelabelStream = Pin<Box<dyn Stream<Item = Result<pb::RelabelEvent, Status>> + Send>>;
+
     async fn relabel(
         &self,
         request: Request<pb::RelabelRequest>,
-    ) -> Result<Response<pb::RelabelReply>, Status> {
+    ) -> Result<Response<Self::RelabelStream>, Status> {
         self.0
             .call(format!("relabel {}", request.into_inner().version));
-        Ok(Response::new(pb::RelabelReply {
-            photos: self.0.photos.len() as u64,
-            compared: 10,
-            changed: 1,
-            seconds: 0.1,
-            mode: "head".into(),
-        }))
+        let photos = self.0.photos.len() as u64;
+        let events = [
+            pb::relabel_event::Event::Progress(pb::RelabelProgress {
+                done: photos / 2,
+                total: photos,
+            }),
+            pb::relabel_event::Event::Done(pb::RelabelReply {
+                photos,
+                compared: 10,
+                changed: 1,
+                seconds: 0.1,
+                mode: "head".into(),
+            }),
+        ];
+        let events = events.map(|e| Ok(pb::RelabelEvent { event: Some(e) }));
+        Ok(Response::new(Box::pin(futures::stream::iter(events))))
     }
 
     async fn rebalance(
@@ -391,6 +423,7 @@ async fn fake(first: u64, train: u64, val: u64, behaviour: Behaviour) -> (Arc<Fa
         photos,
         behaviour,
         refuse_stage: AtomicBool::new(false),
+        fail_commits: AtomicU32::new(0),
         job: Mutex::new(None),
         rebalanced: Notify::new(),
         sent: Mutex::new(HashMap::new()),
@@ -407,9 +440,13 @@ async fn fake(first: u64, train: u64, val: u64, behaviour: Behaviour) -> (Arc<Fa
     (fake, addr)
 }
 
+/// A Tuner whose fake nodes' leases outlast the test (the fakes never heartbeat) and which
+/// waits 2 s on a silent node.
 fn tuner(dir: &std::path::Path) -> Tuner {
     Tuner::open(&Config {
         data: dir.to_path_buf(),
+        node_timeout_ms: 2_000,
+        node_lease_ms: 600_000,
         ..Config::default()
     })
     .unwrap()
@@ -654,4 +691,129 @@ async fn conventional_mode_runs_the_tuners_backbone_on_shipped_tensors() {
     let report = run(&tuner, req).await;
     assert_eq!((report.train_images, report.val_images), (24, 8));
     assert_eq!(report.nodes[0].images, 32);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_node_fails_the_job_by_name_and_the_next_job_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let tuner = tuner(dir.path());
+    let stalled = Behaviour {
+        stall_after_val: true,
+        ..Behaviour::default()
+    };
+    let (_a, a_addr) = fake(0, 40, 10, Behaviour::default()).await;
+    let (_b, b_addr) = fake(1000, 40, 10, stalled).await;
+    tuner
+        .register_node("ps-a", &format!("http://{a_addr}"))
+        .unwrap();
+    tuner
+        .register_node("ps-b", &format!("http://{b_addr}"))
+        .unwrap();
+    let req = small(FinetuneRequest {
+        deploy: false,
+        load_balance: false,
+        ..FinetuneRequest::default()
+    });
+    let job = tuner.submit_finetune(req.clone()).unwrap();
+    assert!(
+        matches!(tuner.submit_finetune(req.clone()), Err(TunerError::Busy)),
+        "one job at a time"
+    );
+    let end = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let view = tuner.job(&job.id).unwrap();
+            if matches!(view.phase, Phase::Done | Phase::Failed) {
+                return view;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the job must not hang");
+    assert_eq!(end.phase, Phase::Failed, "{end:?}");
+    assert_eq!(end.progress.len(), 2, "per-node progress: {end:?}");
+    let error = end.error.unwrap();
+    assert_eq!(error.kind, "node_failed");
+    assert!(
+        error.message.contains("ps-b") && error.message.contains("2000 ms"),
+        "{error:?}"
+    );
+
+    // The lock was released: with the stalled node drained, the next job runs on the other.
+    tuner
+        .set_node_state("ps-b", ndpipe_catalog::NodeState::Draining)
+        .unwrap();
+    let report = run(&tuner, req).await;
+    assert_eq!(report.train_images, 40);
+    assert_eq!(report.skipped.len(), 1, "{report:?}");
+    assert!(report.skipped[0].contains("draining"), "{report:?}");
+    let jobs = tuner.jobs().unwrap();
+    assert_eq!(jobs.len(), 2);
+    assert!(matches!(jobs[1].result, Some(JobResult::Finetune(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_misses_the_commit_is_brought_to_the_active_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let tuner = tuner(dir.path());
+    let (_a, a_addr) = fake(0, 40, 10, Behaviour::default()).await;
+    let (b, b_addr) = fake(1000, 40, 10, Behaviour::default()).await;
+    tuner
+        .register_node("ps-a", &format!("http://{a_addr}"))
+        .unwrap();
+    tuner
+        .register_node("ps-b", &format!("http://{b_addr}"))
+        .unwrap();
+    b.fail_commits.store(1, Ordering::Relaxed);
+    let report = run(
+        &tuner,
+        small(FinetuneRequest {
+            load_balance: false,
+            ..FinetuneRequest::default()
+        }),
+    )
+    .await;
+    let v = report.version.clone();
+    let deploy = report.deploy.unwrap();
+    assert_eq!(deploy.nodes, 1, "{deploy:?}");
+    assert_eq!(deploy.lagging.len(), 1, "{deploy:?}");
+    assert!(deploy.lagging[0].contains("ps-b"), "{deploy:?}");
+    assert_eq!(
+        tuner
+            .versions()
+            .unwrap()
+            .iter()
+            .find(|m| m.active)
+            .unwrap()
+            .id,
+        v,
+        "the intent is recorded before the commits"
+    );
+    let nodes = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let nodes = tuner.nodes().unwrap();
+            if nodes.iter().all(|n| n.in_sync) {
+                return nodes;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the lagging node is brought to the version");
+    assert!(
+        nodes
+            .iter()
+            .all(|n| n.version.as_deref() == Some(v.as_str()))
+    );
+    let calls = b.calls.lock().unwrap().clone();
+    assert_eq!(
+        calls,
+        [
+            format!("stage {v}"),
+            format!("refused commit {v}"),
+            format!("stage {v}"),
+            format!("commit {v}"),
+            format!("relabel {v}"),
+        ]
+    );
 }

@@ -1,12 +1,12 @@
 //! The Tuner's servers end to end, without PipeStores: the HTTP API's errors and bearer token,
-//! and registration over gRPC.
+//! registration and heartbeats over gRPC, membership changes, and a background job that fails.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use ndpipe_proto::PROTOCOL_VERSION;
-use ndpipe_proto::pb::RegisterRequest;
 use ndpipe_proto::pb::tuner_client::TunerClient;
+use ndpipe_proto::pb::{HeartbeatRequest, RegisterRequest};
 use ndpipe_tuner::{Config, NodeView, Tuner, TunerError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -40,6 +40,7 @@ fn config(dir: &std::path::Path) -> Config {
         listen: "127.0.0.1:0".parse().unwrap(),
         grpc_listen: "127.0.0.1:0".parse().unwrap(),
         token: Some("s3cret".into()),
+        node_timeout_ms: 1_000,
         ..Config::default()
     }
 }
@@ -99,6 +100,7 @@ async fn the_http_api_maps_errors_and_guards_writes_and_nodes_register_over_grpc
         protocol_version: PROTOCOL_VERSION,
         grpc_url: "http://127.0.0.1:9".into(),
         name: name.into(),
+        active_version: "pretrained-1".into(),
     };
     let reply = client
         .register(register("ps-a"))
@@ -106,6 +108,20 @@ async fn the_http_api_maps_errors_and_guards_writes_and_nodes_register_over_grpc
         .unwrap()
         .into_inner();
     assert_eq!(reply.node_id, 1);
+    assert_eq!(reply.active_version, "", "no version is active yet");
+    assert_eq!(reply.heartbeat_ms, 5_000, "three beats per 15 s lease");
+    let beat = |node_id, name: &str| HeartbeatRequest {
+        node_id,
+        name: name.into(),
+        active_version: "pretrained-1".into(),
+    };
+    client.heartbeat(beat(1, "ps-a")).await.unwrap();
+    let unknown = client.heartbeat(beat(7, "ps-a")).await.unwrap_err();
+    assert_eq!(
+        unknown.code(),
+        tonic::Code::NotFound,
+        "not registered: register again"
+    );
     let unnamed = client.register(register(" ")).await.unwrap_err();
     assert_eq!(unnamed.code(), tonic::Code::InvalidArgument);
     let old = RegisterRequest {
@@ -121,15 +137,74 @@ async fn the_http_api_maps_errors_and_guards_writes_and_nodes_register_over_grpc
 
     let (status, nodes) = http(addr, "GET", "/v1/tuner/nodes", None, "").await;
     assert_eq!(status, 200);
+    let typed: Vec<NodeView> = serde_json::from_value(nodes.clone()).unwrap();
+    assert_eq!(typed, tuner.nodes().unwrap());
+    let summary: Vec<(u32, &str, &str, bool, Option<&str>)> = typed
+        .iter()
+        .map(|n| {
+            let state = if n.state == ndpipe_catalog::NodeState::Active {
+                "active"
+            } else {
+                "draining"
+            };
+            (n.id, n.name.as_str(), state, n.live, n.version.as_deref())
+        })
+        .collect();
     assert_eq!(
-        nodes,
-        json!([
-            {"id": 1, "name": "ps-a", "url": "http://127.0.0.1:9"},
-            {"id": 2, "name": "ps-b", "url": "http://127.0.0.1:10"},
-        ])
+        summary,
+        [
+            (1, "ps-a", "active", true, Some("pretrained-1")),
+            (2, "ps-b", "active", true, None)
+        ]
     );
-    let typed: Vec<NodeView> = serde_json::from_value(nodes).unwrap();
-    assert_eq!(typed, tuner.nodes());
+    assert_eq!(nodes[0]["state"], "active");
+
+    // A job runs in the background: 202 with its id; ps-a does not answer, so it fails, naming
+    // it, and the next job may start.
+    let (status, job) = http(addr, "POST", "/v1/tuner/finetune", token, "{}").await;
+    assert_eq!(status, 202, "{job}");
+    assert_eq!(
+        (&job["kind"], &job["phase"]),
+        (&json!("finetune"), &json!("surveying"))
+    );
+    let path = format!("/v1/tuner/jobs/{}", job["id"].as_str().unwrap());
+    let failed = loop {
+        let (status, view) = http(addr, "GET", &path, None, "").await;
+        assert_eq!(status, 200, "{view}");
+        if view["phase"] == "failed" {
+            break view;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(failed["error"]["kind"], "node_failed", "{failed}");
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ps-a"),
+        "{failed}"
+    );
+    let (status, jobs) = http(addr, "GET", "/v1/tuner/jobs", None, "").await;
+    assert_eq!((status, jobs.as_array().unwrap().len()), (200, 1));
+    let (status, body) = http(addr, "GET", "/v1/tuner/jobs/nope", None, "").await;
+    assert_eq!((status, &body["error"]), (404, &json!("unknown_job")));
+
+    // Membership: drain, activate, remove (writes need the token).
+    let drain = "/v1/tuner/nodes/ps-b/drain";
+    assert_eq!(http(addr, "POST", drain, None, "").await.0, 401);
+    let (status, node) = http(addr, "POST", drain, token, "").await;
+    assert_eq!(
+        (status, &node["state"]),
+        (200, &json!("draining")),
+        "{node}"
+    );
+    let (status, node) = http(addr, "POST", "/v1/tuner/nodes/ps-b/activate", token, "").await;
+    assert_eq!((status, &node["state"]), (200, &json!("active")), "{node}");
+    let (status, _) = http(addr, "DELETE", "/v1/tuner/nodes/ps-b", token, "").await;
+    assert_eq!(status, 204);
+    let (status, body) = http(addr, "DELETE", "/v1/tuner/nodes/ps-b", token, "").await;
+    assert_eq!((status, &body["error"]), (404, &json!("unknown_node")));
+    assert_eq!(tuner.nodes().unwrap().len(), 1);
     running.stop().await.unwrap();
 }
 

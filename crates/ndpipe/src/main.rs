@@ -13,6 +13,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     init_tracing();
+    warn_about_secrets_in_arguments();
     end_process_on_panic();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -40,6 +41,21 @@ fn init_tracing() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+}
+
+/// Warns when the bearer token was given as `--token`: the process list shows it to every user
+/// of the machine. `--token-file` and `NDPIPE_TOKEN` do not.
+fn warn_about_secrets_in_arguments() {
+    let on_command_line = std::env::args_os().skip(1).any(|arg| {
+        arg.to_str()
+            .is_some_and(|a| a == "--token" || a.starts_with("--token="))
+    });
+    if on_command_line {
+        tracing::warn!(
+            "the bearer token was given as --token, which every user of this machine can read in \
+             the process list; give it with --token-file FILE or the NDPIPE_TOKEN variable instead"
+        );
+    }
 }
 
 /// A panic in any thread (a request handler, the store writer, the labeller, a job) logs where

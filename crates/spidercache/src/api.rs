@@ -127,8 +127,10 @@ pub enum Answer {
     Miss,
 }
 
-/// What the trainer reports after each optimizer step, about the samples it
-/// actually trained on (after substitution, the requested ids).
+/// What the trainer reports after each optimizer step, one row per requested
+/// id in request order. A row answered by a substitute holds the served
+/// sample's embedding and loss; the policy that substituted files it under
+/// the served id (it remembers what it served since the last report).
 #[derive(Debug, Clone, Copy)]
 pub struct BatchReport<'a> {
     /// The ids trained, one per row.

@@ -21,17 +21,30 @@
 //! - [`SpiderCache`]: an HNSW index ([`usearch`]) over the penultimate-layer
 //!   embeddings scores each sample by its neighbourhood ([`score`]): many
 //!   same-label near-duplicates make it redundant, other-label neighbours
-//!   make it important. Scores drive an importance sampler ([`sampler`]) and
-//!   the priority of an importance cache; the capacity is split ([`split`])
-//!   with a homophily cache whose representatives are served, under the
-//!   requested sample's own label, to their same-label near-duplicates.
-//!   Scoring runs inline or on a worker thread with a bounded lag.
+//!   make it important. "Near" is a [`Radius`]: by default relative to the
+//!   embeddings' own scale (twice the running median of squared
+//!   nearest-neighbour distances in the index), or the artifact's absolute one
+//!   ([`SpiderConfig::artifact`]), which on embeddings with large norms
+//!   gives every sample the same score. Scores drive an importance sampler
+//!   ([`sampler`]) and the priority of an importance cache; the capacity is
+//!   split ([`split`], by default all importance as in the artifact, or
+//!   moved each epoch toward the part that saved more reads per slot) with
+//!   a homophily cache. Its representatives are chosen by greedy set cover
+//!   with a cap on neighbours each ([`HomophilyConfig`]), read only when
+//!   there is room, outside the policy's lock, and served under the
+//!   requested sample's own label to their same-label neighbours; a
+//!   substitute's reported step is filed under the served sample. Every
+//!   epoch reports the distribution of scores, neighbour counts and radius
+//!   ([`NeighbourhoodStats`]) and what the homophily cache held
+//!   ([`HomophilyStats`]). Scoring runs inline or on a worker thread with a
+//!   bounded lag.
 //! - Peers, as their papers' artifacts implement them: [`NoCache`],
 //!   [`LruCache`], [`LfuCache`], [`StaticCache`] (CoorDL), [`Shade`],
 //!   [`ICache`] and [`Quiver`]. [`build_policy`] makes any of them from a
 //!   [`PolicyKind`], so a harness runs each on the same loop.
 //! - Every policy is `Send + Sync` (a mutex inside) and counts, per epoch,
-//!   exact hits, substitutes, misses and scoring time ([`EpochStats`]).
+//!   exact hits, substitutes, misses, its own storage reads and scoring time
+//!   ([`EpochStats`]).
 //!
 //! # Example
 //!
@@ -88,6 +101,7 @@ pub mod api;
 mod error;
 mod importance_cache;
 mod policies;
+mod radius;
 pub mod sampler;
 pub mod score;
 pub mod split;
@@ -103,13 +117,15 @@ pub use api::{
 };
 pub use error::CacheError;
 pub use policies::{
-    ICache, ICacheConfig, LfuCache, LruCache, NoCache, Quiver, QuiverConfig, Replacement,
-    ScoringMode, Shade, ShadeConfig, SpiderCache, SpiderConfig, StaticCache, UniformPolicy,
+    HomophilyConfig, ICache, ICacheConfig, LfuCache, LruCache, NoCache, Quiver, QuiverConfig,
+    Replacement, ScoringMode, Shade, ShadeConfig, SpiderCache, SpiderConfig, StaticCache,
+    UniformPolicy,
 };
+pub use radius::Radius;
 pub use sampler::ImportanceSamplerConfig;
 pub use score::ScoreVariant;
-pub use split::{AdaptiveSplit, SplitPolicy};
-pub use stats::EpochStats;
+pub use split::{AdaptiveSplit, MeasuredSplit, PartGains, SplitPolicy, SplitSignals};
+pub use stats::{EpochStats, HomophilyStats, NeighbourhoodStats, Summary};
 
 /// Which policy to build, with its settings.
 #[derive(Debug, Clone, PartialEq)]

@@ -45,28 +45,22 @@ pub struct Neighbourhood {
     pub other: Vec<SampleId>,
 }
 
-/// Similarity of two embeddings at squared L2 distance `d2`: `exp(-decay * d2)`.
-pub fn similarity(d2: f32, decay: f64) -> f64 {
-    (-decay * f64::from(d2)).exp()
-}
-
 /// Scans `neighbours` (ascending squared distance) of sample `me`, skipping
-/// `me` by id, and stops at the first one whose similarity is below
-/// `threshold`. Neighbours with no known label are skipped.
+/// `me` by id, and stops at the first one farther than the squared radius
+/// `radius_d2`. Neighbours with no known label are skipped.
 pub fn scan_neighbours(
     me: SampleId,
     my_label: Label,
     neighbours: &[(SampleId, f32)],
     label_of: impl Fn(SampleId) -> Option<Label>,
-    decay: f64,
-    threshold: f64,
+    radius_d2: f64,
 ) -> Neighbourhood {
     let mut hood = Neighbourhood::default();
     for &(id, d2) in neighbours {
         if id == me {
             continue;
         }
-        if similarity(d2, decay) < threshold {
+        if f64::from(d2) > radius_d2 {
             break;
         }
         match label_of(id) {
@@ -120,15 +114,13 @@ mod tests {
 
     #[test]
     fn scan_stops_at_first_distant_neighbour_and_skips_self() {
-        // threshold 0.98 at decay 0.01 is a squared radius of about 2.02.
         let labels = |id: SampleId| Some(if id.is_multiple_of(2) { 0 } else { 1 });
         let hood = scan_neighbours(
             4,
             0,
             &[(2, 0.0), (4, 0.5), (6, 1.0), (3, 2.0), (8, 2.1), (10, 0.1)],
             labels,
-            0.01,
-            0.98,
+            2.02,
         );
         assert_eq!(hood.same, vec![2, 6]);
         assert_eq!(hood.other, vec![3]);

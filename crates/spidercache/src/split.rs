@@ -7,6 +7,9 @@ use crate::error::CacheError;
 /// homophily cache gets the rest). Re-evaluated at every epoch start.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SplitPolicy {
+    /// Not in the artifact: the share moves by a step toward whichever part
+    /// saved more storage reads per slot it held in the last epoch.
+    Measured(MeasuredSplit),
     /// A constant share. The artifact runs `1.0` (homophily cache off).
     Fixed {
         /// Importance share, 0..=1.
@@ -40,6 +43,56 @@ pub struct AdaptiveSplit {
     pub order: usize,
 }
 
+/// Parameters of [`SplitPolicy::Measured`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeasuredSplit {
+    /// Importance share of the first epochs, before both parts are measured.
+    pub initial: f64,
+    /// Smallest importance share.
+    pub min: f64,
+    /// Largest importance share; below 1 so that the homophily cache always
+    /// holds something to measure.
+    pub max: f64,
+    /// Change of the share per epoch.
+    pub step: f64,
+    /// Relative lead one part's gain needs before the share moves.
+    pub margin: f64,
+}
+
+impl Default for MeasuredSplit {
+    fn default() -> Self {
+        Self {
+            initial: 0.8,
+            min: 0.5,
+            max: 0.95,
+            step: 0.1,
+            margin: 0.1,
+        }
+    }
+}
+
+/// Storage reads each part of the capacity saved in one epoch per slot it
+/// held on average (for the homophily cache, net of the reads its promotions
+/// made); `None` for a part that held nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PartGains {
+    /// Exact hits of the importance cache per slot held.
+    pub importance: Option<f64>,
+    /// Substitutes and own hits of the homophily cache, less its reads, per slot held.
+    pub homophily: Option<f64>,
+}
+
+/// What a split rule sees at an epoch start.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SplitSignals<'a> {
+    /// The share in force during the last epoch; `None` before the first.
+    pub previous: Option<f64>,
+    /// Standard deviation of the importance weights after each scoring round so far.
+    pub std_history: &'a [f64],
+    /// What each part earned in the last epoch.
+    pub gains: PartGains,
+}
+
 impl Default for AdaptiveSplit {
     fn default() -> Self {
         Self {
@@ -71,6 +124,12 @@ impl SplitPolicy {
             SplitPolicy::Adaptive(a) => {
                 bad(a.base) || bad(a.base + a.span) || a.span < 0.0 || a.order >= a.window
             }
+            SplitPolicy::Measured(m) => {
+                bad(m.min)
+                    || bad(m.max)
+                    || !(m.min <= m.initial && m.initial <= m.max)
+                    || !(m.step >= 0.0 && m.margin >= 0.0)
+            }
         };
         if invalid {
             return Err(CacheError::InvalidConfig(format!(
@@ -80,9 +139,9 @@ impl SplitPolicy {
         Ok(())
     }
 
-    /// The importance share for `epoch`, given the history of weight
-    /// standard deviations (one per scoring round).
-    pub fn importance_share(&self, epoch: u32, std_history: &[f64]) -> f64 {
+    /// The importance share for `epoch`.
+    pub fn importance_share(&self, epoch: u32, signals: &SplitSignals<'_>) -> f64 {
+        let std_history = signals.std_history;
         match self {
             SplitPolicy::Fixed { importance } => *importance,
             SplitPolicy::Scheduled { initial, steps } => steps
@@ -99,6 +158,15 @@ impl SplitPolicy {
                     }
                     _ => (a.base + a.span).clamp(0.0, 1.0),
                 }
+            }
+            SplitPolicy::Measured(m) => {
+                let previous = signals.previous.unwrap_or(m.initial);
+                let next = match (signals.gains.importance, signals.gains.homophily) {
+                    (Some(i), Some(h)) if h > i + m.margin * i.abs() => previous - m.step,
+                    (Some(i), Some(h)) if i > h + m.margin * h.abs() => previous + m.step,
+                    _ => previous,
+                };
+                next.clamp(m.min, m.max)
             }
         }
     }
@@ -185,20 +253,63 @@ mod tests {
             steps: vec![(5, 0.8), (10, 0.6)],
         };
         s.validate().unwrap();
-        assert_eq!(s.importance_share(0, &[]), 1.0);
-        assert_eq!(s.importance_share(5, &[]), 0.8);
-        assert_eq!(s.importance_share(9, &[]), 0.8);
-        assert_eq!(s.importance_share(12, &[]), 0.6);
+        let none = SplitSignals::default();
+        assert_eq!(s.importance_share(0, &none), 1.0);
+        assert_eq!(s.importance_share(5, &none), 0.8);
+        assert_eq!(s.importance_share(9, &none), 0.8);
+        assert_eq!(s.importance_share(12, &none), 0.6);
     }
 
     #[test]
     fn adaptive_shrinks_as_spread_falls() {
         let a = SplitPolicy::Adaptive(AdaptiveSplit::default());
         a.validate().unwrap();
-        assert!((a.importance_share(0, &[]) - 0.95).abs() < 1e-9);
+        assert!((a.importance_share(0, &SplitSignals::default()) - 0.95).abs() < 1e-9);
         let falling: Vec<f64> = (0..10).map(|i| 1.0 - 0.1 * i as f64).collect();
-        let share = a.importance_share(3, &falling);
+        let signals = SplitSignals {
+            std_history: &falling,
+            ..SplitSignals::default()
+        };
+        let share = a.importance_share(3, &signals);
         assert!((share - (0.70 + 0.25 * 0.1)).abs() < 1e-6, "{share}");
+    }
+
+    #[test]
+    fn measured_moves_toward_the_part_that_saves_more_reads() {
+        let m = SplitPolicy::Measured(MeasuredSplit::default());
+        m.validate().unwrap();
+        let at = |previous, importance, homophily| {
+            m.importance_share(
+                2,
+                &SplitSignals {
+                    previous,
+                    std_history: &[],
+                    gains: PartGains {
+                        importance,
+                        homophily,
+                    },
+                },
+            )
+        };
+        assert!((at(None, None, None) - 0.8).abs() < 1e-9, "initial");
+        assert!((at(Some(0.8), Some(2.0), Some(5.0)) - 0.7).abs() < 1e-9);
+        assert!((at(Some(0.8), Some(5.0), Some(-1.0)) - 0.9).abs() < 1e-9);
+        assert!(
+            (at(Some(0.8), Some(5.0), Some(5.2)) - 0.8).abs() < 1e-9,
+            "within the margin"
+        );
+        assert!(
+            (at(Some(0.8), Some(5.0), None) - 0.8).abs() < 1e-9,
+            "unmeasured"
+        );
+        assert!(
+            (at(Some(0.9), Some(9.0), Some(1.0)) - 0.95).abs() < 1e-9,
+            "capped"
+        );
+        assert!(
+            (at(Some(0.5), Some(1.0), Some(9.0)) - 0.5).abs() < 1e-9,
+            "floored"
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Per-epoch counters every policy reports.
+//! Per-epoch counters every policy reports, and the distributions behind
+//! SpiderCache's scores and homophily cache.
 
 use std::time::Duration;
 
@@ -30,6 +31,90 @@ pub struct EpochStats {
     /// The importance share of the capacity in force during the epoch, for
     /// policies that split it.
     pub importance_share: Option<f64>,
+    /// What the neighbourhood scan found (SpiderCache, epochs that score).
+    pub neighbourhood: Option<NeighbourhoodStats>,
+    /// What the homophily cache did (SpiderCache).
+    pub homophily: Option<HomophilyStats>,
+}
+
+/// The distribution of a series of values.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Summary {
+    /// Number of values.
+    pub count: usize,
+    /// Their mean.
+    pub mean: f64,
+    /// Their (population) standard deviation.
+    pub std: f64,
+    /// Smallest.
+    pub min: f64,
+    /// 10th percentile.
+    pub p10: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Summary {
+    /// The summary of `values`; `None` when there are none.
+    pub fn of(values: &[f64]) -> Option<Self> {
+        if values.is_empty() {
+            return None;
+        }
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let at = |q: f64| sorted[((n - 1) as f64 * q).round() as usize];
+        let mean = sorted.iter().sum::<f64>() / n as f64;
+        let var = sorted.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n as f64;
+        Some(Self {
+            count: n,
+            mean,
+            std: var.sqrt(),
+            min: sorted[0],
+            p10: at(0.1),
+            p50: at(0.5),
+            p90: at(0.9),
+            max: sorted[n - 1],
+        })
+    }
+}
+
+/// One epoch of SpiderCache's neighbourhood scan. A score that has collapsed
+/// to a constant shows as `scores.p10 == scores.p90`, and a radius too small
+/// for the embeddings as `with_same` near 0.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NeighbourhoodStats {
+    /// The scores given.
+    pub scores: Summary,
+    /// Same-label neighbours inside the radius, per scored sample.
+    pub same: Summary,
+    /// Other-label neighbours inside the radius, per scored sample.
+    pub other: Summary,
+    /// Share of scored samples with at least one same-label neighbour.
+    pub with_same: f64,
+    /// The squared radius of each round.
+    pub radius: Summary,
+    /// Every sample's sampling weight at the end of the epoch.
+    pub weights: Summary,
+}
+
+/// One epoch of SpiderCache's homophily cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HomophilyStats {
+    /// Representatives held at the end of the epoch.
+    pub representatives: usize,
+    /// Samples a representative stands in for at the end of the epoch.
+    pub covered: usize,
+    /// Representatives promoted during the epoch.
+    pub promoted: u64,
+    /// Promotions whose bytes were copied from the importance cache (no read).
+    pub copied: u64,
+    /// Requests for a representative itself, answered exactly from this cache.
+    pub own_hits: u64,
 }
 
 impl EpochStats {

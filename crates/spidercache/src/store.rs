@@ -27,6 +27,10 @@ impl Store {
         self.limit = limit;
     }
 
+    pub(crate) fn limit(&self) -> Capacity {
+        self.limit
+    }
+
     pub(crate) fn usage(&self) -> Capacity {
         Capacity::new(self.samples.len(), self.bytes)
     }

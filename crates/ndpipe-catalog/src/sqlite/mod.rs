@@ -4,10 +4,12 @@
 //! - [`schema`]: the numbered migrations;
 //! - `photos`: photos, ground truth, predictions and search ([`PhotoCatalog`](crate::PhotoCatalog));
 //! - `models`: the model registry ([`ModelRegistry`](crate::ModelRegistry));
-//! - `jobs`: the job log ([`JobLog`](crate::JobLog)).
+//! - `jobs`: the job log ([`JobLog`](crate::JobLog));
+//! - `nodes`: the Tuner's node registry ([`NodeRegistry`](crate::NodeRegistry)).
 
 mod jobs;
 mod models;
+mod nodes;
 mod photos;
 mod schema;
 
@@ -84,6 +86,11 @@ mod tests {
     #[test]
     fn sqlite_passes_the_catalog_suite() {
         crate::test_suite::run(&SqliteCatalog::in_memory().unwrap());
+    }
+
+    #[test]
+    fn sqlite_passes_the_node_registry_suite() {
+        crate::test_suite::run_nodes(&SqliteCatalog::in_memory().unwrap());
     }
 
     #[test]

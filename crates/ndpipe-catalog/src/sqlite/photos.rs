@@ -333,17 +333,20 @@ impl PhotoCatalog for SqliteCatalog {
     ) -> Result<Vec<SearchHit>, CatalogError> {
         let offset = i64::try_from(offset).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let pattern = like_literal(label);
         self.with(|conn| {
             let mut stmt = conn
                 .prepare_cached(
                     "SELECT photo_id, label, score, rank FROM predictions
-                     WHERE model_version = ?1 AND (label = ?2 OR label LIKE ?2 || ',%'
-                        OR label LIKE '%, ' || ?2 || ',%' OR label LIKE '%, ' || ?2)
+                     WHERE model_version = ?1 AND (label = ?2
+                        OR label LIKE ?5 || ',%' ESCAPE '\\'
+                        OR label LIKE '%, ' || ?5 || ',%' ESCAPE '\\'
+                        OR label LIKE '%, ' || ?5 ESCAPE '\\')
                      ORDER BY score DESC, photo_id LIMIT ?3 OFFSET ?4",
                 )
                 .map_err(CatalogError::db("search"))?;
             let rows = stmt
-                .query_map(params![model_version, label, limit, offset], |r| {
+                .query_map(params![model_version, label, limit, offset, pattern], |r| {
                     Ok(SearchHit {
                         id: r.get::<_, i64>(0)? as u64,
                         label: r.get(1)?,
@@ -356,4 +359,17 @@ impl PhotoCatalog for SqliteCatalog {
                 .map_err(CatalogError::db("search"))
         })
     }
+}
+
+/// `text` as a LIKE pattern that matches only itself: `%`, `_` and the escape character `\`
+/// are escaped (the queries say `ESCAPE '\'`).
+fn like_literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }

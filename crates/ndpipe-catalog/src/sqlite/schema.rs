@@ -48,4 +48,16 @@ CREATE TABLE jobs (
     updated_ms  INTEGER NOT NULL
 );
 "#,
+    r#"
+CREATE TABLE nodes (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    name              TEXT    NOT NULL UNIQUE,
+    url               TEXT    NOT NULL,
+    state             TEXT    NOT NULL CHECK (state IN ('active', 'draining')),
+    lease_expires_ms  INTEGER NOT NULL,
+    version           TEXT,
+    registered_ms     INTEGER NOT NULL,
+    last_seen_ms      INTEGER NOT NULL
+);
+"#,
 ];

@@ -7,25 +7,36 @@ use std::sync::Arc;
 
 use ndpipe_proto::pb;
 use ndpipe_proto::pb::pipe_store_server::{PipeStore as PipeStoreRpc, PipeStoreServer};
+use ndpipe_proto::pb::relabel_event;
+use ndpipe_proto::transport::{ClusterSecret, Guard};
+use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
 use crate::node::{MAX_MESSAGE, NodeError, PipeStoreNode};
 
 type ExtractStream =
     Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ExtractEvent, Status>> + Send>>;
+type RelabelStream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::RelabelEvent, Status>> + Send>>;
 
 /// The tonic service over a shared node.
 #[derive(Clone)]
 pub(crate) struct PipeStoreService(Arc<PipeStoreNode>);
 
 impl PipeStoreService {
-    /// The gRPC server of `node`, with the protocol's message size limits.
-    pub(crate) fn server(node: Arc<PipeStoreNode>) -> PipeStoreServer<Self> {
-        PipeStoreServer::new(PipeStoreService(node))
+    /// The gRPC server of `node`, with the protocol's message size limits, behind the cluster
+    /// secret's guard (every call refused without it, when there is one).
+    pub(crate) fn server(
+        node: Arc<PipeStoreNode>,
+        secret: Option<ClusterSecret>,
+    ) -> InterceptedService<PipeStoreServer<Self>, Guard> {
+        let server = PipeStoreServer::new(PipeStoreService(node))
             .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        InterceptedService::new(server, Guard(secret))
     }
 
     /// Runs `f` on the node off the async runtime (store, catalog and model calls block).
@@ -50,6 +61,7 @@ fn events(rx: crate::node::Events) -> ExtractStream {
 impl PipeStoreRpc for PipeStoreService {
     type ExtractStream = ExtractStream;
     type TakeOverStream = ExtractStream;
+    type RelabelStream = RelabelStream;
 
     async fn rebalance(
         &self,
@@ -116,7 +128,8 @@ impl PipeStoreRpc for PipeStoreService {
         &self,
         request: Request<pb::StageHeadRequest>,
     ) -> Result<Response<pb::StageHeadReply>, Status> {
-        self.0.stage_head(&request.into_inner())?;
+        let req = request.into_inner();
+        self.blocking(move |node| node.stage_head(&req)).await?;
         Ok(Response::new(pb::StageHeadReply {}))
     }
 
@@ -134,16 +147,33 @@ impl PipeStoreRpc for PipeStoreService {
         &self,
         request: Request<pb::AbortHeadRequest>,
     ) -> Result<Response<pb::AbortHeadReply>, Status> {
-        self.0.abort_head(&request.into_inner().version);
+        let version = request.into_inner().version;
+        self.blocking(move |node| node.abort_head(&version)).await?;
         Ok(Response::new(pb::AbortHeadReply {}))
     }
 
+    /// Re-labels on a blocking thread, streaming its progress after every batch and the reply
+    /// last. The re-labelling finishes even if the Tuner stops listening.
     async fn relabel(
         &self,
         request: Request<pb::RelabelRequest>,
-    ) -> Result<Response<pb::RelabelReply>, Status> {
+    ) -> Result<Response<Self::RelabelStream>, Status> {
         let version = request.into_inner().version;
-        let reply = self.blocking(move |node| node.relabel(&version)).await?;
-        Ok(Response::new(reply))
+        self.0.check_active(&version)?;
+        let node = self.0.clone();
+        let (tx, rx) = mpsc::channel(16);
+        tokio::task::spawn_blocking(move || {
+            let event = |event| pb::RelabelEvent { event: Some(event) };
+            let progress = |done, total| {
+                let progress = pb::RelabelProgress { done, total };
+                let _ = tx.blocking_send(Ok(event(relabel_event::Event::Progress(progress))));
+            };
+            let reply = node
+                .relabel(&version, progress)
+                .map(|reply| event(relabel_event::Event::Done(reply)))
+                .map_err(Status::from);
+            let _ = tx.blocking_send(reply);
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }

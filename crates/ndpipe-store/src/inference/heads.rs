@@ -1,6 +1,8 @@
 //! Committed head files, in the one head format: `DATA/heads/<stem>.safetensors`
 //! ([`HeadFile`] with its [`HeadVersion`]), where `<stem>` is
-//! [`file_stem`] of the version id.
+//! [`file_stem`] of the version id; and heads staged for a deploy but not committed yet, in
+//! `DATA/heads/staged/<stem>.safetensors`, written durably before the stage is acknowledged so
+//! that a node restarting between stage and commit can still commit.
 //!
 //! Builds before the single format wrote `<stem>.head`: the prost-encoded
 //! `pb::StageHeadRequest` the head was staged with. Those files are still read (at start for
@@ -15,16 +17,17 @@ use ndpipe_util::fs::file_stem;
 
 use super::InferenceError;
 
-/// The directory of committed heads.
+/// The directory of committed (and staged) heads.
 pub(crate) struct HeadDir {
     dir: PathBuf,
 }
 
 impl HeadDir {
-    /// The heads kept in `dir`, which is created if absent.
+    /// The heads kept in `dir`, which is created (with `staged/`) if absent.
     pub(crate) fn open(dir: PathBuf) -> Result<Self, InferenceError> {
-        std::fs::create_dir_all(&dir).map_err(|source| InferenceError::HeadsDir {
-            path: dir.clone(),
+        let staged = dir.join("staged");
+        std::fs::create_dir_all(&staged).map_err(|source| InferenceError::HeadsDir {
+            path: staged,
             source,
         })?;
         Ok(HeadDir { dir })
@@ -32,6 +35,45 @@ impl HeadDir {
 
     fn path(&self, version: &str) -> PathBuf {
         self.dir.join(format!("{}.safetensors", file_stem(version)))
+    }
+
+    fn staged_path(&self, version: &str) -> PathBuf {
+        self.dir
+            .join("staged")
+            .join(format!("{}.safetensors", file_stem(version)))
+    }
+
+    /// Writes a staged head durably, labelled with its version.
+    pub(crate) fn write_staged(
+        &self,
+        head: &HeadWeights,
+        version: &HeadVersion,
+    ) -> Result<(), InferenceError> {
+        HeadFile::from_linear(head, Some(version.clone())).write(&self.staged_path(&version.id))?;
+        Ok(())
+    }
+
+    /// The staged head of `version` and the version recorded with it, if one is staged.
+    pub(crate) fn read_staged(
+        &self,
+        version: &str,
+    ) -> Result<Option<(HeadWeights, Option<HeadVersion>)>, InferenceError> {
+        let path = self.staged_path(version);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let file = HeadFile::read(&path)?;
+        Ok(Some((file.to_linear()?, file.version)))
+    }
+
+    /// Drops the staged head of `version`; returns whether there was one.
+    pub(crate) fn remove_staged(&self, version: &str) -> Result<bool, InferenceError> {
+        let path = self.staged_path(version);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(InferenceError::HeadsDir { path, source }),
+        }
     }
 
     fn legacy_path(&self, version: &str) -> PathBuf {
@@ -120,7 +162,21 @@ mod tests {
         assert!(dir.path().join("heads/ft-1-abc.safetensors").exists());
         let (back, meta) = heads.read("ft-1-abc").unwrap().unwrap();
         assert_eq!(back, head());
-        assert_eq!(meta, Some(version));
+        assert_eq!(meta, Some(version.clone()));
+
+        assert!(heads.read_staged("ft-1-abc").unwrap().is_none());
+        heads.write_staged(&head(), &version).unwrap();
+        assert!(
+            dir.path()
+                .join("heads/staged/ft-1-abc.safetensors")
+                .exists()
+        );
+        let reopened = HeadDir::open(dir.path().join("heads")).unwrap();
+        let (back, meta) = reopened.read_staged("ft-1-abc").unwrap().unwrap();
+        assert_eq!((back, meta), (head(), Some(version)));
+        assert!(reopened.remove_staged("ft-1-abc").unwrap());
+        assert!(!reopened.remove_staged("ft-1-abc").unwrap());
+        assert!(reopened.read_staged("ft-1-abc").unwrap().is_none());
     }
 
     #[test]

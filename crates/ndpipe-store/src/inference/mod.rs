@@ -66,10 +66,10 @@ pub enum InferenceError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// The heads directory cannot be created.
-    #[error("creating {}: {source}", path.display())]
+    /// The heads directory cannot be created, or a staged head file cannot be removed.
+    #[error("heads directory {}: {source}", path.display())]
     HeadsDir {
-        /// The directory.
+        /// The directory or file.
         path: PathBuf,
         /// The OS error.
         #[source]

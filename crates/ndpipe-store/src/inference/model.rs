@@ -158,38 +158,47 @@ impl Models {
         Ok(())
     }
 
-    /// Makes `version` the active model: the pretrained one (a rollback), or a fine-tuned head,
-    /// `staged` or committed on this node before. A head is written to the heads directory
-    /// first, then registered (or re-activated) in the registry, then swapped in.
-    pub(crate) fn commit(
+    /// Keeps `head` durably as the staged head of `version` (replacing one staged before), for a
+    /// later [`Models::commit`], which may come after a restart.
+    pub(crate) fn stage(
         &self,
-        version: &str,
-        staged: Option<(HeadWeights, HeadVersion)>,
+        head: &HeadWeights,
+        version: &HeadVersion,
     ) -> Result<(), InferenceError> {
+        self.heads.write_staged(head, version)
+    }
+
+    /// Drops the staged head of `version`; returns whether there was one.
+    pub(crate) fn abort(&self, version: &str) -> Result<bool, InferenceError> {
+        self.heads.remove_staged(version)
+    }
+
+    /// Makes `version` the active model: the pretrained one (a rollback), or a fine-tuned head,
+    /// staged or committed on this node before. Idempotent: committing the active version again
+    /// succeeds. A head is written to the heads directory first, then registered (or
+    /// re-activated) in the registry, then swapped in; its staged file goes last.
+    pub(crate) fn commit(&self, version: &str) -> Result<(), InferenceError> {
         let before = self.active.get().version;
         if version == self.pretrained.version {
             self.registry.set_active_model(version)?;
             self.active.set(self.pretrained.clone());
             info!(version, "rolled back to the pretrained model");
         } else {
-            let (head, meta) = match staged {
+            let (head, meta) = match self.heads.read_staged(version)? {
                 Some(staged) => staged,
-                None => {
-                    let (head, meta) =
-                        self.heads
-                            .read(version)?
-                            .ok_or_else(|| InferenceError::NotStaged {
-                                version: version.to_string(),
-                            })?;
-                    let meta = meta.unwrap_or_else(|| HeadVersion {
-                        id: version.to_string(),
-                        backbone: self.pretrained.info().backbone_version.clone(),
-                        parent: None,
-                        metrics: serde_json::Value::Null,
-                    });
-                    (head, meta)
-                }
+                None => self
+                    .heads
+                    .read(version)?
+                    .ok_or_else(|| InferenceError::NotStaged {
+                        version: version.to_string(),
+                    })?,
             };
+            let meta = meta.unwrap_or_else(|| HeadVersion {
+                id: version.to_string(),
+                backbone: self.pretrained.info().backbone_version.clone(),
+                parent: None,
+                metrics: serde_json::Value::Null,
+            });
             self.heads.write(&head, &meta)?;
             if self.registry.model(version)?.is_some() {
                 self.registry.set_active_model(version)?;
@@ -204,6 +213,7 @@ impl Models {
                 })?;
             }
             self.active.set(self.with_head(version.to_string(), head));
+            self.heads.remove_staged(version)?;
             info!(version, "committed a new head");
         }
         if before != version {
@@ -291,11 +301,25 @@ mod tests {
         let base = pretrained().version;
         assert_eq!(registry.active_model().unwrap().unwrap().id, base);
         assert!(matches!(
-            models.commit("ft-9", None),
+            models.commit("ft-9"),
             Err(InferenceError::NotStaged { .. })
         ));
 
-        models.commit("ft-1", Some(head())).unwrap();
+        let (weights, version) = head();
+        models.stage(&weights, &version).unwrap();
+        assert!(models.abort("ft-1").unwrap());
+        assert!(matches!(
+            models.commit("ft-1"),
+            Err(InferenceError::NotStaged { .. })
+        ));
+        // A head staged before a restart can be committed after it.
+        models.stage(&weights, &version).unwrap();
+        let models = open();
+        models.commit("ft-1").unwrap();
+        assert!(
+            !models.abort("ft-1").unwrap(),
+            "the commit used up the staged file"
+        );
         assert_eq!(models.active().get().version, "ft-1");
         assert_eq!(models.previous().as_deref(), Some(base.as_str()));
         let registered = registry.model("ft-1").unwrap().unwrap();
@@ -308,11 +332,13 @@ mod tests {
         assert_eq!(active.version, "ft-1");
         assert_eq!(active.head.as_deref(), Some(&head().0));
 
-        reopened.commit(&base, None).unwrap();
+        reopened.commit(&base).unwrap();
         assert!(reopened.active().get().head.is_none());
         assert_eq!(reopened.previous().as_deref(), Some("ft-1"));
-        // A committed version can be committed again without being staged.
-        reopened.commit("ft-1", None).unwrap();
+        // A committed version can be committed again without being staged, twice.
+        reopened.commit("ft-1").unwrap();
+        reopened.commit("ft-1").unwrap();
         assert_eq!(registry.active_model().unwrap().unwrap().id, "ft-1");
+        assert_eq!(reopened.previous().as_deref(), Some(base.as_str()));
     }
 }

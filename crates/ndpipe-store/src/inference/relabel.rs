@@ -143,8 +143,13 @@ impl Relabeler<'_> {
     }
 
     /// Re-labels every live photo with `head` over its stored features (the backbone runs only
-    /// for photos without), filing the labels under the model's version.
-    pub(crate) fn run_head(&self, head: &HeadWeights) -> Result<HeadRelabelReport, InferenceError> {
+    /// for photos without), filing the labels under the model's version; `progress` hears
+    /// (photos done, photos in all) after every batch.
+    pub(crate) fn run_head(
+        &self,
+        head: &HeadWeights,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<HeadRelabelReport, InferenceError> {
         let started = Instant::now();
         let version = &self.model.version;
         let compare_with = self.options.compare_with.as_deref();
@@ -161,6 +166,7 @@ impl Relabeler<'_> {
             .collect();
         let mut churn = Churn::default();
         let mut computed = 0u64;
+        let (mut done, total) = (0u64, ids.len() as u64);
         for batch in ids.chunks(HEAD_BATCH) {
             let (values, extracted) = source.features(batch, true)?;
             computed += extracted as u64;
@@ -173,6 +179,8 @@ impl Relabeler<'_> {
                 rows.push((*id, labels));
             }
             self.catalog.put_predictions_many(version, &rows)?;
+            done += batch.len() as u64;
+            progress(done, total);
         }
         Ok(HeadRelabelReport {
             photos: ids.len() as u64,
@@ -467,7 +475,9 @@ mod tests {
             ..options
         };
         let fake_calls = s.fake.batches();
-        let r = relabeler(&s, &tuned, &options).run_head(&head).unwrap();
+        let r = relabeler(&s, &tuned, &options)
+            .run_head(&head, |_, _| {})
+            .unwrap();
         assert_eq!(r.photos, 12);
         assert_eq!(r.computed, 0, "every photo had stored features");
         assert_eq!(s.fake.batches(), fake_calls, "the backbone did not run");
@@ -480,7 +490,9 @@ mod tests {
         }
         // A photo without stored features gets them from the backbone.
         s.features.remove_photo(ids[0]).unwrap();
-        let r = relabeler(&s, &tuned, &options).run_head(&head).unwrap();
+        let r = relabeler(&s, &tuned, &options)
+            .run_head(&head, |_, _| {})
+            .unwrap();
         assert_eq!(r.computed, 1);
     }
 }

@@ -77,6 +77,9 @@ pub(crate) enum NodeError {
     /// A worker task or thread failed.
     #[error("internal error: {0}")]
     Task(String),
+    /// Testing only: a fault the configuration asked for.
+    #[error("testing: {0}")]
+    Injected(&'static str),
 }
 
 impl From<NodeError> for Status {
@@ -97,7 +100,7 @@ impl From<NodeError> for Status {
             NodeError::Inference(InferenceError::CorruptTensor { .. }) => {
                 Status::data_loss(message)
             }
-            NodeError::Peer { .. } => Status::unavailable(message),
+            NodeError::Peer { .. } | NodeError::Injected(_) => Status::unavailable(message),
             NodeError::Inference(_)
             | NodeError::Catalog(_)
             | NodeError::Model(_)

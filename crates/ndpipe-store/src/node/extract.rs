@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use ndpipe_proto::pb::{self, extract_event::Event};
 use ndpipe_proto::{Features, Tensors, encode_chunk, encode_tensor_chunk};
-use ndpipe_util::sync::lock;
 use tokio::sync::mpsc;
 use tracing::info;
 
@@ -83,7 +82,7 @@ impl PipeStoreNode {
         req: pb::ExtractRequest,
     ) -> Result<Events, NodeError> {
         let plan = Arc::new(ExtractionPlan::new(&req, &*self.catalog)?);
-        lock(&self.plans).insert(req.job_id.clone(), plan.clone());
+        self.keep_plan(&req.job_id, plan.clone());
         info!(job = %req.job_id, val = plan.val.len(), train = plan.train.len(), runs = req.runs, "extraction starts");
         let (tx, rx) = mpsc::channel(8);
         std::thread::Builder::new()

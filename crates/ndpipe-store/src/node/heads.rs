@@ -1,24 +1,20 @@
 //! Two-phase head deploys: the Tuner stages a head on every node, then commits it everywhere
-//! (or aborts it everywhere). A staged head is checked against this node's backbone and kept in
-//! memory; committing hands it to the node's [`Models`](crate::inference::model::Models), which
-//! write its file and make it active.
+//! (or aborts it everywhere). A staged head is checked against this node's backbone and written
+//! durably (`DATA/heads/staged/`) before the stage is acknowledged, so a commit works after a
+//! restart too; committing hands it to the node's [`Models`](crate::inference::model::Models),
+//! which write its file and make it active. A commit is idempotent.
 
-use ndpipe_model::{HeadVersion, HeadWeights};
+use std::sync::atomic::Ordering;
+
 use ndpipe_proto::pb;
-use ndpipe_util::sync::lock;
 use tracing::{info, warn};
 
 use super::{NodeError, PipeStoreNode};
 use crate::inference::heads::version_of;
 
-/// A head staged for a deploy, with the version it would become.
-pub(super) struct Staged {
-    head: HeadWeights,
-    version: HeadVersion,
-}
-
 impl PipeStoreNode {
-    /// Checks a head (checksum, shape, backbone, feature length) and keeps it for a commit.
+    /// Checks a head (checksum, shape, backbone, feature length) and stages it durably for a
+    /// commit. Blocks (a file write): call it off the async runtime.
     pub(crate) fn stage_head(&self, req: &pb::StageHeadRequest) -> Result<(), NodeError> {
         let head = ndpipe_proto::head_from_request(req).map_err(NodeError::BadHead)?;
         let info = self.models.pretrained().info();
@@ -37,25 +33,32 @@ impl PipeStoreNode {
             });
         }
         let version = version_of(req);
+        self.models.stage(&head, &version)?;
         info!(version = %version.id, "staged a head");
-        lock(&self.staged).insert(version.id.clone(), Staged { head, version });
         Ok(())
     }
 
     /// Makes `version` active: a staged head, a head committed here before, or the pretrained
-    /// model (a rollback). Blocks (files, catalog): call it off the async runtime.
+    /// model (a rollback); committing the active version again succeeds. Blocks (files,
+    /// catalog): call it off the async runtime.
     pub(crate) fn commit_head(&self, version: &str) -> Result<(), NodeError> {
-        let staged = lock(&self.staged)
-            .remove(version)
-            .map(|s| (s.head, s.version));
-        self.models.commit(version, staged)?;
+        let injected = self
+            .failing_commits
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok();
+        if injected {
+            warn!(version, "testing: refusing a commit (fault_fail_commits)");
+            return Err(NodeError::Injected("commit refused (fault_fail_commits)"));
+        }
+        self.models.commit(version)?;
         Ok(())
     }
 
-    /// Drops a staged head, if there is one.
-    pub(crate) fn abort_head(&self, version: &str) {
-        if lock(&self.staged).remove(version).is_some() {
+    /// Drops a staged head, if there is one. Blocks (a file removal).
+    pub(crate) fn abort_head(&self, version: &str) -> Result<(), NodeError> {
+        if self.models.abort(version)? {
             warn!(version, "aborted a staged head");
         }
+        Ok(())
     }
 }

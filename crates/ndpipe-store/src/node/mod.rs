@@ -7,7 +7,8 @@
 //! - [`extract`]: the extraction stream (stored features, or the backbone for photos without),
 //!   and chunks fetched again;
 //! - [`takeover`]: extracting another node's tail from tensors fetched from it;
-//! - [`heads`]: two-phase head deploys (stage, commit, abort) over [`Models`];
+//! - [`heads`]: two-phase head deploys (stage durably, commit idempotently, abort) over
+//!   [`Models`];
 //! - here: the node itself, its inventory and re-labelling after a deploy.
 
 mod error;
@@ -16,12 +17,13 @@ mod heads;
 mod plan;
 mod takeover;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ndpipe_catalog::{PhotoCatalog, Split};
 use ndpipe_proto::pb;
+use ndpipe_proto::transport::ClusterSecret;
 use ndpipe_util::sync::lock;
 
 pub(crate) use error::NodeError;
@@ -30,12 +32,15 @@ pub(crate) use extract::Events;
 use crate::inference::model::Models;
 use crate::inference::{RelabelOptions, RelabelReport, Relabeler};
 use crate::storage::{FeatureStore, PhotoStore};
-use heads::Staged;
 use plan::ExtractionPlan;
 
 /// Largest gRPC message a node sends or accepts: a chunk of 256 features is about 0.7 MB, a
 /// 1000-class head about 5 MB.
 pub(crate) const MAX_MESSAGE: usize = 64 << 20;
+
+/// Extraction plans kept for re-fetches and load balancing: the latest jobs' (one job runs at a
+/// time; older plans are dropped).
+const KEPT_PLANS: usize = 4;
 
 /// The PipeStore side of the Tuner protocol.
 pub(crate) struct PipeStoreNode {
@@ -45,9 +50,12 @@ pub(crate) struct PipeStoreNode {
     models: Arc<Models>,
     relabel: RelabelOptions,
     node_id: AtomicU32,
-    plans: Mutex<HashMap<String, Arc<ExtractionPlan>>>,
-    staged: Mutex<HashMap<String, Staged>>,
+    /// The latest jobs' plans, oldest first.
+    plans: Mutex<VecDeque<(String, Arc<ExtractionPlan>)>>,
     corrupt_chunks: AtomicU32,
+    failing_commits: AtomicU32,
+    /// Sent with the calls this node makes to other nodes.
+    secret: Option<ClusterSecret>,
 }
 
 impl PipeStoreNode {
@@ -67,15 +75,28 @@ impl PipeStoreNode {
             models,
             relabel,
             node_id: AtomicU32::new(0),
-            plans: Mutex::new(HashMap::new()),
-            staged: Mutex::new(HashMap::new()),
+            plans: Mutex::new(VecDeque::new()),
             corrupt_chunks: AtomicU32::new(0),
+            failing_commits: AtomicU32::new(0),
+            secret: None,
         }
+    }
+
+    /// Sends `secret` with the calls this node makes to other nodes (take-overs).
+    pub(crate) fn with_cluster_secret(mut self, secret: Option<ClusterSecret>) -> Self {
+        self.secret = secret;
+        self
     }
 
     /// Testing only: damages the next `n` chunks sent, so that their checksum fails.
     pub(crate) fn with_corrupt_chunks(self, n: u32) -> Self {
         self.corrupt_chunks.store(n, Ordering::Relaxed);
+        self
+    }
+
+    /// Testing only: refuses the next `n` head commits.
+    pub(crate) fn with_failing_commits(self, n: u32) -> Self {
+        self.failing_commits.store(n, Ordering::Relaxed);
         self
     }
 
@@ -89,12 +110,24 @@ impl PipeStoreNode {
         self.node_id.store(id, Ordering::Relaxed);
     }
 
-    /// The plan of a job whose extraction started on this node.
+    /// The plan of a job whose extraction started on this node (one of the latest).
     fn job(&self, id: &str) -> Result<Arc<ExtractionPlan>, NodeError> {
         lock(&self.plans)
-            .get(id)
-            .cloned()
+            .iter()
+            .find(|(job, _)| job == id)
+            .map(|(_, plan)| plan.clone())
             .ok_or_else(|| NodeError::UnknownJob(id.to_string()))
+    }
+
+    /// Keeps the plan of job `id` (replacing one of the same id), dropping the oldest beyond
+    /// [`KEPT_PLANS`].
+    fn keep_plan(&self, id: &str, plan: Arc<ExtractionPlan>) {
+        let mut plans = lock(&self.plans);
+        plans.retain(|(job, _)| job != id);
+        plans.push_back((id.to_string(), plan));
+        while plans.len() > KEPT_PLANS {
+            plans.pop_front();
+        }
     }
 
     /// What this node holds: labelled photos per class and split, its backbone and active
@@ -126,17 +159,34 @@ impl PipeStoreNode {
         })
     }
 
-    /// Re-labels every photo with the active model, which must be `version`: head-only over
-    /// stored features after a fine-tuned head was committed, in full after a rollback to the
-    /// pretrained model. Churn is measured against the version active before.
-    pub(crate) fn relabel(&self, version: &str) -> Result<pb::RelabelReply, NodeError> {
-        let model = self.models.active().get();
-        if model.version != version {
+    /// The model version this node serves.
+    pub(crate) fn active_version(&self) -> String {
+        self.models.active().get().version
+    }
+
+    /// Fails unless `version` is the active model.
+    pub(crate) fn check_active(&self, version: &str) -> Result<(), NodeError> {
+        let active = self.active_version();
+        if active != version {
             return Err(NodeError::NotActive {
-                active: model.version,
+                active,
                 requested: version.to_string(),
             });
         }
+        Ok(())
+    }
+
+    /// Re-labels every photo with the active model, which must be `version`: head-only over
+    /// stored features after a fine-tuned head was committed, in full after a rollback to the
+    /// pretrained model; `progress` hears (photos done, photos in all) as it goes. Churn is
+    /// measured against the version active before. Blocks: call it off the async runtime.
+    pub(crate) fn relabel(
+        &self,
+        version: &str,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<pb::RelabelReply, NodeError> {
+        self.check_active(version)?;
+        let model = self.models.active().get();
         let options = RelabelOptions {
             compare_with: self.models.previous(),
             ..self.relabel.clone()
@@ -149,7 +199,7 @@ impl PipeStoreNode {
             options: &options,
         };
         if let Some(head) = &model.head {
-            let r = relabeler.run_head(head)?;
+            let r = relabeler.run_head(head, &mut progress)?;
             return Ok(pb::RelabelReply {
                 photos: r.photos,
                 compared: r.churn.compared,
@@ -163,7 +213,9 @@ impl PipeStoreNode {
             });
         }
         let report = Mutex::new(RelabelReport::default());
-        relabeler.run(&report, &AtomicBool::new(false), |_| {})?;
+        relabeler.run(&report, &AtomicBool::new(false), |r| {
+            progress(r.done, r.total)
+        })?;
         let r = lock(&report).clone();
         Ok(pb::RelabelReply {
             photos: r.done,

@@ -2,11 +2,12 @@
 //! slow node's stored tensors fetched over gRPC, and streams the features as its own chunks.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ndpipe_model::{InferenceBackend, extract_features};
 use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
 use ndpipe_proto::pb::{self, extract_event::Event};
+use ndpipe_proto::transport::{self, ClusterSecret};
 use ndpipe_proto::{Features, encode_chunk};
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
@@ -16,27 +17,27 @@ use super::{MAX_MESSAGE, NodeError, PipeStoreNode};
 use crate::inference::backbone::decode_tensor;
 
 impl PipeStoreNode {
-    /// Connects to the node at `req.source_url` and starts extracting `req.photos` from its
-    /// tensors, `req.chunk_size` per chunk numbered from `req.first_seq`; returns the stream of
-    /// chunks, then a done event.
+    /// Starts extracting `req.photos` from the tensors of the node at `req.source_url`,
+    /// `req.chunk_size` per chunk numbered from `req.first_seq`, each fetch within
+    /// `req.timeout_ms` (0: [`DEFAULT_PEER_TIMEOUT`]); returns the stream of chunks, then a done
+    /// event.
     pub(crate) async fn take_over(&self, req: pb::TakeOverRequest) -> Result<Events, NodeError> {
         if req.chunk_size == 0 {
             return Err(NodeError::InvalidArgument(
                 "chunk_size must be at least 1".into(),
             ));
         }
-        let source = PipeStoreClient::connect(req.source_url.clone())
-            .await
-            .map_err(|e| NodeError::Peer {
-                what: "cannot reach",
-                url: req.source_url.clone(),
-                reason: e.to_string(),
-            })?
-            .max_decoding_message_size(MAX_MESSAGE);
+        let channel = transport::channel(&req.source_url).map_err(|e| NodeError::Peer {
+            what: "cannot reach",
+            url: req.source_url.clone(),
+            reason: e.to_string(),
+        })?;
+        let source = PipeStoreClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
         let backbone = self.backbone();
+        let secret = self.secret.clone();
         let (tx, rx) = mpsc::channel(8);
         tokio::spawn(async move {
-            if let Err(e) = stream(source, backbone, &req, &tx).await {
+            if let Err(e) = stream(source, backbone, secret, &req, &tx).await {
                 let _ = tx.send(Err(e)).await;
             }
         });
@@ -44,15 +45,23 @@ impl PipeStoreNode {
     }
 }
 
+/// How long a take-over waits for the node it takes photos from, when the Tuner does not say.
+pub(crate) const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Fetches, extracts and sends the photos of `req` chunk by chunk; returns early, cleanly, when
 /// the receiver is gone.
 async fn stream(
     mut source: PipeStoreClient<Channel>,
     backbone: Arc<dyn InferenceBackend>,
+    secret: Option<ClusterSecret>,
     req: &pb::TakeOverRequest,
     tx: &mpsc::Sender<Result<pb::ExtractEvent, NodeError>>,
 ) -> Result<(), NodeError> {
     let started = Instant::now();
+    let deadline = match req.timeout_ms {
+        0 => DEFAULT_PEER_TIMEOUT,
+        ms => Duration::from_millis(u64::from(ms)),
+    };
     let mut done = 0u64;
     for (k, photos) in req.photos.chunks(req.chunk_size as usize).enumerate() {
         let ids: Vec<u64> = photos.iter().map(|p| p.id).collect();
@@ -61,11 +70,14 @@ async fn stream(
             url: req.source_url.clone(),
             reason,
         };
-        let blobs = source
-            .get_tensors(pb::GetTensorsRequest { ids: ids.clone() })
+        let request = transport::request(
+            pb::GetTensorsRequest { ids: ids.clone() },
+            Some(deadline),
+            secret.as_ref(),
+        );
+        let blobs = transport::unary(deadline, source.get_tensors(request))
             .await
             .map_err(|e| peer(e.message().to_string()))?
-            .into_inner()
             .tensors;
         if blobs.len() != ids.len() {
             return Err(peer(format!(

@@ -51,7 +51,14 @@ pub enum StoreError {
         /// Why the batch failed.
         reason: String,
     },
-    /// The writer has stopped (the store is shutting down or failed).
+    /// The disk has too little free space for this write: below the configured reserve, or the
+    /// file system reported it full. Nothing of the write is stored; reads and deletes go on.
+    #[error("not enough free disk space: {reason}")]
+    InsufficientStorage {
+        /// What was short.
+        reason: String,
+    },
+    /// The writer has stopped (the store is shutting down).
     #[error("the store is shut down")]
     Closed,
 }
@@ -67,4 +74,32 @@ impl StoreError {
             source: Box::new(e.into()),
         }
     }
+
+    /// Whether the error means the disk (or the user's quota) is full.
+    pub(crate) fn is_no_space(&self) -> bool {
+        match self {
+            StoreError::InsufficientStorage { .. } => true,
+            StoreError::Io { source, .. } => is_full(source),
+            StoreError::Index { source } => matches!(&**source, redb::Error::Io(e) if is_full(e)),
+            _ => false,
+        }
+    }
+
+    /// Whether redb failed on I/O, after which it refuses every operation until the database is
+    /// opened again.
+    pub(crate) fn needs_reopen(&self) -> bool {
+        matches!(self, StoreError::Index { source }
+            if matches!(
+            &**source,
+            redb::Error::Io(_) | redb::Error::PreviousIo | redb::Error::DatabaseClosed
+        ))
+    }
+}
+
+/// Whether an I/O error says that no space (or no quota) is left.
+fn is_full(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::storage::StoreError;
+use crate::storage::db::Db;
 
 const FEATURES: TableDefinition<'static, (&str, u64), &[u8]> = TableDefinition::new("features");
 const BACKBONES: TableDefinition<'static, &str, ()> = TableDefinition::new("backbones");
@@ -20,19 +21,19 @@ const DTYPE_F16: u8 = 1;
 ///
 /// A building block: a PipeStore owns one and hands it to online labelling, re-labelling,
 /// extraction for the Tuner and deletes; a benchmark opens one to run a [`crate::Relabeler`].
+///
+/// After an I/O failure (a full disk) the file is opened again by itself, so features are
+/// written again once space returns.
 pub struct FeatureStore {
-    db: Database,
+    db: Db,
 }
 
 impl FeatureStore {
     /// Opens or creates the store at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let db = Database::create(path).map_err(StoreError::index)?;
-        let txn = db.begin_write().map_err(StoreError::index)?;
-        txn.open_table(FEATURES).map_err(StoreError::index)?;
-        txn.open_table(BACKBONES).map_err(StoreError::index)?;
-        txn.commit().map_err(StoreError::index)?;
-        Ok(FeatureStore { db })
+        Ok(FeatureStore {
+            db: Db::open(path, create_tables)?,
+        })
     }
 
     /// Stores the features of many photos under `backbone` in one transaction.
@@ -41,68 +42,91 @@ impl FeatureStore {
         backbone: &str,
         rows: &[(u64, &[f32])],
     ) -> Result<(), StoreError> {
-        let txn = self.db.begin_write().map_err(StoreError::index)?;
-        {
-            txn.open_table(BACKBONES)
-                .map_err(StoreError::index)?
-                .insert(backbone, ())
-                .map_err(StoreError::index)?;
-            let mut table = txn.open_table(FEATURES).map_err(StoreError::index)?;
-            for (id, features) in rows {
-                table
-                    .insert((backbone, *id), encode(features)?.as_slice())
+        self.db.write(|db| {
+            let txn = db.begin_write().map_err(StoreError::index)?;
+            {
+                txn.open_table(BACKBONES)
+                    .map_err(StoreError::index)?
+                    .insert(backbone, ())
                     .map_err(StoreError::index)?;
+                let mut table = txn.open_table(FEATURES).map_err(StoreError::index)?;
+                for (id, features) in rows {
+                    table
+                        .insert((backbone, *id), encode(features)?.as_slice())
+                        .map_err(StoreError::index)?;
+                }
             }
-        }
-        txn.commit().map_err(StoreError::index)
+            txn.commit().map_err(StoreError::index)
+        })
     }
 
     /// The features of one photo under `backbone`.
     pub(crate) fn get(&self, backbone: &str, id: u64) -> Result<Option<Vec<f32>>, StoreError> {
-        let txn = self.db.begin_read().map_err(StoreError::index)?;
-        let table = txn.open_table(FEATURES).map_err(StoreError::index)?;
-        match table.get((backbone, id)).map_err(StoreError::index)? {
-            Some(v) => decode(id, v.value()).map(Some),
-            None => Ok(None),
-        }
+        self.db.read(|db| {
+            let txn = db.begin_read().map_err(StoreError::index)?;
+            let table = txn.open_table(FEATURES).map_err(StoreError::index)?;
+            match table.get((backbone, id)).map_err(StoreError::index)? {
+                Some(v) => decode(id, v.value()).map(Some),
+                None => Ok(None),
+            }
+        })
     }
 
     /// Ids with features under `backbone`, ascending.
     #[cfg(test)]
     fn ids(&self, backbone: &str) -> Result<Vec<u64>, StoreError> {
-        let txn = self.db.begin_read().map_err(StoreError::index)?;
-        let table = txn.open_table(FEATURES).map_err(StoreError::index)?;
-        let mut out = Vec::new();
-        for item in table
-            .range((backbone, 0)..=(backbone, u64::MAX))
-            .map_err(StoreError::index)?
-        {
-            let (k, _) = item.map_err(StoreError::index)?;
-            out.push(k.value().1);
-        }
-        Ok(out)
+        self.db.read(|db| {
+            let txn = db.begin_read().map_err(StoreError::index)?;
+            let table = txn.open_table(FEATURES).map_err(StoreError::index)?;
+            let mut out = Vec::new();
+            for item in table
+                .range((backbone, 0)..=(backbone, u64::MAX))
+                .map_err(StoreError::index)?
+            {
+                let (k, _) = item.map_err(StoreError::index)?;
+                out.push(k.value().1);
+            }
+            Ok(out)
+        })
     }
 
     /// Removes a photo's features under every backbone.
     pub(crate) fn remove_photo(&self, id: u64) -> Result<(), StoreError> {
-        let txn = self.db.begin_write().map_err(StoreError::index)?;
-        {
-            let mut backbones = Vec::new();
-            for item in txn
-                .open_table(BACKBONES)
-                .map_err(StoreError::index)?
-                .iter()
-                .map_err(StoreError::index)?
+        self.db.write(|db| {
+            let txn = db.begin_write().map_err(StoreError::index)?;
             {
-                backbones.push(item.map_err(StoreError::index)?.0.value().to_string());
+                let mut backbones = Vec::new();
+                for item in txn
+                    .open_table(BACKBONES)
+                    .map_err(StoreError::index)?
+                    .iter()
+                    .map_err(StoreError::index)?
+                {
+                    backbones.push(item.map_err(StoreError::index)?.0.value().to_string());
+                }
+                let mut table = txn.open_table(FEATURES).map_err(StoreError::index)?;
+                for b in &backbones {
+                    table.remove((b.as_str(), id)).map_err(StoreError::index)?;
+                }
             }
-            let mut table = txn.open_table(FEATURES).map_err(StoreError::index)?;
-            for b in &backbones {
-                table.remove((b.as_str(), id)).map_err(StoreError::index)?;
-            }
-        }
-        txn.commit().map_err(StoreError::index)
+            txn.commit().map_err(StoreError::index)
+        })
     }
+}
+
+/// Creates the tables of a new feature store; one that has them is not written to (so that it
+/// opens on a full disk).
+fn create_tables(db: &Database) -> Result<(), StoreError> {
+    let txn = db.begin_read().map_err(StoreError::index)?;
+    let present = txn.open_table(FEATURES).is_ok() && txn.open_table(BACKBONES).is_ok();
+    drop(txn);
+    if present {
+        return Ok(());
+    }
+    let txn = db.begin_write().map_err(StoreError::index)?;
+    txn.open_table(FEATURES).map_err(StoreError::index)?;
+    txn.open_table(BACKBONES).map_err(StoreError::index)?;
+    txn.commit().map_err(StoreError::index)
 }
 
 fn encode(features: &[f32]) -> Result<Vec<u8>, StoreError> {

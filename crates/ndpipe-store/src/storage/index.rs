@@ -11,6 +11,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Tab
 use serde::{Deserialize, Serialize};
 
 use crate::storage::StoreError;
+use crate::storage::db::Db;
 use crate::storage::volume::Location;
 
 const PHOTOS: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("photos");
@@ -57,43 +58,47 @@ impl PhotoEntry {
 pub(crate) enum Change {
     /// Insert or replace an entry.
     Put(u64, PhotoEntry),
+    /// Set the photo location and metadata of an entry, keeping the tensor location of an
+    /// existing one (a replayed photo record: its tensor may be indexed already).
+    Photo(u64, Location, PhotoMeta),
     /// Set the tensor location of an existing entry (ignored if the entry is gone).
     Tensor(u64, Location),
     /// Remove an entry.
     Remove(u64),
 }
 
-/// The redb-backed index.
+/// The redb-backed index; opened again by itself after an I/O failure ([`Db`]).
 pub(crate) struct Index {
-    db: Database,
+    db: Db,
 }
 
 impl Index {
     /// Opens the index at `path`, creating it if absent.
     pub(crate) fn open(path: &Path) -> Result<Self, StoreError> {
-        let db = Database::create(path).map_err(StoreError::index)?;
-        let txn = db.begin_write().map_err(StoreError::index)?;
-        txn.open_table(PHOTOS).map_err(StoreError::index)?;
-        txn.open_table(META).map_err(StoreError::index)?;
-        txn.commit().map_err(StoreError::index)?;
-        Ok(Index { db })
+        Ok(Index {
+            db: Db::open(path, create_tables)?,
+        })
     }
 
     /// The entry of `id`.
     pub(crate) fn get(&self, id: u64) -> Result<Option<PhotoEntry>, StoreError> {
-        let txn = self.db.begin_read().map_err(StoreError::index)?;
-        let table = txn.open_table(PHOTOS).map_err(StoreError::index)?;
-        match table.get(id).map_err(StoreError::index)? {
-            Some(v) => Ok(Some(PhotoEntry::decode(id, v.value())?)),
-            None => Ok(None),
-        }
+        self.db.read(|db| {
+            let txn = db.begin_read().map_err(StoreError::index)?;
+            let table = txn.open_table(PHOTOS).map_err(StoreError::index)?;
+            match table.get(id).map_err(StoreError::index)? {
+                Some(v) => Ok(Some(PhotoEntry::decode(id, v.value())?)),
+                None => Ok(None),
+            }
+        })
     }
 
     /// Number of entries.
     pub(crate) fn len(&self) -> Result<u64, StoreError> {
-        let txn = self.db.begin_read().map_err(StoreError::index)?;
-        let table = txn.open_table(PHOTOS).map_err(StoreError::index)?;
-        table.len().map_err(StoreError::index)
+        self.db.read(|db| {
+            let txn = db.begin_read().map_err(StoreError::index)?;
+            let table = txn.open_table(PHOTOS).map_err(StoreError::index)?;
+            table.len().map_err(StoreError::index)
+        })
     }
 
     /// Whether the index is empty.
@@ -103,24 +108,28 @@ impl Index {
 
     /// All entries in id order.
     pub(crate) fn entries(&self) -> Result<Vec<(u64, PhotoEntry)>, StoreError> {
-        let txn = self.db.begin_read().map_err(StoreError::index)?;
-        let table = txn.open_table(PHOTOS).map_err(StoreError::index)?;
-        let mut out = Vec::new();
-        for item in table.iter().map_err(StoreError::index)? {
-            let (k, v) = item.map_err(StoreError::index)?;
-            out.push((k.value(), PhotoEntry::decode(k.value(), v.value())?));
-        }
-        Ok(out)
+        self.db.read(|db| {
+            let txn = db.begin_read().map_err(StoreError::index)?;
+            let table = txn.open_table(PHOTOS).map_err(StoreError::index)?;
+            let mut out = Vec::new();
+            for item in table.iter().map_err(StoreError::index)? {
+                let (k, v) = item.map_err(StoreError::index)?;
+                out.push((k.value(), PhotoEntry::decode(k.value(), v.value())?));
+            }
+            Ok(out)
+        })
     }
 
     /// A metadata counter (next id, watermarks).
     pub(crate) fn meta(&self, key: &str) -> Result<Option<u64>, StoreError> {
-        let txn = self.db.begin_read().map_err(StoreError::index)?;
-        let table = txn.open_table(META).map_err(StoreError::index)?;
-        Ok(table
-            .get(key)
-            .map_err(StoreError::index)?
-            .map(|v| v.value()))
+        self.db.read(|db| {
+            let txn = db.begin_read().map_err(StoreError::index)?;
+            let table = txn.open_table(META).map_err(StoreError::index)?;
+            Ok(table
+                .get(key)
+                .map_err(StoreError::index)?
+                .map(|v| v.value()))
+        })
     }
 
     /// The next photo id recorded at the last commit.
@@ -129,7 +138,7 @@ impl Index {
     }
 
     /// Applies `changes`, sets `watermarks` (and removes `dropped` ones) and `next_id`, in one
-    /// durable transaction.
+    /// durable transaction. After an I/O failure the index is opened again at its last commit.
     pub(crate) fn commit(
         &self,
         changes: &[Change],
@@ -137,46 +146,80 @@ impl Index {
         dropped: &[String],
         next_id: u64,
     ) -> Result<(), StoreError> {
-        let txn = self.db.begin_write().map_err(StoreError::index)?;
-        {
-            let mut photos = txn.open_table(PHOTOS).map_err(StoreError::index)?;
-            for change in changes {
-                match change {
-                    Change::Put(id, entry) => {
-                        photos
-                            .insert(*id, entry.encode().as_slice())
-                            .map_err(StoreError::index)?;
-                    }
-                    Change::Tensor(id, loc) => {
-                        let existing = photos
-                            .get(*id)
-                            .map_err(StoreError::index)?
-                            .map(|v| PhotoEntry::decode(*id, v.value()))
-                            .transpose()?;
-                        if let Some(mut entry) = existing {
-                            entry.tensor = Some(*loc);
-                            photos
-                                .insert(*id, entry.encode().as_slice())
-                                .map_err(StoreError::index)?;
-                        }
-                    }
-                    Change::Remove(id) => {
-                        photos.remove(*id).map_err(StoreError::index)?;
-                    }
+        self.db.write(|db| {
+            let txn = db.begin_write().map_err(StoreError::index)?;
+            {
+                let mut photos = txn.open_table(PHOTOS).map_err(StoreError::index)?;
+                for change in changes {
+                    apply(&mut photos, change)?;
                 }
+                let mut meta = txn.open_table(META).map_err(StoreError::index)?;
+                for (key, value) in watermarks {
+                    meta.insert(key.as_str(), *value)
+                        .map_err(StoreError::index)?;
+                }
+                for key in dropped {
+                    meta.remove(key.as_str()).map_err(StoreError::index)?;
+                }
+                meta.insert(NEXT_ID, next_id).map_err(StoreError::index)?;
             }
-            let mut meta = txn.open_table(META).map_err(StoreError::index)?;
-            for (key, value) in watermarks {
-                meta.insert(key.as_str(), *value)
-                    .map_err(StoreError::index)?;
-            }
-            for key in dropped {
-                meta.remove(key.as_str()).map_err(StoreError::index)?;
-            }
-            meta.insert(NEXT_ID, next_id).map_err(StoreError::index)?;
-        }
-        txn.commit().map_err(StoreError::index)
+            txn.commit().map_err(StoreError::index)
+        })
     }
+}
+
+/// Applies one change to the photos table.
+fn apply(photos: &mut redb::Table<'_, u64, &[u8]>, change: &Change) -> Result<(), StoreError> {
+    let existing = |photos: &redb::Table<'_, u64, &[u8]>, id: u64| {
+        photos
+            .get(id)
+            .map_err(StoreError::index)?
+            .map(|v| PhotoEntry::decode(id, v.value()))
+            .transpose()
+    };
+    let entry = match change {
+        Change::Put(id, entry) => Some((*id, entry.clone())),
+        Change::Photo(id, loc, meta) => {
+            let tensor = existing(photos, *id)?.and_then(|e| e.tensor);
+            Some((
+                *id,
+                PhotoEntry {
+                    photo: *loc,
+                    tensor,
+                    meta: meta.clone(),
+                },
+            ))
+        }
+        Change::Tensor(id, loc) => existing(photos, *id)?.map(|mut entry| {
+            entry.tensor = Some(*loc);
+            (*id, entry)
+        }),
+        Change::Remove(id) => {
+            photos.remove(*id).map_err(StoreError::index)?;
+            None
+        }
+    };
+    if let Some((id, entry)) = entry {
+        photos
+            .insert(id, entry.encode().as_slice())
+            .map_err(StoreError::index)?;
+    }
+    Ok(())
+}
+
+/// Creates the tables of a new index; an index that has them is not written to (so that it
+/// opens on a full disk).
+fn create_tables(db: &Database) -> Result<(), StoreError> {
+    let txn = db.begin_read().map_err(StoreError::index)?;
+    let present = txn.open_table(PHOTOS).is_ok() && txn.open_table(META).is_ok();
+    drop(txn);
+    if present {
+        return Ok(());
+    }
+    let txn = db.begin_write().map_err(StoreError::index)?;
+    txn.open_table(PHOTOS).map_err(StoreError::index)?;
+    txn.open_table(META).map_err(StoreError::index)?;
+    txn.commit().map_err(StoreError::index)
 }
 
 /// The metadata key of a volume's watermark.

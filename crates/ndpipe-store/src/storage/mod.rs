@@ -5,11 +5,15 @@
 //! - [`store`]: the [`PhotoStore`] over both: one writer thread with group commit, concurrent
 //!   verified reads, crash recovery and compaction;
 //! - [`features`]: the [`FeatureStore`], one feature vector per (backbone, photo), a sibling of
-//!   the photo store that inference fills and extraction reads.
+//!   the photo store that inference fills and extraction reads;
+//! - [`db`]: the redb handle both use, opened again by itself after an I/O failure;
+//! - [`space`]: the free-space reserve below which writes that add data are refused.
 
+pub(crate) mod db;
 mod error;
 pub(crate) mod features;
 pub(crate) mod index;
+pub(crate) mod space;
 pub(crate) mod store;
 pub(crate) mod volume;
 

@@ -1,23 +1,65 @@
-//! The Tuner's gRPC service: PipeStores register with it (the `Tuner` service of
-//! `ndpipe.proto`).
+//! The Tuner's gRPC service: PipeStores register with it and renew their lease with heartbeats
+//! (the `Tuner` service of `ndpipe.proto`). Both replies carry the version every node should
+//! serve and the heartbeat interval; a node that reports another version wakes the syncer. With
+//! a cluster secret, a call without it is refused (`UNAUTHENTICATED`) before it changes
+//! anything: nobody registers under a node's name without the secret.
 
 use std::sync::Arc;
 
+use ndpipe_catalog::NodeRecord;
 use ndpipe_proto::PROTOCOL_VERSION;
 use ndpipe_proto::pb::tuner_server::{Tuner as TunerRpc, TunerServer};
-use ndpipe_proto::pb::{RegisterReply, RegisterRequest};
+use ndpipe_proto::pb::{HeartbeatReply, HeartbeatRequest, RegisterReply, RegisterRequest};
+use ndpipe_proto::transport::Guard;
 use tonic::service::Routes;
+use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
 use crate::TunerError;
-use crate::nodes::Nodes;
+use crate::control::Core;
 
-/// The service's routes over the node registry.
-pub(crate) fn routes(nodes: Arc<Nodes>) -> Routes {
-    Routes::new(TunerServer::new(TunerService(nodes)))
+/// The service's routes over the Tuner's state, behind the cluster secret's guard.
+pub(crate) fn routes(core: Arc<Core>) -> Routes {
+    let guard = Guard(core.secret.clone());
+    Routes::new(InterceptedService::new(
+        TunerServer::new(TunerService(core)),
+        guard,
+    ))
 }
 
-struct TunerService(Arc<Nodes>);
+struct TunerService(Arc<Core>);
+
+impl TunerService {
+    /// The active version and heartbeat interval for a node's reply; wakes the syncer when the
+    /// node serves another version.
+    fn answer(&self, record: &NodeRecord) -> Result<(String, u32), Status> {
+        let active = self
+            .0
+            .registry
+            .active()
+            .map_err(status)?
+            .map(|v| v.id)
+            .unwrap_or_default();
+        if !active.is_empty() && record.version.as_deref() != Some(active.as_str()) {
+            self.0.wake_sync();
+        }
+        let heartbeat = u32::try_from(self.0.nodes.heartbeat().as_millis()).unwrap_or(u32::MAX);
+        Ok((active, heartbeat))
+    }
+}
+
+fn status(e: TunerError) -> Status {
+    match e {
+        TunerError::InvalidArgument(message) => Status::invalid_argument(message),
+        TunerError::UnknownNode(_) => Status::not_found(e.to_string()),
+        other => Status::internal(other.to_string()),
+    }
+}
+
+/// The version a node reports, `None` when it names none.
+fn reported(version: &str) -> Option<&str> {
+    Some(version).filter(|v| !v.is_empty())
+}
 
 #[tonic::async_trait]
 impl TunerRpc for TunerService {
@@ -32,16 +74,34 @@ impl TunerRpc for TunerService {
                 req.protocol_version
             )));
         }
-        let node_id = self
+        let record = self
             .0
-            .register(&req.name, &req.grpc_url)
-            .map_err(|e| match e {
-                TunerError::InvalidArgument(message) => Status::invalid_argument(message),
-                other => Status::internal(other.to_string()),
-            })?;
+            .nodes
+            .register(&req.name, &req.grpc_url, reported(&req.active_version))
+            .map_err(status)?;
+        let (active_version, heartbeat_ms) = self.answer(&record)?;
         Ok(Response::new(RegisterReply {
-            node_id,
+            node_id: record.id,
             protocol_version: PROTOCOL_VERSION,
+            active_version,
+            heartbeat_ms,
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatReply>, Status> {
+        let req = request.into_inner();
+        let record = self
+            .0
+            .nodes
+            .renew(req.node_id, &req.name, reported(&req.active_version))
+            .map_err(status)?;
+        let (active_version, heartbeat_ms) = self.answer(&record)?;
+        Ok(Response::new(HeartbeatReply {
+            active_version,
+            heartbeat_ms,
         }))
     }
 }

@@ -1,34 +1,49 @@
 //! The Tuner's HTTP API for operators, under `/v1/tuner`.
 //!
-//! `GET /v1/tuner/nodes`, `GET /v1/tuner/versions`, `POST /v1/tuner/finetune` (a
-//! [`FinetuneRequest`] body) and `POST /v1/tuner/deploy/{version}` (also the rollback). With a
-//! token, the POSTs need `Authorization: Bearer <token>`. Errors are `{"error": kind, "message"}`.
+//! - `GET /v1/tuner/nodes`: the registered PipeStores with their state, lease and version;
+//!   `POST /v1/tuner/nodes/{name}/drain` (it takes no new work), `POST
+//!   /v1/tuner/nodes/{name}/activate` and `DELETE /v1/tuner/nodes/{name}` (forgotten).
+//! - `GET /v1/tuner/versions`: the model versions.
+//! - `POST /v1/tuner/finetune` (a [`FinetuneRequest`] body) and `POST
+//!   /v1/tuner/deploy/{version}` (also the rollback) start a job in the background and answer
+//!   202 with the [`JobView`] (and `Location: /v1/tuner/jobs/{id}`); what can be checked at
+//!   once is (400, 404, 409).
+//! - `GET /v1/tuner/jobs` and `GET /v1/tuner/jobs/{id}`: phase, progress, result or error.
+//!
+//! With a token, the writes need `Authorization: Bearer <token>`. Errors are `{"error": kind,
+//! "message"}`.
 
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Request, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::Response;
-use axum::routing::{get, post};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use ndpipe_catalog::ModelVersion;
+use ndpipe_catalog::{ModelVersion, NodeState};
 use ndpipe_util::http::{error_response, require_bearer};
 
-use crate::{DeployReport, FinetuneReport, FinetuneRequest, NodeView, Tuner, TunerError};
+use crate::jobs::JobView;
+use crate::{FinetuneRequest, NodeView, Tuner, TunerError};
 
-/// The routes over `tuner`; `token` guards the POSTs.
+/// The routes over `tuner`; `token` guards the writes.
 pub(crate) fn router(tuner: Arc<Tuner>, token: Option<Arc<str>>) -> Router {
     let writes = Router::new()
         .route("/v1/tuner/finetune", post(finetune))
         .route("/v1/tuner/deploy/{version}", post(deploy))
+        .route("/v1/tuner/nodes/{name}/drain", post(drain))
+        .route("/v1/tuner/nodes/{name}/activate", post(activate))
+        .route("/v1/tuner/nodes/{name}", delete(remove))
         .route_layer(middleware::from_fn(move |req: Request, next: Next| {
             require_bearer(token.clone(), req, next)
         }));
     Router::new()
         .route("/v1/tuner/nodes", get(nodes))
         .route("/v1/tuner/versions", get(versions))
+        .route("/v1/tuner/jobs", get(jobs))
+        .route("/v1/tuner/jobs/{id}", get(job))
         .merge(writes)
         .with_state(tuner)
 }
@@ -36,42 +51,89 @@ pub(crate) fn router(tuner: Arc<Tuner>, token: Option<Arc<str>>) -> Router {
 /// The one mapping of Tuner errors to HTTP: status and stable `error` kind.
 impl From<TunerError> for Response {
     fn from(e: TunerError) -> Self {
-        let (status, kind) = match &e {
-            TunerError::Busy => (StatusCode::CONFLICT, "job_running"),
-            TunerError::NoNodes => (StatusCode::CONFLICT, "no_nodes"),
-            TunerError::UnknownVersion(_) => (StatusCode::NOT_FOUND, "unknown_model"),
-            TunerError::Node { .. } => (StatusCode::BAD_GATEWAY, "node_failed"),
-            TunerError::DeployAborted { .. } => (StatusCode::CONFLICT, "deploy_aborted"),
-            TunerError::EmptyData => (StatusCode::CONFLICT, "no_training_data"),
+        let status = match &e {
+            TunerError::Busy
+            | TunerError::NoNodes
+            | TunerError::NoEligibleNodes(_)
+            | TunerError::DeployAborted { .. }
+            | TunerError::EmptyData => StatusCode::CONFLICT,
+            TunerError::UnknownVersion(_)
+            | TunerError::UnknownNode(_)
+            | TunerError::UnknownJob(_) => StatusCode::NOT_FOUND,
+            TunerError::Node { .. } => StatusCode::BAD_GATEWAY,
             TunerError::InvalidArgument(_) | TunerError::InputDimMismatch { .. } => {
-                (StatusCode::BAD_REQUEST, "invalid_request")
+                StatusCode::BAD_REQUEST
             }
-            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        error_response(status, kind, &e.to_string())
+        error_response(status, e.kind(), &e.to_string())
     }
+}
+
+/// 202 with the job and where to follow it.
+fn accepted(job: JobView) -> Response {
+    let location = format!("/v1/tuner/jobs/{}", job.id);
+    (
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, location)],
+        Json(job),
+    )
+        .into_response()
 }
 
 async fn finetune(
     State(tuner): State<Arc<Tuner>>,
     body: Result<Json<FinetuneRequest>, JsonRejection>,
-) -> Result<Json<FinetuneReport>, Response> {
+) -> Result<Response, Response> {
     let Json(req) =
         body.map_err(|e| error_response(StatusCode::BAD_REQUEST, "bad_body", &e.body_text()))?;
-    Ok(Json(tuner.finetune(req).await?))
-}
-
-async fn nodes(State(tuner): State<Arc<Tuner>>) -> Json<Vec<NodeView>> {
-    Json(tuner.nodes())
-}
-
-async fn versions(State(tuner): State<Arc<Tuner>>) -> Result<Json<Vec<ModelVersion>>, Response> {
-    Ok(Json(tuner.versions()?))
+    Ok(accepted(tuner.submit_finetune(req)?))
 }
 
 async fn deploy(
     State(tuner): State<Arc<Tuner>>,
     Path(version): Path<String>,
-) -> Result<Json<DeployReport>, Response> {
-    Ok(Json(tuner.deploy(&version).await?))
+) -> Result<Response, Response> {
+    Ok(accepted(tuner.submit_deploy(&version)?))
+}
+
+async fn jobs(State(tuner): State<Arc<Tuner>>) -> Result<Json<Vec<JobView>>, Response> {
+    Ok(Json(tuner.jobs()?))
+}
+
+async fn job(
+    State(tuner): State<Arc<Tuner>>,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, Response> {
+    Ok(Json(tuner.job(&id)?))
+}
+
+async fn nodes(State(tuner): State<Arc<Tuner>>) -> Result<Json<Vec<NodeView>>, Response> {
+    Ok(Json(tuner.nodes()?))
+}
+
+async fn drain(
+    State(tuner): State<Arc<Tuner>>,
+    Path(name): Path<String>,
+) -> Result<Json<NodeView>, Response> {
+    Ok(Json(tuner.set_node_state(&name, NodeState::Draining)?))
+}
+
+async fn activate(
+    State(tuner): State<Arc<Tuner>>,
+    Path(name): Path<String>,
+) -> Result<Json<NodeView>, Response> {
+    Ok(Json(tuner.set_node_state(&name, NodeState::Active)?))
+}
+
+async fn remove(
+    State(tuner): State<Arc<Tuner>>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, Response> {
+    tuner.remove_node(&name)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn versions(State(tuner): State<Arc<Tuner>>) -> Result<Json<Vec<ModelVersion>>, Response> {
+    Ok(Json(tuner.versions()?))
 }

@@ -32,15 +32,14 @@ pub(crate) async fn rebalance(
 ) -> Result<Vec<Handoff>, TunerError> {
     let mut handoffs = Vec::new();
     for (slow, fast, n) in balance_plan(have, rates, u64::from(chunk_size)) {
+        let request = pb::RebalanceRequest {
+            job_id: job_id.to_string(),
+            give: n as u32,
+        };
         let reply = nodes[slow]
-            .client()
-            .rebalance(pb::RebalanceRequest {
-                job_id: job_id.to_string(),
-                give: n as u32,
-            })
+            .unary(request, |mut c, r| async move { c.rebalance(r).await })
             .await
-            .map_err(|e| node_error(&nodes[slow], format!("rebalance failed: {}", e.message())))?
-            .into_inner();
+            .map_err(|e| node_error(&nodes[slow], format!("rebalance failed: {}", e.message())))?;
         if reply.photos.is_empty() {
             continue;
         }
@@ -58,6 +57,7 @@ pub(crate) async fn rebalance(
             chunk_size,
             // Sequence numbers of their own, so that no take-over chunk reuses a node's.
             first_seq: 1_000_000 * (handoffs.len() as u32 + 1),
+            timeout_ms: u32::try_from(nodes[fast].timeout().as_millis()).unwrap_or(u32::MAX),
         };
         handoffs.push(Handoff {
             slow,

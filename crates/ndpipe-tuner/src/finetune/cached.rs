@@ -250,13 +250,12 @@ impl Fetcher {
                 .iter()
                 .map(|k| self.rows[ids[*k] as usize].photo)
                 .collect();
-            let mut client = node.client();
+            let request = GetFeaturesRequest { ids: photos };
             let chunk = self
                 .setup
                 .handle
-                .block_on(client.get_features(GetFeaturesRequest { ids: photos }))
-                .map_err(|e| node_error(node, format!("fetching features: {}", e.message())))?
-                .into_inner();
+                .block_on(node.unary(request, |mut c, r| async move { c.get_features(r).await }))
+                .map_err(|e| node_error(node, format!("fetching features: {}", e.message())))?;
             let features = decode_chunk(&chunk, u32::MAX as usize)
                 .map_err(|e| node_error(node, format!("fetching features: {e}")))?;
             if features.len() != ks.len() || features.dim != self.setup.dim {

@@ -43,9 +43,7 @@ mod tests {
     async fn tensors_become_the_backbones_features_in_order() {
         let backbone = Arc::new(ndpipe_model::FakeBackend::new(8, 3).with_max_batch(2));
         let [h, w] = backbone.info().input_size;
-        let nodes = crate::nodes::Nodes::default();
-        nodes.register("ps-a", "http://127.0.0.1:1").unwrap();
-        let node = nodes.snapshot().remove(0);
+        let node = Node::for_test("ps-a", "http://127.0.0.1:1");
         let data: Vec<u8> = (0..3u8)
             .flat_map(|i| vec![i * 50; (h * w * 3) as usize])
             .collect();

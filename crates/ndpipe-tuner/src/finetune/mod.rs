@@ -6,7 +6,8 @@
 //! features, labels and photo ids cross the network.
 //!
 //! - [`request`] and [`report`]: the job's input and output;
-//! - [`streams`]: the node streams feeding the job's channel, re-fetching damaged chunks;
+//! - [`streams`]: the node streams feeding the job's channel, each watched (a node silent for
+//!   the node timeout fails the job, naming it), and the re-fetch of damaged chunks;
 //! - [`intake`]: what arrived so far, and when a run is ready;
 //! - [`balance`]: moving work from slow nodes to fast ones after the validation set;
 //! - [`trainer`]: the training thread, in memory or through [`cached`] over the memory budget;
@@ -27,6 +28,7 @@ use std::time::Instant;
 
 use ndpipe_catalog::ModelVersion;
 use ndpipe_model::InferenceBackend;
+use ndpipe_proto::pb::extract_event::Event;
 use ndpipe_proto::{ProtoError, decode_chunk, decode_tensor_chunk, pb};
 use ndpipe_util::time::now_ms;
 use tokio::sync::mpsc;
@@ -39,40 +41,32 @@ pub use request::{CachePolicy, FinetuneRequest, Mode, ValSplit};
 use self::cached::CacheSetup;
 use self::intake::Intake;
 use self::streams::{Msg, Source};
-use self::trainer::{Trainer, TrainerSetup, validate};
-use crate::nodes::{Node, Nodes, node_error};
+use self::trainer::{TrainedRun, Trainer, TrainerSetup, validate};
+use crate::control::JobEnv;
+use crate::jobs::Phase;
+use crate::nodes::{Members, Node, node_error};
 use crate::registry::Registry;
 use crate::{Head, HeadConfig, TunerError, deploy};
 
-/// Fine-tunes a new head from the nodes' features, records it in the registry and, when asked,
-/// deploys it. `backbone` is the Tuner's own, for conventional mode.
+/// Fine-tunes a new head from the features of the `members`, records it in the registry and,
+/// when asked, deploys it. `conventional` is the Tuner's own backbone, for conventional mode
+/// (the caller checked the request).
 pub(crate) async fn finetune(
-    nodes: &Nodes,
-    registry: &Registry,
-    backbone: Option<&Arc<dyn InferenceBackend>>,
+    env: &JobEnv<'_>,
+    members: Members,
+    conventional: Option<Arc<dyn InferenceBackend>>,
     req: FinetuneRequest,
 ) -> Result<FinetuneReport, TunerError> {
     let started = Instant::now();
-    if req.runs == 0 {
-        return Err(TunerError::InvalidArgument(
-            "runs must be at least 1".into(),
-        ));
-    }
-    let conventional = match req.mode {
-        Mode::NearData => None,
-        Mode::Conventional => Some(backbone.cloned().ok_or_else(|| {
-            TunerError::InvalidArgument(
-                "conventional mode needs a backbone on the Tuner (--model-dir)".into(),
-            )
-        })?),
-    };
-    let snapshot = nodes.snapshot();
+    let snapshot = members.nodes.clone();
     if snapshot.is_empty() {
         return Err(TunerError::NoNodes);
     }
     let survey = Survey::take(&snapshot, req.val_split).await?;
-    let (head, parent) = starting_head(registry, &req, &survey)?;
-    let job_id = format!("ft-{}", now_ms());
+    let (head, parent) = starting_head(env.registry, &req, &survey)?;
+    let job_id = env.progress.id().to_string();
+    let labels: Vec<String> = snapshot.iter().map(Node::label).collect();
+    env.progress.phase(Phase::Extracting, &labels);
     info!(
         job = %job_id,
         nodes = snapshot.len(),
@@ -90,12 +84,13 @@ pub(crate) async fn finetune(
         conventional,
         started,
     );
-    let done = job.run(rx).await?;
+    let done = job.run(rx, env).await?;
     let (mut report, head) = done.into_report(&survey, &job_id, parent, started);
-    let record = register(registry, &survey, &req, &report, &head)?;
+    report.skipped = members.skipped.clone();
+    let record = register(env.registry, &survey, &req, &report, &head)?;
     info!(version = %record.id, report.val_top1, report.seconds, "fine-tuning done");
     if req.deploy {
-        report.deploy = Some(deploy::deploy(nodes, registry, &record, Some(&head)).await?);
+        report.deploy = Some(deploy::deploy(env, &members, &record, Some(&head)).await?);
     }
     Ok(report)
 }
@@ -156,17 +151,18 @@ struct Survey {
 
 impl Survey {
     async fn take(nodes: &[Node], val_split: ValSplit) -> Result<Self, TunerError> {
-        let replies = futures::future::join_all(nodes.iter().map(|n| async move {
-            n.client()
-                .inventory(pb::InventoryRequest {})
-                .await
-                .map(tonic::Response::into_inner)
+        let replies = futures::future::join_all(nodes.iter().map(|n| {
+            n.unary(pb::InventoryRequest {}, |mut c, r| async move {
+                c.inventory(r).await
+            })
         }))
         .await;
         let inventories = nodes
             .iter()
             .zip(replies)
-            .map(|(n, r)| r.map_err(|e| node_error(n, e.message())))
+            .map(|(n, r)| {
+                r.map_err(|e| node_error(n, format!("inventory failed: {}", e.message())))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let backbone = inventories[0].backbone_version.clone();
         for (node, inv) in nodes.iter().zip(&inventories) {
@@ -274,8 +270,11 @@ struct Job<'a> {
     /// Training photos per node, for load balancing.
     have: &'a [u64],
     intake: Intake,
-    /// The job's channel, for the streams and the trainer started later.
-    tx: mpsc::Sender<Msg>,
+    /// The job's channel, for the take-over streams started later. Weak: the channel closes
+    /// once every stream has ended.
+    tx: mpsc::WeakSender<Msg>,
+    /// The trainer's results, once it runs.
+    trained: Option<mpsc::Receiver<Result<TrainedRun, TunerError>>>,
     /// The Tuner's backbone, in conventional mode.
     conventional: Option<Arc<dyn InferenceBackend>>,
     cache: Option<CacheSetup>,
@@ -338,6 +337,7 @@ impl Done {
             runs,
             rebalanced: self.rebalanced,
             cache: self.cache,
+            skipped: Vec::new(),
             deploy: None,
         };
         (report, self.head)
@@ -386,7 +386,8 @@ impl<'a> Job<'a> {
             started,
             have: &survey.have,
             intake,
-            tx,
+            tx: tx.downgrade(),
+            trained: None,
             conventional,
             cache,
             balanced: !req.load_balance || nodes.len() < 2,
@@ -400,36 +401,52 @@ impl<'a> Job<'a> {
         (job, rx)
     }
 
-    /// Runs the event loop until every run is trained.
-    async fn run(mut self, mut rx: mpsc::Receiver<Msg>) -> Result<Done, TunerError> {
+    /// Runs the event loop until every run is trained. It ends on its own when the streams and
+    /// the trainer are gone: it holds none of their senders.
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Msg>,
+        env: &JobEnv<'_>,
+    ) -> Result<Done, TunerError> {
         let runs = self.req.runs as usize;
         let mut trained = 0;
+        let mut streams_open = true;
         while trained < runs {
-            let Some(msg) = rx.recv().await else {
-                return Err(TunerError::Internal("the job's channel closed".into()));
+            let msg = tokio::select! {
+                msg = rx.recv(), if streams_open => msg,
+                run = recv(&mut self.trained), if self.trained.is_some() => {
+                    let Some(run) = run else {
+                        return Err(TunerError::Internal("the training thread stopped".into()));
+                    };
+                    self.on_trained(run?)?;
+                    trained += 1;
+                    continue;
+                }
+                else => {
+                    return Err(TunerError::Internal(
+                        "every stream ended before the runs were complete".into(),
+                    ));
+                }
+            };
+            let Some(msg) = msg else {
+                streams_open = false;
+                continue;
             };
             match msg {
                 Msg::Event(source, event) => {
+                    if let (Source::Node(i), Event::Throughput(t)) = (source, &event) {
+                        env.progress.node(i, t.done, t.total);
+                    }
                     if let Some(chunk) = self.intake.on_event(source, event) {
                         self.on_chunk(source, chunk).await?;
                     }
                     if self.extract_seconds.is_none() && self.intake.all_done() {
                         self.extract_seconds = Some(self.started.elapsed().as_secs_f64());
+                        env.progress.phase(Phase::Training, &[]);
                     }
                 }
                 Msg::Failed(source, message) => return Err(self.intake.blame(source, &message)),
                 Msg::Ended(source) => self.intake.on_ended(source)?,
-                Msg::Trained(result) => {
-                    let run = result?;
-                    let line = self.timeline.get_mut(run.run).ok_or_else(|| {
-                        TunerError::Internal(format!("run {} was trained unasked", run.run))
-                    })?;
-                    line.train_start = run.start;
-                    line.train_seconds = run.seconds;
-                    line.val_top1 = run.val_top1;
-                    trained += 1;
-                    continue;
-                }
             }
             if !self.balanced && self.intake.all_val_ready() {
                 self.balanced = true;
@@ -450,6 +467,18 @@ impl<'a> Job<'a> {
             rebalanced: self.rebalanced,
             extract_seconds: self.extract_seconds,
         })
+    }
+
+    /// Books a trained run in the timeline.
+    fn on_trained(&mut self, run: TrainedRun) -> Result<(), TunerError> {
+        let line = self
+            .timeline
+            .get_mut(run.run)
+            .ok_or_else(|| TunerError::Internal(format!("run {} was trained unasked", run.run)))?;
+        line.train_start = run.start;
+        line.train_seconds = run.seconds;
+        line.val_top1 = run.val_top1;
+        Ok(())
     }
 
     /// Checks, decodes and books a chunk seen for the first time: features, or in conventional
@@ -500,8 +529,12 @@ impl<'a> Job<'a> {
         }
     }
 
-    /// Moves work from slow nodes to fast ones, each move streamed as a take-over.
+    /// Moves work from slow nodes to fast ones, each move streamed as a take-over. Nothing moves
+    /// once every stream has ended (nothing is left to move).
     async fn rebalance(&mut self) -> Result<(), TunerError> {
+        let Some(tx) = self.tx.upgrade() else {
+            return Ok(());
+        };
         let handoffs = balance::rebalance(
             self.nodes,
             self.job_id,
@@ -513,7 +546,7 @@ impl<'a> Job<'a> {
         for h in handoffs {
             let k = self.intake.add_takeover(h.slow, h.fast);
             self.rebalanced.push(h.moved);
-            streams::spawn_takeover(k, &self.nodes[h.fast], h.request, self.tx.clone());
+            streams::spawn_takeover(k, &self.nodes[h.fast], h.request, tx.clone());
         }
         Ok(())
     }
@@ -548,7 +581,8 @@ impl<'a> Job<'a> {
             .ok_or_else(|| TunerError::Internal("trainer started twice".into()))?;
         let val = self.intake.take_val();
         self.val_top1_before = validate(&head, &val)?;
-        let tx = self.tx.clone();
+        let (tx, rx) = mpsc::channel(self.req.runs as usize + 1);
+        self.trained = Some(rx);
         Trainer::spawn(
             TrainerSetup {
                 head,
@@ -558,7 +592,17 @@ impl<'a> Job<'a> {
                 started: self.started,
                 cache: self.cache.clone(),
             },
-            move |trained| tx.blocking_send(Msg::Trained(trained)).is_ok(),
+            move |trained| tx.blocking_send(trained).is_ok(),
         )
+    }
+}
+
+/// The next trained run, once the trainer runs.
+async fn recv(
+    trained: &mut Option<mpsc::Receiver<Result<TrainedRun, TunerError>>>,
+) -> Option<Result<TrainedRun, TunerError>> {
+    match trained {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }

@@ -46,6 +46,9 @@ pub struct FinetuneReport {
     pub rebalanced: Vec<Rebalanced>,
     /// The cache's figures, when the features exceeded the memory budget.
     pub cache: Option<CacheReport>,
+    /// Registered nodes the job left out (draining, lease ran out, ...), with the reason.
+    #[serde(default)]
+    pub skipped: Vec<String>,
     /// The deploy, when asked for.
     pub deploy: Option<DeployReport>,
 }

@@ -1,13 +1,11 @@
 //! The job's event channel: every feature stream (a node's own, or a take-over) forwarded as
-//! [`Msg`]s, with the trainer's results on the same channel; and the re-fetch of a damaged chunk.
-
-use std::future::Future;
+//! [`Msg`]s, each watched: a stream silent for longer than its node's timeout fails, naming the
+//! node, so a stalled node (SIGSTOP, a black-holed network) never hangs the job. And the
+//! re-fetch of a damaged chunk, within the node's deadline.
 
 use ndpipe_proto::pb::{self, extract_event::Event};
 use tokio::sync::mpsc;
-use tonic::{Response, Status, Streaming};
 
-use super::trainer::TrainedRun;
 use crate::TunerError;
 use crate::nodes::{Node, node_error};
 
@@ -20,16 +18,14 @@ pub(crate) enum Source {
     TakeOver(usize),
 }
 
-/// What the job hears.
+/// What the job hears from the streams.
 pub(crate) enum Msg {
     /// An event of a stream.
     Event(Source, Event),
-    /// A stream failed (or could not be opened).
+    /// A stream failed, could not be opened, or fell silent.
     Failed(Source, String),
     /// A stream ended.
     Ended(Source),
-    /// The trainer finished a run.
-    Trained(Result<TrainedRun, TunerError>),
 }
 
 /// Streams node `i`'s features for the job into `tx`.
@@ -39,9 +35,13 @@ pub(crate) fn spawn_extract(
     request: pb::ExtractRequest,
     tx: mpsc::Sender<Msg>,
 ) {
-    let mut client = node.client();
-    let opened = async move { client.extract(request).await };
-    tokio::spawn(open_stream(Source::Node(i), opened, tx));
+    let node = node.clone();
+    tokio::spawn(async move {
+        let opened = node
+            .open(request, |mut c, r| async move { c.extract(r).await })
+            .await;
+        forward(Source::Node(i), &node, opened, tx).await;
+    });
 }
 
 /// Streams the features of take-over `k`, which `node` computes, into `tx`.
@@ -51,26 +51,31 @@ pub(crate) fn spawn_takeover(
     request: pb::TakeOverRequest,
     tx: mpsc::Sender<Msg>,
 ) {
-    let mut client = node.client();
-    let opened = async move { client.take_over(request).await };
-    tokio::spawn(open_stream(Source::TakeOver(k), opened, tx));
+    let node = node.clone();
+    tokio::spawn(async move {
+        let opened = node
+            .open(request, |mut c, r| async move { c.take_over(r).await })
+            .await;
+        forward(Source::TakeOver(k), &node, opened, tx).await;
+    });
 }
 
-/// Opens a stream and passes its events to the job until it ends.
-async fn open_stream(
+/// Passes the events of an opened stream to the job until it ends, fails or falls silent.
+async fn forward(
     source: Source,
-    opened: impl Future<Output = Result<Response<Streaming<pb::ExtractEvent>>, Status>>,
+    node: &Node,
+    opened: Result<tonic::Streaming<pb::ExtractEvent>, tonic::Status>,
     tx: mpsc::Sender<Msg>,
 ) {
-    let mut stream = match opened.await {
-        Ok(s) => s.into_inner(),
+    let mut stream = match opened {
+        Ok(s) => s,
         Err(e) => {
             let _ = tx.send(Msg::Failed(source, e.message().to_string())).await;
             return;
         }
     };
     loop {
-        let msg = match stream.message().await {
+        let msg = match node.next(&mut stream).await {
             Ok(Some(pb::ExtractEvent { event: Some(event) })) => Msg::Event(source, event),
             Ok(Some(_)) => continue,
             Ok(None) => Msg::Ended(source),
@@ -89,15 +94,14 @@ pub(crate) async fn refetch(
     job_id: &str,
     chunk: &pb::FeatureChunk,
 ) -> Result<pb::FeatureChunk, TunerError> {
-    node.client()
-        .fetch_chunk(pb::FetchChunkRequest {
-            job_id: job_id.to_string(),
-            part: chunk.part,
-            run: chunk.run,
-            seq: chunk.seq,
-        })
+    let request = pb::FetchChunkRequest {
+        job_id: job_id.to_string(),
+        part: chunk.part,
+        run: chunk.run,
+        seq: chunk.seq,
+    };
+    node.unary(request, |mut c, r| async move { c.fetch_chunk(r).await })
         .await
-        .map(Response::into_inner)
         .map_err(|e| node_error(node, format!("re-fetching a chunk failed: {}", e.message())))
 }
 

@@ -1,11 +1,18 @@
 //! `ndpipe finetune`, `ndpipe versions` and `ndpipe rollback`: operate the Tuner over HTTP, with
-//! the Tuner's own request and report types.
+//! the Tuner's own request, job and report types. A fine-tune or rollback starts a job on the
+//! Tuner (202) and follows it with a progress bar (phase, photos done); Ctrl-C stops following,
+//! not the job.
 
-use anyhow::{Context, Result};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
 use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
 use ndpipe::client::{Client, ServerArgs};
 use ndpipe_catalog::ModelVersion;
-use ndpipe_tuner::{DeployReport, FinetuneReport, FinetuneRequest, ValSplit};
+use ndpipe_tuner::{
+    DeployReport, FinetuneReport, FinetuneRequest, JobResult, JobView, Phase, ValSplit,
+};
 
 /// Flags of `ndpipe finetune`; unset ones keep the Tuner's defaults.
 #[derive(Debug, Args)]
@@ -33,6 +40,9 @@ pub(crate) struct FinetuneArgs {
     /// Train and register the version without deploying it.
     #[arg(long)]
     no_deploy: bool,
+    /// Start the job and print its id without following it.
+    #[arg(long)]
+    no_wait: bool,
 }
 
 fn parse_val_split(s: &str) -> Result<ValSplit, String> {
@@ -59,9 +69,61 @@ impl FinetuneArgs {
 /// Runs `ndpipe finetune`.
 pub(crate) async fn finetune(args: FinetuneArgs) -> Result<()> {
     let client = Client::new(&args.server)?;
-    let r: FinetuneReport = client
+    let job: JobView = client
         .post_json_body("/v1/tuner/finetune", &args.request())
         .await?;
+    if args.no_wait {
+        println!("{}", job.id);
+        return Ok(());
+    }
+    let job = follow(&client, job).await?;
+    let Some(JobResult::Finetune(r)) = &job.result else {
+        bail!("job {} ended without a fine-tuning report", job.id);
+    };
+    print_finetune(r);
+    Ok(())
+}
+
+/// Polls a job until it ends, showing its phase and the photos its nodes have done; returns the
+/// finished job, or its error.
+async fn follow(client: &Client, mut job: JobView) -> Result<JobView> {
+    let bar = ProgressBar::new(0);
+    bar.set_style(ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {msg:12} {bar:40} {pos}/{len} photos",
+    )?);
+    let path = format!("/v1/tuner/jobs/{}", job.id);
+    loop {
+        let (done, total) = job
+            .progress
+            .iter()
+            .fold((0, 0), |(d, t), p| (d + p.done, t + p.total));
+        bar.set_message(phase_name(job.phase));
+        bar.set_length(total);
+        bar.set_position(done.min(total));
+        if matches!(job.phase, Phase::Done | Phase::Failed) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        job = client.get_json(&path).await?;
+    }
+    bar.finish_and_clear();
+    for skipped in &job.skipped {
+        println!("left out {skipped}");
+    }
+    if let Some(e) = &job.error {
+        bail!("job {} failed: {} ({})", job.id, e.message, e.kind);
+    }
+    Ok(job)
+}
+
+fn phase_name(phase: Phase) -> String {
+    serde_json::to_value(phase)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn print_finetune(r: &FinetuneReport) {
     println!(
         "new version {} (parent {}): {} classes, {} training and {} validation photos ({} split)",
         r.version,
@@ -105,7 +167,6 @@ pub(crate) async fn finetune(args: FinetuneArgs) -> Result<()> {
     if let Some(d) = &r.deploy {
         print_deploy(d);
     }
-    Ok(())
 }
 
 fn print_deploy(d: &DeployReport) {
@@ -119,6 +180,12 @@ fn print_deploy(d: &DeployReport) {
         100.0 * d.changed_fraction,
         d.modes.join(", ")
     );
+    for lagging in d.lagging.iter().chain(&d.skipped) {
+        println!(
+            "  not yet on {}: {lagging} (the Tuner brings it there when it is next seen)",
+            d.version
+        );
+    }
 }
 
 /// Runs `ndpipe versions`.
@@ -149,13 +216,17 @@ pub(crate) struct RollbackArgs {
 /// Runs `ndpipe rollback`.
 pub(crate) async fn rollback(args: RollbackArgs) -> Result<()> {
     let client = Client::new(&args.server)?;
-    let d: DeployReport = client
+    let job: JobView = client
         .post_json_body(
             &format!("/v1/tuner/deploy/{}", args.version),
             &serde_json::json!({}),
         )
         .await
         .context("rolling back")?;
-    print_deploy(&d);
+    let job = follow(&client, job).await.context("rolling back")?;
+    let Some(JobResult::Deploy(d)) = &job.result else {
+        bail!("job {} ended without a deploy report", job.id);
+    };
+    print_deploy(d);
     Ok(())
 }

@@ -50,6 +50,11 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_TOKEN_FILE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) token_file: Option<PathBuf>,
+    /// File whose first line is the cluster secret, required of every gRPC call between nodes
+    /// and the Tuner [cluster_secret_file].
+    #[arg(long, env = "NDPIPE_CLUSTER_SECRET_FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cluster_secret_file: Option<PathBuf>,
     /// Largest accepted upload, in bytes [max_upload_bytes; default: 64 MiB].
     #[arg(long, env = "NDPIPE_MAX_UPLOAD_BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -62,6 +67,11 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_MAX_VOLUME_BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_volume_bytes: Option<u64>,
+    /// Free bytes to keep on the data directory's file system; below it uploads answer 507
+    /// while reads, deletes and searches go on [min_free_bytes; default: 256 MiB].
+    #[arg(long, env = "NDPIPE_MIN_FREE_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) min_free_bytes: Option<u64>,
     /// Compression of stored tensors: zstd, deflate or none [tensor_codec; default: zstd].
     #[arg(long, env = "NDPIPE_TENSOR_CODEC")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -110,6 +120,10 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, hide = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) fault_corrupt_chunks: Option<u32>,
+    /// Testing only: refuse the first N head commits [fault_fail_commits].
+    #[arg(long, hide = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) fault_fail_commits: Option<u32>,
 }
 
 /// Flags of `ndpipe tuner`: keys of `[tuner]`.
@@ -140,6 +154,11 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_TOKEN_FILE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) token_file: Option<PathBuf>,
+    /// File whose first line is the cluster secret, required of every gRPC call between nodes
+    /// and the Tuner [cluster_secret_file].
+    #[arg(long, env = "NDPIPE_CLUSTER_SECRET_FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cluster_secret_file: Option<PathBuf>,
     /// A model folder: gives the Tuner its own backbone, for the conventional comparison mode
     /// [model_dir].
     #[arg(long, env = "NDPIPE_TUNER_MODEL_DIR")]
@@ -149,6 +168,16 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_TUNER_INTRA_THREADS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) intra_threads: Option<usize>,
+    /// A job fails, naming the node, when it hears nothing from a node for this many ms; also
+    /// the deadline of every call to a node [node_timeout_ms; default: 30000].
+    #[arg(long, env = "NDPIPE_NODE_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) node_timeout_ms: Option<u64>,
+    /// A PipeStore's lease in ms (it heartbeats three times per lease); a node whose lease ran
+    /// out is left out of jobs [node_lease_ms; default: 15000].
+    #[arg(long, env = "NDPIPE_NODE_LEASE_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) node_lease_ms: Option<u64>,
 }
 
 #[cfg(test)]

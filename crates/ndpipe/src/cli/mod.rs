@@ -5,6 +5,7 @@ mod config;
 mod finetune;
 mod flags;
 mod import;
+mod nodes;
 mod photos;
 mod relabel;
 mod serve;
@@ -36,6 +37,8 @@ enum Command {
     Versions(ServerArgs),
     /// Serve an earlier model version again (deploy + re-label).
     Rollback(finetune::RollbackArgs),
+    /// The Tuner's PipeStores: list them, drain, activate or remove one.
+    Nodes(nodes::NodesArgs),
     /// Upload a folder of photos, or the Fashion-MNIST data set, to a running store.
     Import(import::ImportArgs),
     /// List, fetch, inspect or delete photos in a running store.
@@ -58,6 +61,7 @@ impl Cli {
             Command::Finetune(args) => finetune::finetune(args).await,
             Command::Versions(args) => finetune::versions(args).await,
             Command::Rollback(args) => finetune::rollback(args).await,
+            Command::Nodes(args) => nodes::run(args).await,
             Command::Import(args) => import::run(args).await,
             Command::Photos(args) => photos::run(args).await,
             Command::Compact(args) => photos::compact(args).await,

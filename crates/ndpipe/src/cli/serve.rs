@@ -32,6 +32,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
         data: config.data.join("tuner"),
         token: config.token.clone(),
         token_file: config.token_file.clone(),
+        cluster_secret_file: config.cluster_secret_file.clone(),
         ..ndpipe_tuner::Config::default()
     };
     let store = PipeStore::open(config)
@@ -49,19 +50,17 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
             None
         }
     };
-    let running = store
+    let mut running = store
         .start(
             tuner.as_ref().map(Tuner::http_router),
             tuner.as_ref().map(|t| t.grpc_routes()),
         )
         .await
         .context("starting the PipeStore's servers")?;
-    if let (Some(tuner), Some(url)) = (&tuner, running.grpc_url()) {
-        let id = tuner
-            .register_node(&name, url)
-            .context("registering the PipeStore with its Tuner")?;
-        running.set_node_id(id);
-        info!(node = id, %name, "registered with the embedded Tuner");
+    // The PipeStore joins its own Tuner over gRPC, as a remote one would (heartbeats included).
+    if let (Some(_), Some(url)) = (&tuner, running.grpc_url().map(str::to_string)) {
+        running.join(url);
+        info!(%name, "joining the embedded Tuner");
     }
     println!("ndpipe listening on http://{}", running.http_addr());
     super::wait_for_signal().await;

@@ -346,3 +346,148 @@ async fn a_token_guards_writes_but_not_reads() {
     assert_eq!(compact.status(), 401);
     assert_eq!(inst.counts().await, (1, 1));
 }
+
+#[tokio::test]
+async fn a_token_on_the_command_line_is_warned_about_and_a_token_file_is_not() {
+    let inst = Instance::start_with(&["--token", "s3cret"]);
+    let warning = "the bearer token was given as --token";
+    assert!(inst.log().contains(warning), "{}", inst.log());
+    assert!(inst.log().contains("--token-file"), "{}", inst.log());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "s3cret\n").unwrap();
+    let quiet = Instance::start_with(&["--token-file", file.to_str().unwrap()]);
+    assert!(!quiet.log().contains(warning), "{}", quiet.log());
+    let ok = quiet
+        .client()
+        .post(format!("{}/v1/photos", quiet.url))
+        .bearer_auth("s3cret")
+        .body(jpeg(40, 40, 1))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 201);
+}
+
+/// Ids above what the catalog can hold (i64::MAX) do not exist (404); `after` above it is a bad
+/// query (400). None is a 500.
+#[tokio::test]
+async fn ids_beyond_the_catalog_are_404_or_400_never_500() {
+    let inst = Instance::start();
+    assert_eq!(inst.upload(jpeg(40, 40, 1), "").await.0, 201);
+    let json_error = |body: &[u8]| -> String {
+        let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+        assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+        v["error"].as_str().unwrap().to_string()
+    };
+    for after in ["18446744073709551615", "9223372036854775808"] {
+        let (status, body) = inst.get(&format!("/v1/photos?after={after}")).await;
+        assert_eq!(
+            (status, json_error(&body).as_str()),
+            (400, "bad_query"),
+            "after={after}"
+        );
+    }
+    let page = inst.json("/v1/photos?after=9223372036854775807").await;
+    assert!(page["photos"].as_array().unwrap().is_empty());
+    for id in ["9223372036854775808", "18446744073709551615"] {
+        for path in ["", "/meta", "/labels", "/tensor"] {
+            let (status, body) = inst.get(&format!("/v1/photos/{id}{path}")).await;
+            assert_eq!(
+                (status, json_error(&body).as_str()),
+                (404, "not_found"),
+                "{id}{path}"
+            );
+        }
+        let del = inst
+            .client()
+            .delete(format!("{}/v1/photos/{id}", inst.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(del.status(), 404);
+        let truth = inst
+            .client()
+            .put(format!("{}/v1/photos/{id}/ground-truth", inst.url))
+            .json(&serde_json::json!({"label": "x"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(truth.status(), 404);
+    }
+    let (status, body) = inst.get("/v1/photos/18446744073709551616").await;
+    assert_eq!((status, json_error(&body).as_str()), (400, "bad_id"));
+    let metrics = String::from_utf8(inst.get("/metrics").await.1).unwrap();
+    assert!(!metrics.contains("catalog_error"), "{metrics}");
+}
+
+/// 405 and 431 answer the same JSON error body as every other error.
+#[tokio::test]
+async fn method_not_allowed_and_oversized_headers_have_json_bodies() {
+    let inst = Instance::start();
+    for (method, path) in [
+        (reqwest::Method::PUT, "/v1/photos"),
+        (reqwest::Method::DELETE, "/v1/search"),
+        (reqwest::Method::POST, "/healthz"),
+    ] {
+        let resp = inst
+            .client()
+            .request(method.clone(), format!("{}{path}", inst.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 405, "{method} {path}");
+        assert!(resp.headers().contains_key("allow"), "{method} {path}");
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["error"], "method_not_allowed", "{method} {path}");
+        assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+    let resp = inst
+        .client()
+        .get(format!("{}/v1/photos", inst.url))
+        .header("x-padding", "a".repeat(100 * 1024))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 431);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "headers_too_large", "{body}");
+    assert_eq!(inst.get("/v1/photos?limit=1").await.0, 200);
+}
+
+/// `%` and `_` in a searched label are characters, not SQL wildcards.
+#[tokio::test]
+async fn label_search_treats_wildcards_as_characters() {
+    let inst = Instance::start_with_model(&[]);
+    let (status, body) = inst.upload(sample("chelsea.png"), "").await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_u64().unwrap();
+    let labels = inst
+        .wait_for(&format!("/v1/photos/{id}/labels"), 60, |v| {
+            v.as_array().is_some_and(|a| !a.is_empty())
+        })
+        .await;
+    // A class with synonyms ("tabby, tabby cat"): the patterns below matched it as wildcards.
+    let synonyms = labels[0]["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["label"].as_str())
+        .find(|l| l.contains(", ") && l.is_ascii())
+        .unwrap_or_else(|| panic!("no label with synonyms in {labels}"))
+        .to_string();
+    let first = synonyms.split(", ").next().unwrap();
+    let hits = |v: serde_json::Value| v["hits"].as_array().unwrap().len();
+    assert_eq!(
+        hits(inst.json(&format!("/v1/search?label={first}")).await),
+        1,
+        "{first}"
+    );
+    let mut one_wrong = first.to_string();
+    one_wrong.replace_range(1..2, "_");
+    let prefix = format!("{}%25", &first[..2]);
+    for wildcard in ["%25", "_", "%25%25", one_wrong.as_str(), prefix.as_str()] {
+        let found = inst.json(&format!("/v1/search?label={wildcard}")).await;
+        assert_eq!(hits(found), 0, "label={wildcard} must match only itself");
+    }
+}

@@ -1,5 +1,5 @@
 //! SpiderCache and its peers on a real (small) training run reading a PipeStore process through
-//! each cache: the quick mode of `ndpipe bench cache run`.
+//! each cache: the quick mode of `ndpipe-bench cache run`, on one seed.
 
 use cachebench::bench::{self, BenchConfig, policy_specs};
 use cachebench::replay::{Trace, replay};
@@ -11,12 +11,14 @@ fn quick_mode_runs_every_policy_through_a_real_pipestore() {
     let config = BenchConfig {
         ndpipe_bin: bin,
         out_dir: out.path().to_owned(),
+        json: Some(out.path().join("summary.json")),
+        seeds: 1,
         progress: false,
         ..BenchConfig::quick()
     };
     let results = bench::run(&config).unwrap();
 
-    for spec in policy_specs() {
+    for spec in policy_specs(config.epochs) {
         let runs: Vec<_> = results
             .runs
             .iter()
@@ -43,6 +45,11 @@ fn quick_mode_runs_every_policy_through_a_real_pipestore() {
             assert!(e.requests > 0, "{}", run.policy);
             assert!((0.0..=1.0).contains(&e.hit_ratio()), "{}", run.policy);
             assert!(e.data_stall_s <= e.epoch_time_s, "{}", run.policy);
+            assert!(
+                e.distinct_trained > 0 && e.distinct_trained <= results.runs[0].num_samples as u64,
+                "{}",
+                run.policy
+            );
         }
         assert!(
             run.final_accuracy() > 2.0 * chance,
@@ -58,20 +65,43 @@ fn quick_mode_runs_every_policy_through_a_real_pipestore() {
             .iter()
             .all(|e| e.exact_hits + e.substitutes == 0)
     );
+    // Quiver "hits" everything but reads every sample itself: reads per request stay near 1.
+    let quiver = results.runs.iter().find(|r| r.policy == "quiver").unwrap();
+    assert!(
+        quiver.reads_per_request() > 0.9,
+        "{}",
+        quiver.reads_per_request()
+    );
     for file in [
         "results.json",
         "results.md",
-        "hit_ratio_10.svg",
-        "accuracy_10.svg",
+        "summary.json",
+        "reads_10.png",
+        "hit_ratio_10.png",
+        "accuracy_10.png",
     ] {
         assert!(out.path().join(file).is_file(), "{file} written");
+    }
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("summary.json")).unwrap()).unwrap();
+    for row in summary.as_array().unwrap() {
+        for key in [
+            "reads_per_request",
+            "exact_ratio",
+            "substitute_ratio",
+            "distinct_per_epoch",
+            "top1_mean",
+            "top1_sd",
+        ] {
+            assert!(row[key].is_number(), "{key} in {row}");
+        }
     }
 
     // The recorded no-cache run replays exactly for a non-steering policy:
     // the request stream of nocache itself is the trace's.
     let trace = Trace::read(&out.path().join("trace.bin")).unwrap();
     assert_eq!(trace.epochs.len(), config.epochs as usize);
-    let lru = policy_specs()
+    let lru = policy_specs(config.epochs)
         .into_iter()
         .find(|p| p.label == "lru")
         .unwrap();

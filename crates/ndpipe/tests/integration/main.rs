@@ -2,17 +2,23 @@
 //!
 //! - `api`: the HTTP API, its errors, and what a bad upload leaves behind (nothing).
 //! - `durability`: kill -9, torn tails, a lost index, corruption, compaction.
+//! - `disk`: a full disk (a tmpfs the test mounts): 507 below the reserve, nothing lost, start
+//!   read-only, uploads again once space returns.
 //! - `cli`: the import and photos commands.
 //! - `config`: the configuration file, and flags over it.
 //! - `inference`: labels at ingest with the real model, search, re-labelling jobs, model faults.
 //! - `cache`: the cache policies on a real training run reading a PipeStore (quick mode).
 //! - `tuner`: a Tuner and two PipeStore processes: fine-tuning, deploy, rollback, faults.
+//! - `cluster`: the control plane: a stopped node, a Tuner restart, a node gone for good, a
+//!   client going away, a node that missed a commit.
 
 mod api;
 mod cache;
 mod cli;
+mod cluster;
 mod common;
 mod config;
+mod disk;
 mod durability;
 mod inference;
 mod tuner;

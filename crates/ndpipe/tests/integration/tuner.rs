@@ -1,7 +1,6 @@
 //! A Tuner and two PipeStore processes on loopback: pipelined fine-tuning from features,
-//! two-phase deploy, re-labelling, rollback, and the faults around them.
-
-use std::time::Duration;
+//! two-phase deploy, re-labelling, rollback, and the faults around them. Jobs run in the
+//! background: each test starts one (202) and follows it to its end.
 
 use ndpipe_model::HeadWeights;
 use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
@@ -9,15 +8,11 @@ use ndpipe_proto::{head_bytes, pb};
 
 use crate::common::{Instance, TunerProcess, import_fashion};
 
-async fn post(url: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
-    let resp = reqwest::Client::new()
-        .post(url)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or_default())
+/// The report of a job that must have succeeded (`kind`: "finetune" or "deploy").
+fn succeeded(status: u16, job: &serde_json::Value, kind: &str, log: &str) -> serde_json::Value {
+    assert_eq!(status, 202, "{job}\n{log}");
+    assert_eq!(job["phase"], "done", "{job}\n{log}");
+    job["result"][kind].clone()
 }
 
 #[tokio::test]
@@ -29,14 +24,15 @@ async fn two_pipestores_finetune_deploy_relabel_and_roll_back() {
     import_fashion(&b, 350, 350);
     tuner.wait_for_nodes(2).await;
 
-    let (status, report) = post(
-        &format!("{}/v1/tuner/finetune", tuner.url),
-        // Load balancing (tested on its own below) would leave the features of moved photos
-        // only on the node that took them over; this test checks the head-only re-labelling.
-        serde_json::json!({"runs": 2, "epochs": 8, "chunk_size": 64, "load_balance": false}),
-    )
-    .await;
-    assert_eq!(status, 200, "{report}\n{}", tuner.log());
+    let (status, job) = tuner
+        .run_job(
+            "/v1/tuner/finetune",
+            // Load balancing (tested on its own below) would leave the features of moved photos
+            // only on the node that took them over; this test checks the head-only re-labelling.
+            serde_json::json!({"runs": 2, "epochs": 8, "chunk_size": 64, "load_balance": false}),
+        )
+        .await;
+    let report = succeeded(status, &job, "finetune", &tuner.log());
     assert_eq!(report["train_images"], 600);
     assert_eq!(report["val_images"], 100);
     assert_eq!(report["val_split"], "test");
@@ -87,12 +83,13 @@ async fn two_pipestores_finetune_deploy_relabel_and_roll_back() {
         );
     }
 
-    let (status, rollback) = post(
-        &format!("{}/v1/tuner/deploy/{pretrained}", tuner.url),
-        serde_json::json!({}),
-    )
-    .await;
-    assert_eq!(status, 200, "{rollback}");
+    let (status, job) = tuner
+        .run_job(
+            &format!("/v1/tuner/deploy/{pretrained}"),
+            serde_json::json!({}),
+        )
+        .await;
+    let rollback = succeeded(status, &job, "deploy", &tuner.log());
     assert_eq!(rollback["modes"], serde_json::json!(["full", "full"]));
     assert_eq!(
         rollback["changed_fraction"].as_f64().unwrap(),
@@ -107,19 +104,17 @@ async fn two_pipestores_finetune_deploy_relabel_and_roll_back() {
             .iter()
             .any(|m| m["id"] == pretrained.as_str() && m["active"] == true)
     );
-    let versions: serde_json::Value = reqwest::get(format!("{}/v1/tuner/versions", tuner.url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let versions = tuner.get("/v1/tuner/versions").await;
     assert_eq!(versions.as_array().unwrap().len(), 2);
+    let nodes = tuner.get("/v1/tuner/nodes").await;
+    for n in nodes.as_array().unwrap() {
+        assert_eq!(n["version"], pretrained.as_str(), "{nodes}");
+        assert_eq!(n["in_sync"], true, "{nodes}");
+    }
 
-    let (status, unknown) = post(
-        &format!("{}/v1/tuner/deploy/nope", tuner.url),
-        serde_json::json!({}),
-    )
-    .await;
+    let (status, unknown) = tuner
+        .post("/v1/tuner/deploy/nope", serde_json::json!({}))
+        .await;
     assert_eq!(status, 404, "{unknown}");
 }
 
@@ -132,48 +127,80 @@ async fn a_pipestore_killed_mid_job_fails_the_job_naming_it_and_re_registers() {
     import_fashion(&b, 140, 140);
     let before = tuner.wait_for_nodes(2).await;
 
-    let url = format!("{}/v1/tuner/finetune", tuner.url);
-    let job = tokio::spawn(async move {
-        post(&url, serde_json::json!({"runs": 2, "epochs": 2, "chunk_size": 8, "throttle": {"ps-b": 20.0}})).await
-    });
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (status, job) = tuner
+        .post(
+            "/v1/tuner/finetune",
+            serde_json::json!({"runs": 2, "epochs": 2, "chunk_size": 8, "throttle": {"ps-b": 20.0}}),
+        )
+        .await;
+    assert_eq!(status, 202, "{job}");
+    let id = job["id"].as_str().unwrap().to_string();
+    wait_extracting(&tuner, &id, "ps-b").await;
     b.kill9();
-    let (status, body) = tokio::time::timeout(Duration::from_secs(60), job)
-        .await
-        .expect("the job must not hang")
-        .unwrap();
-    assert_eq!(status, 502, "{body}");
+    let job = tuner.wait_job(&id).await;
+    assert_eq!(job["phase"], "failed", "{job}");
+    assert_eq!(job["error"]["kind"], "node_failed", "{job}");
     assert!(
-        body["message"].as_str().unwrap().contains("ps-b"),
-        "the failed node is named: {body}"
+        job["error"]["message"].as_str().unwrap().contains("ps-b"),
+        "the failed node is named: {job}"
     );
 
-    b.restart();
-    let after = tuner.wait_for_nodes(2).await;
-    assert_eq!(
-        after.as_array().unwrap().len(),
-        2,
-        "a restarted node keeps its place: {after}"
-    );
-    let id = |nodes: &serde_json::Value| {
+    let ps_b = |nodes: &serde_json::Value| {
         nodes
             .as_array()
             .unwrap()
             .iter()
             .find(|n| n["name"] == "ps-b")
-            .unwrap()["id"]
+            .unwrap()
             .clone()
     };
-    assert_eq!(id(&before), id(&after));
-    let (status, report) = post(
-        &format!("{}/v1/tuner/finetune", tuner.url),
-        serde_json::json!({"runs": 1, "epochs": 2}),
-    )
-    .await;
+    b.restart();
+    // The restarted node listens on a new gRPC port: wait for its registration.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let after = loop {
+        let after = tuner.wait_for_nodes(2).await;
+        if ps_b(&after)["url"] != ps_b(&before)["url"] {
+            break after;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ps-b did not register again"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
     assert_eq!(
-        status, 200,
-        "the job works again with the node back: {report}"
+        after.as_array().unwrap().len(),
+        2,
+        "a restarted node keeps its place: {after}"
     );
+    assert_eq!(ps_b(&before)["id"], ps_b(&after)["id"]);
+    let (status, job) = tuner
+        .run_job(
+            "/v1/tuner/finetune",
+            serde_json::json!({"runs": 1, "epochs": 2}),
+        )
+        .await;
+    succeeded(status, &job, "finetune", &tuner.log());
+}
+
+/// Waits until job `id` has heard from `node` during extraction (a hang guard fails the test).
+pub(crate) async fn wait_extracting(tuner: &TunerProcess, id: &str, node: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let job = tuner.get(&format!("/v1/tuner/jobs/{id}")).await;
+        let heard = job["progress"].as_array().into_iter().flatten().any(|p| {
+            p["node"].as_str().is_some_and(|n| n.starts_with(node))
+                && p["done"].as_u64().unwrap_or(0) > 0
+        });
+        if job["phase"] == "extracting" && heard {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline && job["phase"] != "done",
+            "job {id} never extracted on {node}: {job}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
@@ -236,12 +263,13 @@ async fn a_fast_node_takes_over_the_tail_of_a_throttled_one() {
     import_fashion(&a, 0, 210);
     import_fashion(&b, 210, 210);
     tuner.wait_for_nodes(2).await;
-    let (status, report) = post(
-        &format!("{}/v1/tuner/finetune", tuner.url),
-        serde_json::json!({"runs": 2, "epochs": 2, "chunk_size": 8, "throttle": {"ps-b": 25.0}, "deploy": false}),
-    )
-    .await;
-    assert_eq!(status, 200, "{report}\n{}", tuner.log());
+    let (status, job) = tuner
+        .run_job(
+            "/v1/tuner/finetune",
+            serde_json::json!({"runs": 2, "epochs": 2, "chunk_size": 8, "throttle": {"ps-b": 25.0}, "deploy": false}),
+        )
+        .await;
+    let report = succeeded(status, &job, "finetune", &tuner.log());
     let moved = &report["rebalanced"];
     assert_eq!(moved.as_array().unwrap().len(), 1, "{report}");
     assert!(
@@ -276,12 +304,13 @@ async fn over_the_memory_budget_training_reads_features_through_spidercache() {
     import_fashion(&b, 350, 350);
     tuner.wait_for_nodes(2).await;
     // 600 training features of 1280 f32 are 3 MB; the Tuner may hold a fifth of that.
-    let (status, report) = post(
-        &format!("{}/v1/tuner/finetune", tuner.url),
-        serde_json::json!({"runs": 2, "epochs": 4, "batch": 64, "memory_budget_bytes": 600_000, "cache_policy": "spidercache", "deploy": false}),
-    )
-    .await;
-    assert_eq!(status, 200, "{report}\n{}", tuner.log());
+    let (status, job) = tuner
+        .run_job(
+            "/v1/tuner/finetune",
+            serde_json::json!({"runs": 2, "epochs": 4, "batch": 64, "memory_budget_bytes": 600_000, "cache_policy": "spidercache", "deploy": false}),
+        )
+        .await;
+    let report = succeeded(status, &job, "finetune", &tuner.log());
     let cache = &report["cache"];
     assert_eq!(cache["policy"], "spidercache", "{report}");
     assert_eq!(cache["capacity_items"], 600_000 / 2560);
@@ -298,10 +327,11 @@ async fn over_the_memory_budget_training_reads_features_through_spidercache() {
         report["val_top1"].as_f64().unwrap() > 0.5,
         "training through the cache still learns: {report}"
     );
-    let (status, bad) = post(
-        &format!("{}/v1/tuner/finetune", tuner.url),
-        serde_json::json!({"runs": 1, "epochs": 1, "memory_budget_bytes": 1000, "cache_policy": "fifo"}),
-    )
-    .await;
+    let (status, bad) = tuner
+        .post(
+            "/v1/tuner/finetune",
+            serde_json::json!({"runs": 1, "epochs": 1, "memory_budget_bytes": 1000, "cache_policy": "fifo"}),
+        )
+        .await;
     assert_eq!(status, 400, "{bad}");
 }

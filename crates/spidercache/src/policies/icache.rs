@@ -1,6 +1,6 @@
 //! iCache: its settings and the policy.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -25,7 +25,8 @@ pub struct ICacheConfig {
     pub warm_up: u32,
     /// Every `reuse_factor`-th epoch is also a full epoch (3).
     pub reuse_factor: u32,
-    /// A sample is kept with probability percentile(loss)^beta (1).
+    /// A sample is kept with probability percentile(loss)^beta (0.33, the
+    /// artifact's command-line default).
     pub beta: f64,
     /// Losses in the percentile history (1024); selection starts once full.
     pub history: usize,
@@ -40,7 +41,7 @@ impl Default for ICacheConfig {
         Self {
             warm_up: 5,
             reuse_factor: 3,
-            beta: 1.0,
+            beta: 0.33,
             history: 1024,
             important_fraction: 0.7,
             h_fraction: 0.9,
@@ -74,6 +75,8 @@ struct State {
     important: Vec<bool>,
     full_epoch: bool,
     l: LBuffer,
+    /// Served ids of the substitutes answered since the last report, per requested id.
+    substituted: HashMap<SampleId, VecDeque<SampleId>>,
     cursor: EpochCursor,
     rng: Pcg64Mcg,
     stats: EpochStats,
@@ -130,6 +133,7 @@ impl ICache {
                 next: 0,
                 passes: 0,
             },
+            substituted: HashMap::new(),
             cursor: EpochCursor::default(),
             rng: rng_for(spec.seed, 0, stream::SELECTION),
             stats: EpochStats::default(),
@@ -247,6 +251,7 @@ impl CachePolicy for ICache {
         let mut guard = self.state.lock();
         let st = &mut *guard;
         st.stats = EpochStats::start(epoch);
+        st.substituted.clear();
         st.rng = rng_for(self.spec.seed, epoch, stream::SELECTION);
         let mut order = uniform_order(&self.spec, epoch);
         st.full_epoch = self.config.is_full_epoch(epoch);
@@ -274,6 +279,7 @@ impl CachePolicy for ICache {
             match st.l.fifo.pop_front() {
                 Some((served, s)) => {
                     st.l.bytes -= s.data.len() as u64;
+                    st.substituted.entry(id).or_default().push_back(served);
                     Answer::Substitute {
                         served,
                         label: s.label,
@@ -336,7 +342,13 @@ impl CachePolicy for ICache {
         batch.validate(self.spec.num_samples)?;
         let mut guard = self.state.lock();
         let st = &mut *guard;
-        for (&id, &loss) in batch.ids.iter().zip(batch.losses) {
+        for (&requested, &loss) in batch.ids.iter().zip(batch.losses) {
+            // A substitute's loss is the served sample's, as iCache's client records it.
+            let id = st
+                .substituted
+                .get_mut(&requested)
+                .and_then(VecDeque::pop_front)
+                .unwrap_or(requested);
             st.new_iv[id as usize] = f64::from(loss);
             st.last_loss[id as usize] = f64::from(loss);
         }

@@ -12,6 +12,7 @@ mod spider;
 mod static_fill;
 mod uniform;
 
+pub use homophily::HomophilyConfig;
 pub use icache::{ICache, ICacheConfig};
 pub use lfu::LfuCache;
 pub use lru::LruCache;

@@ -1,5 +1,6 @@
-//! SpiderCache's scoring round (index update, kNN query, neighbourhood scan,
-//! score) and the worker thread that runs rounds beside training.
+//! SpiderCache's scoring round (index update, kNN query, radius update,
+//! neighbourhood scan, score) and the worker thread that runs rounds beside
+//! training.
 
 use std::sync::mpsc::{SyncSender, sync_channel};
 use std::thread::JoinHandle;
@@ -7,9 +8,11 @@ use std::thread::JoinHandle;
 use crate::ann::{AnnConfig, AnnIndex};
 use crate::api::{Label, SampleId};
 use crate::error::CacheError;
+use crate::radius::{Radius, RadiusTracker};
 use crate::score::{ScoreVariant, scan_neighbours};
 
-/// The embeddings of one reported batch, queued for a scoring round.
+/// The embeddings of one reported batch, queued for a scoring round, under
+/// the ids actually trained (a substitute's row under the served sample).
 pub(crate) struct Job {
     pub(crate) ids: Vec<SampleId>,
     pub(crate) labels: Vec<Label>,
@@ -23,11 +26,12 @@ pub(crate) struct Job {
 pub(crate) struct ScanParams {
     pub(crate) ann: AnnConfig,
     pub(crate) k: usize,
-    pub(crate) decay: f64,
-    pub(crate) threshold: f64,
+    pub(crate) normalize: bool,
     pub(crate) variant: ScoreVariant,
     pub(crate) norm: f64,
     pub(crate) propagate: bool,
+    /// Same-label neighbours kept per homophily candidate (nearest first).
+    pub(crate) max_neighbours: usize,
 }
 
 /// What a round produced, to be applied to the policy state.
@@ -35,23 +39,40 @@ pub(crate) struct ScanParams {
 pub(crate) struct Outcome {
     /// New weights of the queried samples.
     pub(crate) scores: Vec<(SampleId, f64)>,
+    /// (same, other) neighbour counts of each queried sample, in `scores` order.
+    pub(crate) counts: Vec<(usize, usize)>,
     /// (neighbour, score of the sample whose radius it is in), when propagating.
     pub(crate) propagated: Vec<(SampleId, f64)>,
-    /// The batch sample with the most same-label neighbours, and those neighbours.
-    pub(crate) candidate: Option<(SampleId, Vec<SampleId>)>,
+    /// Every queried sample with its nearest same-label neighbours (at most
+    /// `max_neighbours`; empty when it has none): homophily candidates.
+    pub(crate) candidates: Vec<(SampleId, Vec<SampleId>)>,
+    /// The squared radius the round used.
+    pub(crate) radius_d2: f64,
 }
 
-/// The index and the labels of the samples in it.
+/// The index, the labels of the samples in it and the radius in force.
 pub(crate) struct Scorer {
     index: Option<AnnIndex>,
     labels: Vec<Option<Label>>,
+    radius: RadiusTracker,
+}
+
+/// Scales `row` to unit length (a zero row stays zero).
+fn normalized(row: &[f32]) -> Vec<f32> {
+    let len = row.iter().map(|v| v * v).sum::<f32>().sqrt();
+    if len > 0.0 {
+        row.iter().map(|v| v / len).collect()
+    } else {
+        row.to_vec()
+    }
 }
 
 impl Scorer {
-    pub(crate) fn new(num_samples: usize) -> Self {
+    pub(crate) fn new(num_samples: usize, radius: Radius) -> Self {
         Self {
             index: None,
             labels: vec![None; num_samples],
+            radius: RadiusTracker::new(radius),
         }
     }
 
@@ -64,44 +85,62 @@ impl Scorer {
     }
 
     /// Indexes the job's embeddings (replacing older ones), then, if asked,
-    /// queries each, scans its radius and scores it.
+    /// queries each, updates the radius from their nearest neighbours, scans
+    /// each radius and scores.
     pub(crate) fn run(&mut self, job: &Job, p: &ScanParams) -> Result<Outcome, CacheError> {
         let index = match &mut self.index {
             Some(index) => index,
             slot => slot.insert(AnnIndex::new(job.dim, p.ann)?),
         };
-        let rows = job.ids.len();
-        let row = |r: usize| &job.embeddings[r * job.dim..(r + 1) * job.dim];
-        for r in 0..rows {
+        let rows: Vec<Vec<f32>> = job
+            .embeddings
+            .chunks(job.dim.max(1))
+            .map(|r| {
+                if p.normalize {
+                    normalized(r)
+                } else {
+                    r.to_vec()
+                }
+            })
+            .collect();
+        for (r, row) in rows.iter().enumerate() {
             self.labels[job.ids[r] as usize] = Some(job.labels[r]);
-            index.upsert(job.ids[r], row(r))?;
+            index.upsert(job.ids[r], row)?;
         }
         let mut out = Outcome::default();
         if !job.score {
             return Ok(out);
         }
+        let found = rows
+            .iter()
+            .map(|row| index.search(row, p.k))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (r, hits) in found.iter().enumerate() {
+            if let Some(&(_, d2)) = hits.iter().find(|&&(n, _)| n != job.ids[r]) {
+                self.radius.observe(d2);
+            }
+        }
+        out.radius_d2 = self.radius.squared();
         let labels = &self.labels;
-        for r in 0..rows {
+        for (r, hits) in found.iter().enumerate() {
             let (id, label) = (job.ids[r], job.labels[r]);
-            let found = index.search(row(r), p.k)?;
             let hood = scan_neighbours(
                 id,
                 label,
-                &found,
+                hits,
                 |n| labels.get(n as usize).copied().flatten(),
-                p.decay,
-                p.threshold,
+                out.radius_d2,
             );
             let score = p.variant.score(hood.same.len(), hood.other.len(), p.norm);
             out.scores.push((id, score));
+            out.counts.push((hood.same.len(), hood.other.len()));
             if p.propagate {
                 out.propagated
                     .extend(hood.same.iter().chain(&hood.other).map(|&n| (n, score)));
             }
-            let best = out.candidate.as_ref().map_or(0, |(_, list)| list.len());
-            if hood.same.len() > best {
-                out.candidate = Some((id, hood.same));
-            }
+            let mut same = hood.same;
+            same.truncate(p.max_neighbours);
+            out.candidates.push((id, same));
         }
         Ok(out)
     }

@@ -3,6 +3,8 @@
 
 mod baselines;
 mod common;
+mod homophily;
 mod invariants;
 mod peers;
+mod radius;
 mod spider;

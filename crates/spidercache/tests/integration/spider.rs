@@ -75,7 +75,7 @@ fn scores_follow_the_neighbour_counts_from_epoch_one() {
     let config = inline(SpiderConfig {
         scoring_interval: 1,
         k: 8,
-        ..SpiderConfig::default()
+        ..SpiderConfig::artifact()
     });
     let spider =
         SpiderCache::new(config, spec(8, 8), Capacity::new(2, 100), source(&labels)).unwrap();
@@ -111,7 +111,7 @@ fn scoring_runs_on_every_second_batch_only() {
     let (labels, emb) = star();
     let config = inline(SpiderConfig {
         k: 8,
-        ..SpiderConfig::default()
+        ..SpiderConfig::artifact()
     });
     let spider =
         SpiderCache::new(config, spec(8, 4), Capacity::new(2, 100), source(&labels)).unwrap();
@@ -137,7 +137,7 @@ fn propagation_ablation_moves_neighbour_weights() {
             scoring_interval: 1,
             k: 8,
             propagate,
-            ..SpiderConfig::default()
+            ..SpiderConfig::artifact()
         });
         let spider =
             SpiderCache::new(config, spec(8, 8), Capacity::new(2, 100), source(&labels)).unwrap();

@@ -65,14 +65,34 @@ pub(crate) fn count(state: &AppState, e: ApiError) -> ApiError {
     e
 }
 
-/// A photo id from the path.
+/// The largest photo id the catalog can hold (SQL integers are signed 64-bit).
+pub(crate) const MAX_PHOTO_ID: u64 = i64::MAX as u64;
+
+/// A photo id from the path; one above [`MAX_PHOTO_ID`] cannot exist (404).
 pub(crate) fn parse_id(raw: &str) -> Result<u64, ApiError> {
-    raw.parse().map_err(|_| {
+    let id: u64 = raw.parse().map_err(|_| {
         ApiError::bad_request(
             "bad_id",
             format!("photo id must be a positive integer, not {raw:?}"),
         )
-    })
+    })?;
+    if id > MAX_PHOTO_ID {
+        return Err(ApiError::photo_not_found(id));
+    }
+    Ok(id)
+}
+
+/// The error kind of a status that came without a body (from the router or a layer).
+pub(crate) fn kind_of(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::NOT_FOUND => "no_route",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => "headers_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        s if s.is_client_error() => "bad_request",
+        _ => "internal",
+    }
 }
 
 /// Runs blocking work (store reads, catalog queries, jobs) off the async runtime; its error, or
@@ -119,6 +139,9 @@ impl From<StoreError> for ApiError {
         let (status, kind) = match &e {
             StoreError::Corrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "corrupt_data"),
             StoreError::Closed => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            StoreError::InsufficientStorage { .. } => {
+                (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage")
+            }
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "storage_error"),
         };
         ApiError::new(status, kind, e.to_string())
@@ -210,10 +233,26 @@ mod tests {
     }
 
     #[test]
-    fn ids_are_positive_integers() {
+    fn ids_are_positive_integers_the_catalog_can_hold() {
         assert_eq!(parse_id("42").unwrap(), 42);
-        for raw in ["-1", "abc", ""] {
+        assert_eq!(parse_id("9223372036854775807").unwrap(), MAX_PHOTO_ID);
+        for raw in ["-1", "abc", "", "18446744073709551616"] {
             assert_eq!(parse_id(raw).unwrap_err().kind, "bad_id");
         }
+        for raw in ["9223372036854775808", "18446744073709551615"] {
+            let e = parse_id(raw).unwrap_err();
+            assert_eq!((e.status, e.kind), (StatusCode::NOT_FOUND, "not_found"));
+        }
+    }
+
+    #[test]
+    fn a_full_disk_is_507() {
+        let e = ApiError::from(StoreError::InsufficientStorage {
+            reason: "0 bytes free".into(),
+        });
+        assert_eq!(
+            (e.status, e.kind),
+            (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage")
+        );
     }
 }

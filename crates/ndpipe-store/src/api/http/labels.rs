@@ -27,7 +27,7 @@ pub(super) async fn get_labels(
         Ok::<_, CatalogError>((catalog.photo(id)?.is_some(), catalog.predictions(id)?))
     })
     .await?;
-    if !exists {
+    if !exists || state.ingestor.is_deleted(id) {
         return Err(count(&state, ApiError::photo_not_found(id)));
     }
     Ok(Json(
@@ -78,7 +78,7 @@ pub(super) async fn search(
     let offset = params.offset.unwrap_or(0);
     let catalog = state.catalog.clone();
     let requested = params.model;
-    let (version, hits) = blocking(&state, move || {
+    let (version, mut hits) = blocking(&state, move || {
         let version = match requested {
             Some(v) if catalog.model(&v)?.is_some() => v,
             Some(v) => {
@@ -106,6 +106,7 @@ pub(super) async fn search(
     })
     .await?;
     let next_offset = (hits.len() == limit).then_some(offset + limit);
+    hits.retain(|h| !state.ingestor.is_deleted(h.id));
     Ok(Json(SearchReply {
         model_version: version,
         hits,

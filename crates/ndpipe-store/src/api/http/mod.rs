@@ -4,7 +4,9 @@
 //! Route groups: [`photos`] (upload, read, list, delete, ground truth), [`labels`] (labels,
 //! search, models), [`jobs`] (re-labelling jobs), [`ops`] (health, metrics, compaction). Writes
 //! and admin calls need the bearer token when one is set. Every error is a JSON body
-//! (`{"error": kind, "message": ...}`) and is counted by kind ([`error`]).
+//! (`{"error": kind, "message": ...}`) and is counted by kind ([`error`]): handlers answer
+//! [`ApiError`]s, and a layer gives one to any error that comes without a body (405 from the
+//! router, 431 for oversized headers, ...).
 
 mod error;
 mod jobs;
@@ -15,10 +17,11 @@ mod photos;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::body::HttpBody;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use ndpipe_catalog::Catalog;
 
@@ -30,6 +33,8 @@ use error::ApiError;
 
 /// Largest page of `GET /v1/photos` and `GET /v1/search`.
 const MAX_PAGE: usize = 1000;
+/// Largest accepted request head (header names and values), in bytes; larger is 431.
+const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// What the handlers work with: ingest for adding and deleting photos, the store for reading
 /// them, the catalog for what is known about them, jobs, metrics and the token.
@@ -91,8 +96,58 @@ pub(crate) fn router(state: AppState, max_upload_bytes: usize) -> Router {
     writes
         .merge(reads)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this endpoint does not take that method",
+            )
+        })
+        .layer(middleware::map_response_with_state(
+            state.clone(),
+            json_errors,
+        ))
+        .layer(middleware::from_fn(limit_headers))
         .layer(DefaultBodyLimit::max(max_upload_bytes))
         .with_state(state)
+}
+
+/// Answers 431 with a JSON body when the request's headers exceed [`MAX_HEADER_BYTES`].
+async fn limit_headers(req: Request, next: Next) -> Response {
+    let bytes: usize = req
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if bytes > MAX_HEADER_BYTES {
+        return ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            format!("request headers are {bytes} bytes, the limit is {MAX_HEADER_BYTES}"),
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+/// Gives an error response that has no body the JSON error body (keeping its headers, e.g.
+/// `Allow` of a 405) and counts it.
+async fn json_errors(State(state): State<AppState>, response: Response) -> Response {
+    let status = response.status();
+    let is_error = status.is_client_error() || status.is_server_error();
+    if !is_error || response.body().size_hint().exact() != Some(0) {
+        return response;
+    }
+    let kind = error::kind_of(status);
+    state.metrics.error(kind);
+    let message = status.canonical_reason().unwrap_or("error").to_lowercase();
+    let mut json = ApiError::new(status, kind, message).into_response();
+    for (name, value) in response.headers() {
+        if name != header::CONTENT_LENGTH && name != header::CONTENT_TYPE {
+            json.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    json
 }
 
 /// Answers 401 (counted as `unauthorized`) unless the token is unset or presented.

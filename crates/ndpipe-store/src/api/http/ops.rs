@@ -15,19 +15,26 @@ pub(super) struct Health {
     status: &'static str,
     photos: u64,
     disk_bytes: u64,
+    /// Free bytes on the store's file system.
+    free_bytes: u64,
+    /// Whether free space is below the reserve, so uploads are refused (507).
+    read_only: bool,
 }
 
-/// `GET /healthz`: live photos and the volumes' disk bytes.
+/// `GET /healthz`: live photos, the volumes' disk bytes, free space and whether uploads are
+/// refused for lack of it.
 pub(super) async fn health(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     let store = state.store.clone();
-    let (photos, disk_bytes) = blocking(&state, move || {
-        Ok::<_, StoreError>((store.len()?, store.disk_bytes()?))
+    let (photos, disk_bytes, (free_bytes, read_only)) = blocking(&state, move || {
+        Ok::<_, StoreError>((store.len()?, store.disk_bytes()?, store.free_space()?))
     })
     .await?;
     Ok(Json(Health {
         status: "ok",
         photos,
         disk_bytes,
+        free_bytes,
+        read_only,
     }))
 }
 

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use ndpipe_catalog::{CatalogError, GroundTruth, PhotoRecord, Split};
 use serde::{Deserialize, Serialize};
 
-use super::error::{ApiError, blocking, count, parse_id};
+use super::error::{ApiError, MAX_PHOTO_ID, blocking, count, parse_id};
 use super::{AppState, page_limit};
 
 /// Query parameters of an upload; the same values may come as `x-ndpipe-label`/`x-ndpipe-split`.
@@ -175,7 +175,8 @@ pub(super) async fn get_meta(
     let id = parse_id(&raw).map_err(|e| count(&state, e))?;
     let catalog = state.catalog.clone();
     let row = blocking(&state, move || catalog.photo(id)).await?;
-    row.map(Json)
+    row.filter(|_| !state.ingestor.is_deleted(id))
+        .map(Json)
         .ok_or_else(|| count(&state, ApiError::photo_not_found(id)))
 }
 
@@ -200,11 +201,21 @@ pub(super) async fn list(
     let Query(params) =
         query.map_err(|e| count(&state, ApiError::bad_request("bad_query", e.body_text())))?;
     let limit = page_limit(params.limit, 100).map_err(|e| count(&state, e))?;
+    if params.after.is_some_and(|a| a > MAX_PHOTO_ID) {
+        return Err(count(
+            &state,
+            ApiError::bad_request("bad_query", format!("after must be at most {MAX_PHOTO_ID}")),
+        ));
+    }
+    // Rows of unfinished deletes are left out: ask for that many more.
+    let asked = limit + state.ingestor.unfinished_deletes();
     let catalog = state.catalog.clone();
-    let photos = blocking(&state, move || catalog.list_photos(params.after, limit)).await?;
-    let next_after = (photos.len() == limit)
-        .then(|| photos.last().map(|p| p.id))
-        .flatten();
+    let mut photos = blocking(&state, move || catalog.list_photos(params.after, asked)).await?;
+    let more = photos.len() == asked;
+    photos.retain(|p| !state.ingestor.is_deleted(p.id));
+    let more = more || photos.len() > limit;
+    photos.truncate(limit);
+    let next_after = more.then(|| photos.last().map(|p| p.id)).flatten();
     Ok(Json(Page { photos, next_after }))
 }
 
@@ -240,6 +251,9 @@ pub(super) async fn set_ground_truth(
     body: Result<Json<GroundTruthBody>, JsonRejection>,
 ) -> Result<StatusCode, ApiError> {
     let id = parse_id(&raw).map_err(|e| count(&state, e))?;
+    if state.ingestor.is_deleted(id) {
+        return Err(count(&state, ApiError::photo_not_found(id)));
+    }
     let Json(body) =
         body.map_err(|e| count(&state, ApiError::bad_request("bad_body", e.body_text())))?;
     let truth = match body.label {

@@ -4,9 +4,13 @@
 //! of requests, syncs the volumes once, commits the index once and only then answers each
 //! request, so an acknowledged write is durable and a crash loses only unacknowledged work.
 //! Opening the store recovers from a crash ([`recover`]); [`compact`] rewrites the volumes with
-//! only live records.
+//! only live records. Writes that add data keep a free-space reserve ([`DiskSpace`]); a write
+//! that finds the disk full anyway is rolled back and answered `InsufficientStorage`, and the
+//! store takes writes again as soon as space returns.
 
 mod compact;
+#[cfg(test)]
+mod full_disk;
 mod recover;
 mod writer;
 
@@ -24,6 +28,7 @@ pub use recover::RecoveryReport;
 
 use crate::storage::StoreError;
 use crate::storage::index::{Index, PhotoEntry};
+use crate::storage::space::DiskSpace;
 use crate::storage::volume::{Location, VolumeSet};
 use writer::{Command, Writer};
 
@@ -37,12 +42,16 @@ const TENSORS_DIR: &str = "tensors";
 pub struct StoreConfig {
     /// A volume is sealed once it would grow past this many bytes.
     pub max_volume_bytes: u64,
+    /// Free bytes kept on the store's file system: puts that would leave less are refused with
+    /// [`StoreError::InsufficientStorage`]; deletes and reads go on.
+    pub min_free_bytes: u64,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             max_volume_bytes: 1 << 30,
+            min_free_bytes: 256 << 20,
         }
     }
 }
@@ -63,6 +72,7 @@ struct Shared {
     photos: VolumeSet,
     tensors: VolumeSet,
     index: Index,
+    space: DiskSpace,
 }
 
 impl Shared {
@@ -101,6 +111,7 @@ impl PhotoStore {
             photos,
             tensors,
             index,
+            space: DiskSpace::new(root, config.min_free_bytes),
         };
         let next_id = recover::recover(&shared, &mut report)?;
         report.photos = shared.index.len()?;
@@ -180,6 +191,24 @@ impl PhotoStore {
         self.shared.disk_bytes()
     }
 
+    /// Whether photo `id` is in the store.
+    pub(crate) fn contains(&self, id: u64) -> Result<bool, StoreError> {
+        Ok(self.shared.index.get(id)?.is_some())
+    }
+
+    /// Refuses (with [`StoreError::InsufficientStorage`]) a write of about `bytes` that the
+    /// free-space reserve would not allow, before any work is done for it.
+    pub(crate) fn check_space(&self, bytes: u64) -> Result<(), StoreError> {
+        self.shared.space.check(bytes)
+    }
+
+    /// Free bytes on the store's file system, and whether they are below the reserve (the
+    /// store then refuses uploads).
+    pub(crate) fn free_space(&self) -> Result<(u64, bool), StoreError> {
+        let available = self.shared.space.available()?;
+        Ok((available, self.shared.space.is_low()))
+    }
+
     /// Ids of live photos that have no tensor (a crash between the two writes, or an old store).
     pub(crate) fn missing_tensors(&self) -> Result<Vec<u64>, StoreError> {
         Ok(self
@@ -249,7 +278,7 @@ impl Drop for PhotoStore {
 mod tests {
     use super::*;
 
-    fn photo(n: u8) -> NewPhoto {
+    pub(super) fn photo(n: u8) -> NewPhoto {
         NewPhoto {
             meta: PhotoMeta {
                 sha256: format!("{n:064}"),
@@ -296,5 +325,37 @@ mod tests {
         assert_eq!(compacted.records_moved, 4, "two photos, two tensors");
         assert_eq!(store.tensor(2).unwrap().unwrap().1, vec![9; 4]);
         assert!(store.missing_tensors().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_reserve_refuses_puts_but_not_deletes_or_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = |min_free_bytes| {
+            let config = StoreConfig {
+                min_free_bytes,
+                ..StoreConfig::default()
+            };
+            PhotoStore::open(dir.path(), &config).unwrap().0
+        };
+        let store = open(0);
+        let id = store.put(photo(1)).await.unwrap();
+        drop(store);
+        let store = open(u64::MAX / 2);
+        assert!(matches!(
+            store.put(photo(2)).await,
+            Err(StoreError::InsufficientStorage { .. })
+        ));
+        assert!(matches!(
+            store.set_tensor(id, vec![0; 4]).await,
+            Err(StoreError::InsufficientStorage { .. })
+        ));
+        assert!(store.check_space(1).is_err());
+        assert!(store.free_space().unwrap().1, "below the reserve");
+        assert_eq!(store.original(id).unwrap().unwrap().1, vec![1; 3]);
+        assert!(store.delete(id).await.unwrap());
+        assert!(!store.contains(id).unwrap());
+        drop(store);
+        let store = open(0);
+        assert_eq!(store.put(photo(3)).await.unwrap(), 2, "no id was spent");
     }
 }

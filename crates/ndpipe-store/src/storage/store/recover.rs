@@ -1,6 +1,7 @@
-//! Crash recovery at open: the index is opened (or rebuilt when unreadable), then every volume
-//! record past the index's watermarks is replayed into it, and a torn tail of a newest volume is
-//! cut.
+//! Crash recovery at open: the index is opened (or rebuilt when unreadable), volumes whose
+//! header was never completely written are removed, every volume record past the index's
+//! watermarks is replayed into it, and a torn tail of a newest volume is cut. Nothing is written
+//! when there is nothing to repair, so a store opens on a full disk.
 
 use std::path::Path;
 
@@ -10,7 +11,7 @@ use tracing::warn;
 
 use super::{PHOTO_SET, Shared};
 use crate::storage::StoreError;
-use crate::storage::index::{Change, Index, PhotoEntry, watermark_key};
+use crate::storage::index::{Change, Index, watermark_key};
 use crate::storage::volume::format::{FILE_HEADER_LEN, RecordKind};
 use crate::storage::volume::{ScannedRecord, VolumeSet};
 
@@ -23,6 +24,12 @@ pub struct RecoveryReport {
     pub replayed_records: u64,
     /// Torn tails cut: (volume path, offset cut at, reason).
     pub truncated: Vec<(String, u64, String)>,
+    /// Volumes removed because their creation was cut short (no complete header, no record).
+    pub removed_volumes: Vec<String>,
+    /// Records past the index that could not be indexed for lack of disk space. They were never
+    /// acknowledged (an answer waits for the index commit); a restart with free space replays
+    /// those of sealed volumes.
+    pub unindexed_records: u64,
     /// Sealed volumes with unreadable records: (volume path, offset, reason). Records after the
     /// offset are unreachable until repaired.
     pub damaged: Vec<(String, u64, String)>,
@@ -30,12 +37,14 @@ pub struct RecoveryReport {
     pub photos: u64,
 }
 
-/// Opens `root/index.redb`; an unreadable one is moved aside and rebuilt from the volumes. A new
-/// or never committed index counts as rebuilt.
+/// Opens `root/index.redb`; an unreadable one is moved aside and rebuilt from the volumes (but
+/// not for lack of space: a rebuild needs more). A new or never committed index counts as
+/// rebuilt.
 pub(super) fn open_index(root: &Path, report: &mut RecoveryReport) -> Result<Index, StoreError> {
     let index_path = root.join("index.redb");
     let index = match Index::open(&index_path) {
         Ok(index) => index,
+        Err(e) if e.is_no_space() => return Err(e),
         Err(e) => {
             let aside = root.join(format!("index.redb.broken-{}", ndpipe_util::time::now_ms()));
             warn!(error = %e, moved_to = %aside.display(), "index unreadable; rebuilding from volumes");
@@ -55,24 +64,18 @@ pub(super) fn open_index(root: &Path, report: &mut RecoveryReport) -> Result<Ind
 pub(super) fn recover(shared: &Shared, report: &mut RecoveryReport) -> Result<u64, StoreError> {
     let mut changes = Vec::new();
     let mut watermarks = Vec::new();
-    let mut next_id = shared.index.next_id()?.unwrap_or(1);
+    let stored_next_id = shared.index.next_id()?;
+    let mut next_id = stored_next_id.unwrap_or(1);
+    let mut dirty = stored_next_id.is_none();
+    let mut resume = Vec::new();
     for (name, set) in shared.sets() {
-        let volumes = set.volumes()?;
-        for (i, &number) in volumes.iter().enumerate() {
+        let volumes = headed_volumes(set, report)?;
+        for (i, &(number, id_floor)) in volumes.iter().enumerate() {
             let is_last = i + 1 == volumes.len();
-            let header = match set.header(number) {
-                Ok(h) => h,
-                Err(e) if is_last && header_never_written(set, number) => {
-                    warn!(error = %e, "removing a volume whose creation was interrupted");
-                    set.remove(number)?;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            next_id = next_id.max(header.id_floor);
+            next_id = next_id.max(id_floor);
             let key = watermark_key(name, number);
-            let from = shared.index.meta(&key)?.unwrap_or(0);
-            let scan = set.scan(number, from)?;
+            let indexed = shared.index.meta(&key)?;
+            let scan = set.scan(number, indexed.unwrap_or(0))?;
             if let Some(reason) = scan.invalid_tail {
                 let path = set.path(number).display().to_string();
                 if is_last {
@@ -89,14 +92,53 @@ pub(super) fn recover(shared: &Shared, report: &mut RecoveryReport) -> Result<u6
                 next_id = next_id.max(record.id + 1);
                 changes.push(replay(set.set_id(), record)?);
             }
+            dirty |= indexed != Some(scan.end);
             watermarks.push((key, scan.end));
             if is_last {
-                set.resume(number, scan.end)?;
+                resume.push((set, number, scan.end));
             }
         }
     }
-    shared.index.commit(&changes, &watermarks, &[], next_id)?;
+    dirty |= stored_next_id != Some(next_id) || !changes.is_empty();
+    if dirty {
+        match shared.index.commit(&changes, &watermarks, &[], next_id) {
+            Ok(()) => {}
+            Err(e) if e.is_no_space() && !report.index_rebuilt => {
+                warn!(error = %e, records = changes.len(),
+                    "no space to index the records written after the last commit (never acknowledged); starting without them");
+                report.unindexed_records = changes.len() as u64;
+                report.replayed_records = 0;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    for (set, number, end) in resume {
+        set.resume(number, end)?;
+    }
     Ok(next_id)
+}
+
+/// The volumes of `set` with their id floors, in order. A volume whose header is incomplete
+/// holds no record (records are appended only after the header is synced): its creation was cut
+/// short by a crash or a full disk, and it is removed wherever it is in the set.
+fn headed_volumes(
+    set: &VolumeSet,
+    report: &mut RecoveryReport,
+) -> Result<Vec<(u32, u64)>, StoreError> {
+    let mut out = Vec::new();
+    for number in set.volumes()? {
+        match set.header(number) {
+            Ok(header) => out.push((number, header.id_floor)),
+            Err(e) if set.file_len(number)? <= FILE_HEADER_LEN => {
+                let path = set.path(number).display().to_string();
+                warn!(error = %e, volume = %path, "removing a volume whose creation was cut short");
+                set.remove(number)?;
+                report.removed_volumes.push(path);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
 }
 
 /// The index change a scanned record of volume set `set` stands for.
@@ -109,22 +151,89 @@ fn replay(set: u8, record: ScannedRecord) -> Result<Change, StoreError> {
                     what: format!("metadata of photo {}", record.id),
                     reason: e.to_string(),
                 })?;
-            Change::Put(
-                record.id,
-                PhotoEntry {
-                    photo: record.location,
-                    tensor: None,
-                    meta,
-                },
-            )
+            Change::Photo(record.id, record.location, meta)
         }
         (_, RecordKind::Put) => Change::Tensor(record.id, record.location),
     })
 }
 
-/// Whether a volume is no longer than its header: its creation was cut short by a crash.
-fn header_never_written(set: &VolumeSet, number: u32) -> bool {
-    std::fs::metadata(set.path(number))
-        .map(|m| m.len() <= FILE_HEADER_LEN)
-        .unwrap_or(false)
+#[cfg(test)]
+mod tests {
+    use super::super::tests::photo;
+    use super::super::{PHOTOS_DIR, PhotoStore, StoreConfig, TENSORS_DIR};
+    use super::*;
+
+    fn config() -> StoreConfig {
+        StoreConfig {
+            min_free_bytes: 0,
+            ..StoreConfig::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn volumes_whose_header_was_torn_are_removed_wherever_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (store, _) = PhotoStore::open(dir.path(), &config()).unwrap();
+            assert_eq!(store.put(photo(1)).await.unwrap(), 1);
+        }
+        let photos = dir.path().join(PHOTOS_DIR);
+        std::fs::write(photos.join("00000002.vol"), b"").unwrap();
+        std::fs::write(photos.join("00000003.vol"), b"NDPVOL\x01").unwrap();
+        std::fs::write(dir.path().join(TENSORS_DIR).join("00000002.vol"), [0u8; 32]).unwrap();
+        let (store, report) = PhotoStore::open(dir.path(), &config()).unwrap();
+        assert_eq!(report.removed_volumes.len(), 3, "{report:?}");
+        assert_eq!(store.original(1).unwrap().unwrap().1, vec![1; 3]);
+        assert_eq!(store.put(photo(2)).await.unwrap(), 2);
+        assert_eq!(store.tensor(2).unwrap().unwrap().1, vec![2; 5]);
+        drop(store);
+        let (_, report) = PhotoStore::open(dir.path(), &config()).unwrap();
+        assert!(report.removed_volumes.is_empty());
+        assert_eq!(report.photos, 2);
+    }
+
+    #[tokio::test]
+    async fn a_header_that_is_damaged_past_its_length_still_stops_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(PhotoStore::open(dir.path(), &config()).unwrap());
+        let garbage = [7u8; 64];
+        std::fs::write(dir.path().join(PHOTOS_DIR).join("00000001.vol"), garbage).unwrap();
+        assert!(matches!(
+            PhotoStore::open(dir.path(), &config()),
+            Err(StoreError::Corrupt { .. })
+        ));
+    }
+
+    /// A kill during compaction's photo copy: the copies are in a new volume the index does not
+    /// know yet. Replaying them must keep each photo's tensor location, so nothing is rebuilt.
+    #[tokio::test]
+    async fn a_crash_mid_compaction_keeps_every_tensor() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (store, _) = PhotoStore::open(dir.path(), &config()).unwrap();
+            for n in 1..=3 {
+                store.put(photo(n)).await.unwrap();
+            }
+        }
+        let photos = VolumeSet::open(&dir.path().join(PHOTOS_DIR), PHOTO_SET, 1 << 20).unwrap();
+        for record in photos.scan(1, 0).unwrap().records {
+            let copy = photos.read(record.location, record.id).unwrap();
+            photos
+                .append(RecordKind::Put, record.id, &copy.meta, &copy.data, 4)
+                .unwrap();
+        }
+        photos.sync().unwrap();
+        drop(photos);
+        let (store, report) = PhotoStore::open(dir.path(), &config()).unwrap();
+        assert_eq!(report.replayed_records, 3, "{report:?}");
+        assert!(
+            store.missing_tensors().unwrap().is_empty(),
+            "the replay dropped tensor locations: a restart would rebuild them"
+        );
+        for n in 1..=3u8 {
+            let (entry, bytes) = store.original(u64::from(n)).unwrap().unwrap();
+            assert_eq!((entry.photo.volume, bytes), (2, vec![n; 3]));
+            assert_eq!(store.tensor(u64::from(n)).unwrap().unwrap().1, vec![n; 5]);
+        }
+    }
 }

@@ -2,9 +2,13 @@
 //! that fails.
 //!
 //! The thread takes up to [`MAX_BATCH`] queued requests at once, appends all their records,
-//! syncs both volume sets, commits the index in one transaction and only then answers. If any
-//! step fails, the batch's appends are cut off again (so a restart does not replay them) and
-//! every request of the batch gets an error.
+//! syncs both volume sets, commits the index in one transaction and only then answers. A put or
+//! tensor update that would dip into the free-space reserve is refused on its own. If any step
+//! fails, the batch's appends are cut off again (so a restart does not replay them) and every
+//! request of the batch gets an error: `InsufficientStorage` when the disk was full. When the
+//! index commit itself failed, the index (opened again) tells whether the commit landed: if it
+//! did, the batch succeeded; if that cannot be told, the records stay (past the index, never
+//! acknowledged) rather than risk cutting committed ones.
 
 use std::sync::Arc;
 
@@ -15,7 +19,8 @@ use super::compact::CompactionReport;
 use super::{NewPhoto, Shared};
 use crate::storage::StoreError;
 use crate::storage::index::{Change, PhotoEntry, watermark_key};
-use crate::storage::volume::format::RecordKind;
+use crate::storage::volume::VolumeSet;
+use crate::storage::volume::format::{RECORD_HEADER_LEN, RecordKind};
 
 /// Most requests folded into one group commit.
 const MAX_BATCH: usize = 128;
@@ -34,11 +39,60 @@ pub(super) struct Writer {
     pub(super) next_id: u64,
 }
 
-/// The volume state before a write batch: per set, the active volume and the newest number.
+/// Where one volume set stands: its active volume (number, length) and its newest volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SetMark {
+    active: Option<(u32, u64)>,
+    newest: u32,
+}
+
+impl SetMark {
+    /// The mark of `set` now.
+    pub(super) fn of(set: &VolumeSet) -> Result<Self, StoreError> {
+        Ok(SetMark {
+            active: set.active(),
+            newest: set.volumes()?.last().copied().unwrap_or(0),
+        })
+    }
+
+    /// Cuts `set` back to this mark: removes newer volumes, truncates the active one and
+    /// appends to it again. Each step is tried even if an earlier one failed.
+    pub(super) fn roll_back(&self, set: &VolumeSet) {
+        set.abandon();
+        let mut failures = Vec::new();
+        match set.volumes() {
+            Ok(volumes) => {
+                for n in volumes.into_iter().filter(|n| *n > self.newest) {
+                    if let Err(e) = set.remove(n) {
+                        failures.push(e);
+                    }
+                }
+            }
+            Err(e) => failures.push(e),
+        }
+        if let Some((n, len)) = self.active
+            && let Err(e) = set.truncate(n, len).and_then(|()| set.resume(n, len))
+        {
+            failures.push(e);
+        }
+        for e in failures {
+            warn!(error = %e, dir = %set.dir().display(), "could not roll back a failed write");
+        }
+    }
+}
+
+/// The state before a write batch, to roll back to if the batch fails.
 struct Snapshot {
-    photos: (Option<(u32, u64)>, u32),
-    tensors: (Option<(u32, u64)>, u32),
+    photos: SetMark,
+    tensors: SetMark,
     next_id: u64,
+}
+
+impl Snapshot {
+    /// The marks in the order of [`Shared::sets`].
+    fn marks(&self) -> [SetMark; 2] {
+        [self.photos, self.tensors]
+    }
 }
 
 /// A reply owed to a caller once the batch is durable.
@@ -47,6 +101,40 @@ enum Pending {
     Put(u64, oneshot::Sender<Result<u64, StoreError>>),
     /// A delete or a tensor update, with whether its photo existed.
     Found(bool, oneshot::Sender<Result<bool, StoreError>>),
+}
+
+impl Pending {
+    fn succeed(self) {
+        match self {
+            Pending::Put(id, reply) => drop(reply.send(Ok(id))),
+            Pending::Found(existed, reply) => drop(reply.send(Ok(existed))),
+        }
+    }
+
+    fn fail(self, e: StoreError) {
+        match self {
+            Pending::Put(_, reply) => drop(reply.send(Err(e))),
+            Pending::Found(_, reply) => drop(reply.send(Err(e))),
+        }
+    }
+}
+
+/// What a batch has appended so far.
+#[derive(Default)]
+struct Batch {
+    changes: Vec<Change>,
+    pending: Vec<Pending>,
+    bytes: u64,
+}
+
+/// How a failed batch ends.
+enum Outcome {
+    /// Nothing of it is indexed: cut its records.
+    RollBack,
+    /// The index commit landed after all.
+    Landed,
+    /// Whether the index commit landed is unknown: keep the records.
+    Unknown,
 }
 
 impl Writer {
@@ -68,9 +156,9 @@ impl Writer {
         }
     }
 
-    fn run_batch(&mut self, batch: Vec<Command>) {
+    fn run_batch(&mut self, commands: Vec<Command>) {
         let mut writes = Vec::new();
-        for cmd in batch {
+        for cmd in commands {
             match cmd {
                 Command::Compact(reply) => {
                     let _ = reply.send(self.compact());
@@ -84,76 +172,87 @@ impl Writer {
         let before = match self.snapshot() {
             Ok(b) => b,
             Err(e) => {
-                writes.into_iter().for_each(reject);
                 warn!(error = %e, "cannot list volumes; refusing the batch");
+                let reason = e.to_string();
+                for cmd in writes {
+                    reject(cmd, || StoreError::WriteFailed {
+                        reason: reason.clone(),
+                    });
+                }
                 return;
             }
         };
-        let mut changes = Vec::new();
-        let mut pending = Vec::new();
-        let result = self.append_all(writes, &mut changes, &mut pending);
-        let result = result.and_then(|()| self.commit(&changes));
-        match result {
-            Ok(()) => {
-                for p in pending {
-                    match p {
-                        Pending::Put(id, reply) => drop(reply.send(Ok(id))),
-                        Pending::Found(existed, reply) => drop(reply.send(Ok(existed))),
-                    }
-                }
-            }
-            Err(e) => {
-                warn!(error = %e, "write batch failed; rolling back its records");
-                self.roll_back(&before);
-                self.next_id = before.next_id;
-                let reason = e.to_string();
-                let err = || StoreError::WriteFailed {
-                    reason: reason.clone(),
-                };
-                for p in pending {
-                    match p {
-                        Pending::Put(_, reply) => drop(reply.send(Err(err()))),
-                        Pending::Found(_, reply) => drop(reply.send(Err(err()))),
-                    }
-                }
+        let mut batch = Batch::default();
+        let mut writes = writes.into_iter();
+        let mut failure = None;
+        for cmd in writes.by_ref() {
+            if let Err(e) = self.append_one(cmd, &mut batch) {
+                failure = Some((e, Outcome::RollBack));
+                break;
             }
         }
-    }
-
-    fn append_all(
-        &mut self,
-        writes: Vec<Command>,
-        changes: &mut Vec<Change>,
-        pending: &mut Vec<Pending>,
-    ) -> Result<(), StoreError> {
-        let mut failure = None;
-        for cmd in writes {
-            if failure.is_some() {
-                reject(cmd);
-                continue;
-            }
-            if let Err(e) = self.append_one(cmd, changes, pending) {
-                failure = Some(e);
-            }
+        if failure.is_none()
+            && let Err(e) = self.sync()
+        {
+            failure = Some((e, Outcome::RollBack));
+        }
+        if failure.is_none()
+            && let Err(e) = self.commit(&batch.changes, &before)
+        {
+            let outcome = self.outcome_of_failed_commit(&before);
+            failure = Some((e, outcome));
         }
         match failure {
-            Some(e) => Err(e),
-            None => Ok(()),
+            None | Some((_, Outcome::Landed)) => {
+                if let Some((e, _)) = failure {
+                    warn!(error = %e, "the index commit reported a failure but landed");
+                }
+                self.shared.space.used(batch.bytes);
+                batch.pending.into_iter().for_each(Pending::succeed);
+            }
+            Some((e, outcome)) => {
+                let error = batch_error(&e);
+                if e.is_no_space() {
+                    self.shared.space.forget();
+                }
+                match outcome {
+                    Outcome::Unknown => {
+                        warn!(error = %e, "write batch failed and the index cannot tell whether it was committed; its records stay unacknowledged");
+                    }
+                    _ => {
+                        warn!(error = %e, "write batch failed; rolling back its records");
+                        before.photos.roll_back(&self.shared.photos);
+                        before.tensors.roll_back(&self.shared.tensors);
+                        self.next_id = before.next_id;
+                    }
+                }
+                for p in batch.pending {
+                    p.fail(error());
+                }
+                for cmd in writes {
+                    reject(cmd, error);
+                }
+            }
         }
     }
 
-    fn append_one(
-        &mut self,
-        cmd: Command,
-        changes: &mut Vec<Change>,
-        pending: &mut Vec<Pending>,
-    ) -> Result<(), StoreError> {
+    /// Appends the records of one request. A put or tensor update that the free-space reserve
+    /// refuses is answered at once and is not a failure of the batch.
+    fn append_one(&mut self, cmd: Command, batch: &mut Batch) -> Result<(), StoreError> {
         let floor = self.next_id;
         match cmd {
             Command::Put(photo, reply) => {
-                let id = self.next_id;
                 let meta =
                     serde_json::to_vec(&photo.meta).expect("metadata serialises; this is a bug");
+                let bytes = record_bytes(meta.len() + photo.original.len())
+                    + record_bytes(photo.tensor.len());
+                if let Err(e) = self.shared.space.check(batch.bytes + bytes) {
+                    drop(reply.send(Err(e)));
+                    return Ok(());
+                }
+                let id = self.next_id;
+                self.next_id += 1;
+                batch.pending.push(Pending::Put(id, reply));
                 let photo_loc = self.shared.photos.append(
                     RecordKind::Put,
                     id,
@@ -165,8 +264,8 @@ impl Writer {
                     self.shared
                         .tensors
                         .append(RecordKind::Put, id, b"", &photo.tensor, floor)?;
-                self.next_id += 1;
-                changes.push(Change::Put(
+                batch.bytes += bytes;
+                batch.changes.push(Change::Put(
                     id,
                     PhotoEntry {
                         photo: photo_loc,
@@ -174,105 +273,153 @@ impl Writer {
                         meta: photo.meta,
                     },
                 ));
-                pending.push(Pending::Put(id, reply));
             }
             Command::Delete(id, reply) => {
-                let exists = self.shared.index.get(id)?.is_some()
-                    && !changes
-                        .iter()
-                        .any(|c| matches!(c, Change::Remove(r) if *r == id));
+                let exists = match self.shared.index.get(id) {
+                    Ok(entry) => {
+                        entry.is_some()
+                            && !batch
+                                .changes
+                                .iter()
+                                .any(|c| matches!(c, Change::Remove(r) if *r == id))
+                    }
+                    Err(e) => {
+                        drop(reply.send(Err(e)));
+                        return Ok(());
+                    }
+                };
+                batch.pending.push(Pending::Found(exists, reply));
                 if exists {
                     self.shared
                         .photos
                         .append(RecordKind::Tombstone, id, b"", b"", floor)?;
-                    changes.push(Change::Remove(id));
+                    batch.bytes += record_bytes(0);
+                    batch.changes.push(Change::Remove(id));
                 }
-                pending.push(Pending::Found(exists, reply));
             }
             Command::SetTensor(id, tensor, reply) => {
-                let exists = self.shared.index.get(id)?.is_some();
+                let bytes = record_bytes(tensor.len());
+                let exists = match self
+                    .shared
+                    .space
+                    .check(batch.bytes + bytes)
+                    .and_then(|()| self.shared.index.get(id))
+                {
+                    Ok(entry) => entry.is_some(),
+                    Err(e) => {
+                        drop(reply.send(Err(e)));
+                        return Ok(());
+                    }
+                };
+                batch.pending.push(Pending::Found(exists, reply));
                 if exists {
                     let loc =
                         self.shared
                             .tensors
                             .append(RecordKind::Put, id, b"", &tensor, floor)?;
-                    changes.push(Change::Tensor(id, loc));
+                    batch.bytes += bytes;
+                    batch.changes.push(Change::Tensor(id, loc));
                 }
-                pending.push(Pending::Found(exists, reply));
             }
             Command::Compact(_) => unreachable!("compactions are taken out of write batches"),
         }
         Ok(())
     }
 
-    fn commit(&self, changes: &[Change]) -> Result<(), StoreError> {
+    fn sync(&self) -> Result<(), StoreError> {
         self.shared.photos.sync()?;
-        self.shared.tensors.sync()?;
-        let watermarks = self.active_watermarks();
+        self.shared.tensors.sync()
+    }
+
+    fn commit(&self, changes: &[Change], before: &Snapshot) -> Result<(), StoreError> {
+        let watermarks = self.watermarks(before)?;
         self.shared
             .index
             .commit(changes, &watermarks, &[], self.next_id)
     }
 
-    fn active_watermarks(&self) -> Vec<(String, u64)> {
-        self.shared
-            .sets()
-            .into_iter()
-            .filter_map(|(name, set)| {
-                set.active()
-                    .map(|(number, len)| (watermark_key(name, number), len))
-            })
-            .collect()
+    /// The watermark of every volume the batch appended to: the active ones, and those it
+    /// sealed or created on the way (so a restart replays nothing that was committed).
+    fn watermarks(&self, before: &Snapshot) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut out = Vec::new();
+        for ((name, set), mark) in self.shared.sets().into_iter().zip(before.marks()) {
+            let active = set.active();
+            let active_number = active.map(|(n, _)| n);
+            if mark.active.map(|(n, _)| n) != active_number {
+                let sealed = mark.active.map(|(n, _)| n);
+                let created = set.volumes()?.into_iter().filter(|n| *n > mark.newest);
+                for n in sealed.into_iter().chain(created) {
+                    if Some(n) != active_number {
+                        out.push((watermark_key(name, n), set.file_len(n)?));
+                    }
+                }
+            }
+            if let Some((n, len)) = active {
+                out.push((watermark_key(name, n), len));
+            }
+        }
+        Ok(out)
+    }
+
+    /// After a failed index commit, asks the index (opened again) whether the commit landed:
+    /// it did if the watermark of every volume the batch appended to is the batch's end.
+    fn outcome_of_failed_commit(&self, before: &Snapshot) -> Outcome {
+        let mut landed = true;
+        for ((name, set), mark) in self.shared.sets().into_iter().zip(before.marks()) {
+            let Some((number, len)) = set.active() else {
+                continue;
+            };
+            if mark.active == Some((number, len)) {
+                continue;
+            }
+            match self.shared.index.meta(&watermark_key(name, number)) {
+                Ok(committed) => landed &= committed == Some(len),
+                Err(e) => {
+                    warn!(error = %e, "cannot read the index after a failed commit");
+                    return Outcome::Unknown;
+                }
+            }
+        }
+        if landed {
+            Outcome::Landed
+        } else {
+            Outcome::RollBack
+        }
     }
 
     /// Where each volume set stands before a batch, to roll back to if the batch fails.
     fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        let mut sets = Vec::with_capacity(2);
-        for set in [&self.shared.photos, &self.shared.tensors] {
-            let newest = set.volumes()?.last().copied().unwrap_or(0);
-            sets.push((set.active(), newest));
-        }
         Ok(Snapshot {
-            photos: sets[0],
-            tensors: sets[1],
+            photos: SetMark::of(&self.shared.photos)?,
+            tensors: SetMark::of(&self.shared.tensors)?,
             next_id: self.next_id,
         })
     }
+}
 
-    /// Undoes the appends of a failed batch, so that they are not replayed after a restart.
-    fn roll_back(&self, before: &Snapshot) {
-        for (set, (active, newest)) in [
-            (&self.shared.photos, before.photos),
-            (&self.shared.tensors, before.tensors),
-        ] {
-            let result = (|| -> Result<(), StoreError> {
-                set.seal()?;
-                for n in set.volumes()? {
-                    if n > newest {
-                        set.remove(n)?;
-                    }
-                }
-                if let Some((n, len)) = active {
-                    set.truncate(n, len)?;
-                    set.resume(n, len)?;
-                }
-                Ok(())
-            })();
-            if let Err(e) = result {
-                warn!(error = %e, dir = %set.dir().display(), "could not roll back a failed batch");
-            }
+/// Bytes of a record with `body` bytes of metadata and data.
+fn record_bytes(body: usize) -> u64 {
+    (RECORD_HEADER_LEN + body) as u64
+}
+
+/// The error every request of a batch that failed with `e` gets: `InsufficientStorage` when
+/// the disk was full, else `WriteFailed`.
+fn batch_error(e: &StoreError) -> impl Fn() -> StoreError + Copy + '_ {
+    move || {
+        let reason = e.to_string();
+        if e.is_no_space() {
+            StoreError::InsufficientStorage { reason }
+        } else {
+            StoreError::WriteFailed { reason }
         }
     }
 }
 
-/// Answers a request that cannot run because an earlier one in its batch failed.
-fn reject(cmd: Command) {
-    let err = || StoreError::WriteFailed {
-        reason: "an earlier write in the same batch failed".into(),
-    };
+/// Answers a request that did not run with `error`.
+fn reject(cmd: Command, error: impl Fn() -> StoreError) {
     match cmd {
-        Command::Put(_, r) => drop(r.send(Err(err()))),
-        Command::Delete(_, r) | Command::SetTensor(_, _, r) => drop(r.send(Err(err()))),
-        Command::Compact(r) => drop(r.send(Err(err()))),
+        Command::Put(_, r) => drop(r.send(Err(error()))),
+        Command::Delete(_, r) | Command::SetTensor(_, _, r) => drop(r.send(Err(error()))),
+        Command::Compact(r) => drop(r.send(Err(error()))),
     }
 }

@@ -310,6 +310,19 @@ impl VolumeSet {
         Ok(())
     }
 
+    /// Closes the active volume without syncing it (its tail is about to be cut off).
+    pub(crate) fn abandon(&self) {
+        lock(&self.active).take();
+    }
+
+    /// The length of volume `number` on disk.
+    pub(crate) fn file_len(&self, number: u32) -> Result<u64, StoreError> {
+        let path = self.path(number);
+        Ok(fs::metadata(&path)
+            .map_err(StoreError::io("stat volume", &path))?
+            .len())
+    }
+
     /// The active volume's number and length, if one is open.
     pub(crate) fn active(&self) -> Option<(u32, u64)> {
         let guard = lock(&self.active);
@@ -349,11 +362,21 @@ impl VolumeSet {
             .append(true)
             .open(&path)
             .map_err(StoreError::io("create volume", &path))?;
-        file.write_all(&header.encode())
-            .map_err(StoreError::io("write volume header", &path))?;
-        file.sync_all()
-            .map_err(StoreError::io("sync volume", &path))?;
-        sync_dir(&self.dir)?;
+        let written = file
+            .write_all(&header.encode())
+            .map_err(StoreError::io("write volume header", &path))
+            .and_then(|()| {
+                file.sync_all()
+                    .map_err(StoreError::io("sync volume", &path))
+            })
+            .and_then(|()| sync_dir(&self.dir));
+        if let Err(e) = written {
+            // A volume without its header holds nothing: do not leave it behind (recovery
+            // removes one that a crash leaves).
+            drop(file);
+            let _ = fs::remove_file(&path);
+            return Err(e);
+        }
         Ok(Active {
             number,
             file,

@@ -147,11 +147,21 @@ impl Instance {
         Self::launch_as("serve", extra)
     }
 
+    /// Starts `ndpipe serve` on the data directory `data` (e.g. on a file system the test
+    /// made) with exactly `extra`.
+    pub(crate) fn launch_at(data: PathBuf, extra: &[&str]) -> Self {
+        Self::launch_in("serve", Some(data), extra)
+    }
+
     fn launch_as(command: &'static str, extra: &[&str]) -> Self {
+        Self::launch_in(command, None, extra)
+    }
+
+    fn launch_in(command: &'static str, data: Option<PathBuf>, extra: &[&str]) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let port = free_port();
         let mut inst = Instance {
-            data: tmp.path().join("data"),
+            data: data.unwrap_or_else(|| tmp.path().join("data")),
             url: format!("http://127.0.0.1:{port}"),
             command,
             port,
@@ -252,6 +262,21 @@ impl Instance {
         self.spawn();
     }
 
+    /// The server's process id, while it runs.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends `signal` ("STOP", "CONT", ...) to the server with `kill`.
+    pub(crate) fn signal(&self, signal: &str) {
+        let pid = self.pid().expect("the server runs").to_string();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
     /// The store's volume files of one set ("photos" or "tensors"), in order.
     pub(crate) fn volumes(&self, set: &str) -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = std::fs::read_dir(self.data.join("store").join(set))
@@ -348,45 +373,73 @@ pub(crate) struct TunerProcess {
     pub url: String,
     /// Its gRPC URL, for PipeStores.
     pub grpc: String,
-    child: Child,
+    ports: (u16, u16),
+    extra: Vec<String>,
+    child: Option<Child>,
     _tmp: tempfile::TempDir,
 }
 
 impl TunerProcess {
     /// Starts a Tuner on free ports with a fresh registry.
     pub(crate) fn start() -> Self {
-        let tmp = tempfile::tempdir().unwrap();
+        Self::start_with(&[])
+    }
+
+    /// Starts a Tuner on free ports with a fresh registry and extra `tuner` flags.
+    pub(crate) fn start_with(extra: &[&str]) -> Self {
         let (http, grpc) = (free_port(), free_port());
-        let log = std::fs::File::create(tmp.path().join("tuner.log")).unwrap();
+        let mut t = TunerProcess {
+            url: format!("http://127.0.0.1:{http}"),
+            grpc: format!("http://127.0.0.1:{grpc}"),
+            ports: (http, grpc),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            _tmp: tempfile::tempdir().unwrap(),
+        };
+        t.spawn();
+        t
+    }
+
+    fn spawn(&mut self) {
+        let (http, grpc) = self.ports;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self._tmp.path().join("tuner.log"))
+            .unwrap();
         let child = Command::new(exe())
             .args(["tuner", "--data"])
-            .arg(tmp.path().join("tuner"))
+            .arg(self._tmp.path().join("tuner"))
             .args([
                 "--listen",
                 &format!("127.0.0.1:{http}"),
                 "--grpc-listen",
                 &format!("127.0.0.1:{grpc}"),
             ])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("starting ndpipe tuner");
-        let t = TunerProcess {
-            url: format!("http://127.0.0.1:{http}"),
-            grpc: format!("http://127.0.0.1:{grpc}"),
-            child,
-            _tmp: tmp,
-        };
+        self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", http)).is_err() {
             assert!(
                 Instant::now() < deadline,
                 "the tuner did not start: {}",
-                t.log()
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        t
+    }
+
+    /// Kills the Tuner (SIGKILL) and starts it again on the same ports and data directory.
+    pub(crate) fn restart(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        self.spawn();
     }
 
     /// The Tuner's log so far.
@@ -394,17 +447,75 @@ impl TunerProcess {
         std::fs::read_to_string(self._tmp.path().join("tuner.log")).unwrap_or_default()
     }
 
-    /// Waits until `n` PipeStores are registered; returns the node list.
+    /// Starts a job with `POST path` (e.g. `/v1/tuner/finetune`) and follows it until it ends.
+    /// Returns the POST's status and, for a 202, the finished job (else the error body).
+    pub(crate) async fn run_job(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let (status, job) = self.post(path, body).await;
+        if status != 202 {
+            return (status, job);
+        }
+        let id = job["id"].as_str().expect("a job id").to_string();
+        (status, self.wait_job(&id).await)
+    }
+
+    /// `POST path` with a JSON body: (status, JSON reply).
+    pub(crate) async fn post(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let resp = reqwest::Client::new()
+            .post(format!("{}{path}", self.url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or_default())
+    }
+
+    /// `GET path` as JSON.
+    pub(crate) async fn get(&self, path: &str) -> serde_json::Value {
+        reqwest::get(format!("{}{path}", self.url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Polls job `id` until it is done or failed (a hang guard fails the test after 10 min).
+    pub(crate) async fn wait_job(&self, id: &str) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            let job = self.get(&format!("/v1/tuner/jobs/{id}")).await;
+            if job["phase"] == "done" || job["phase"] == "failed" {
+                return job;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {id} hangs: {job}\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until `n` PipeStores are registered with a live lease; returns the node list.
     pub(crate) async fn wait_for_nodes(&self, n: usize) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let nodes: serde_json::Value = reqwest::get(format!("{}/v1/tuner/nodes", self.url))
-                .await
+            let nodes = self.get("/v1/tuner/nodes").await;
+            let live = nodes
+                .as_array()
                 .unwrap()
-                .json()
-                .await
-                .unwrap();
-            if nodes.as_array().unwrap().len() >= n {
+                .iter()
+                .filter(|n| n["live"] == true);
+            if live.count() >= n {
                 return nodes;
             }
             assert!(
@@ -419,8 +530,10 @@ impl TunerProcess {
 
 impl Drop for TunerProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 

@@ -1,0 +1,109 @@
+//! Opening connections: URL parsing, the first connection's clear errors, and the pool's manager.
+
+use std::time::Duration;
+
+use postgres::config::Host;
+use postgres::{Client, Config, NoTls};
+
+use super::error::{ConnectFailure, PgFailure};
+use crate::CatalogError;
+
+/// The r2d2 manager of the pool: `r2d2_postgres`'s, except that a failed connection keeps the
+/// server's message, which the pool repeats when it times out.
+#[derive(Debug)]
+pub(crate) struct Manager {
+    config: Config,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Client;
+    type Error = PgFailure;
+
+    fn connect(&self) -> Result<Client, PgFailure> {
+        self.config.connect(NoTls).map_err(|e| PgFailure::new(&e))
+    }
+
+    fn is_valid(&self, client: &mut Client) -> Result<(), PgFailure> {
+        client
+            .simple_query("")
+            .map(drop)
+            .map_err(|e| PgFailure::new(&e))
+    }
+
+    fn has_broken(&self, client: &mut Client) -> bool {
+        client.is_closed()
+    }
+}
+
+/// Parses `url` (`postgres://user:password@host:port/database?options`) and fills in the
+/// connect timeout and the application name when the URL does not set them.
+pub(crate) fn parse(url: &str, connect_timeout: Duration) -> Result<Config, CatalogError> {
+    let mut config: Config = url.parse().map_err(|e| CatalogError::Database {
+        op: "parse the PostgreSQL URL",
+        source: Box::new(PgFailure::new(&e)),
+    })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(connect_timeout);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("ndpipe");
+    }
+    Ok(config)
+}
+
+/// One connection, or an error naming the server and the reason (refused, timed out, wrong
+/// password, no such database).
+pub(crate) fn connect_once(config: &Config) -> Result<Client, CatalogError> {
+    config.connect(NoTls).map_err(|e| CatalogError::Database {
+        op: "connect",
+        source: Box::new(ConnectFailure {
+            target: target(config),
+            reason: PgFailure::new(&e),
+        }),
+    })
+}
+
+/// The pool's connection manager for `config`.
+pub(crate) fn manager(config: Config) -> Manager {
+    Manager { config }
+}
+
+/// `user@host:port/database`, for messages: never the password.
+fn target(config: &Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            Host::Tcp(name) => name.clone(),
+            Host::Unix(dir) => dir.display().to_string(),
+        })
+        .collect();
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let user = config.get_user().unwrap_or("?");
+    let database = config.get_dbname().unwrap_or(user);
+    format!("{user}@{}:{port}/{database}", hosts.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_server_but_never_the_password() {
+        let config = parse(
+            "postgres://ndpipe:s3cret@db.example:6543/cat",
+            Duration::from_secs(3),
+        )
+        .unwrap();
+        assert_eq!(target(&config), "ndpipe@db.example:6543/cat");
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(3)));
+        assert_eq!(config.get_application_name(), Some("ndpipe"));
+    }
+
+    #[test]
+    fn a_bad_url_is_an_error_not_a_panic() {
+        let err = parse("postgres://u@h:notaport/db", Duration::from_secs(1)).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("parse the PostgreSQL URL"), "{text}");
+    }
+}

@@ -1,0 +1,458 @@
+//! Photos, their ground truth, predicted labels and label search, as one node sees them, and the
+//! search across every node of the cluster.
+
+use std::collections::{BTreeMap, HashSet};
+
+use postgres::{Row, Transaction};
+
+use super::error::db;
+use super::{PgCatalog, from_sql, sql_id};
+use crate::{
+    CatalogError, GroundTruth, PhotoCatalog, PhotoId, PhotoMeta, PhotoRecord, Prediction,
+    SearchHit, Split,
+};
+
+const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
+                             p.created_ms, g.label, g.split";
+const PHOTO_FROM: &str = "photos p LEFT JOIN ground_truth g ON g.photo_id = p.id";
+
+/// ASCII upper case folded to lower case, nothing else: what SQLite's `LIKE` ignores.
+const FOLD_FROM: &str = "'ABCDEFGHIJKLMNOPQRSTUVWXYZ'";
+const FOLD_TO: &str = "'abcdefghijklmnopqrstuvwxyz'";
+
+/// The search condition over `pr.label` for the query `$2`, as SQLite's: the whole label exactly,
+/// or one of its ", "-separated class names ignoring ASCII case. String functions rather than
+/// `LIKE`, so `%`, `_` and `\` in a query are plain characters.
+fn label_matches() -> String {
+    let fold = |e: &str| format!("translate({e}, {FOLD_FROM}, {FOLD_TO})");
+    let (label, query) = (fold("pr.label"), fold("$2::text"));
+    format!(
+        "(pr.label = $2::text \
+          OR starts_with({label}, {query} || ',') \
+          OR strpos({label}, ', ' || {query} || ',') > 0 \
+          OR right({label}, char_length($2::text) + 2) = ', ' || {query})"
+    )
+}
+
+fn photo_from_row(row: &Row) -> Result<PhotoRecord, CatalogError> {
+    let int = |i: usize| row.try_get::<_, i64>(i).map_err(db("read photo"));
+    let text = |i: usize| row.try_get::<_, String>(i).map_err(db("read photo"));
+    let maybe = |i: usize| {
+        row.try_get::<_, Option<String>>(i)
+            .map_err(db("read photo"))
+    };
+    let ground_truth = match (maybe(7)?, maybe(8)?) {
+        (Some(label), Some(split)) => Some(GroundTruth {
+            label,
+            split: split.parse()?,
+        }),
+        _ => None,
+    };
+    Ok(PhotoRecord {
+        id: from_sql(int(0)?, "photo id")?,
+        meta: PhotoMeta {
+            sha256: text(1)?,
+            bytes: from_sql(int(2)?, "photo size")?,
+            width: from_sql(int(3)?, "photo width")?,
+            height: from_sql(int(4)?, "photo height")?,
+            content_type: text(5)?,
+            created_ms: int(6)?,
+            ground_truth,
+        },
+    })
+}
+
+fn hit_from_row(row: &Row) -> Result<SearchHit, CatalogError> {
+    let op = "search";
+    let id: i64 = row.try_get(0).map_err(db(op))?;
+    let rank: i32 = row.try_get(3).map_err(db(op))?;
+    Ok(SearchHit {
+        id: from_sql(id, "photo id")?,
+        label: row.try_get(1).map_err(db(op))?,
+        score: row.try_get(2).map_err(db(op))?,
+        rank: from_sql(i64::from(rank), "prediction rank")?,
+    })
+}
+
+fn write_ground_truth(
+    tx: &mut Transaction<'_>,
+    id: i64,
+    truth: Option<&GroundTruth>,
+) -> Result<(), CatalogError> {
+    match truth {
+        None => tx
+            .execute("DELETE FROM ground_truth WHERE photo_id = $1", &[&id])
+            .map_err(db("clear ground truth"))?,
+        Some(t) => tx
+            .execute(
+                "INSERT INTO ground_truth (photo_id, label, split) VALUES ($1, $2, $3)
+                 ON CONFLICT (photo_id) DO UPDATE SET label = EXCLUDED.label,
+                   split = EXCLUDED.split",
+                &[&id, &t.label, &t.split.as_str()],
+            )
+            .map_err(db("write ground truth"))?,
+    };
+    Ok(())
+}
+
+/// Locks the node's photo `id` against deletion and other writers of its labels until the
+/// transaction ends. Returns whether the node has it.
+fn lock_photo(tx: &mut Transaction<'_>, id: i64, node: &str) -> Result<bool, CatalogError> {
+    let row = tx
+        .query_opt(
+            "SELECT 1 FROM photos WHERE id = $1 AND node = $2 FOR NO KEY UPDATE",
+            &[&id, &node],
+        )
+        .map_err(db("find photo"))?;
+    Ok(row.is_some())
+}
+
+/// Inserts the ranked predictions of `version` for each photo (locked by `lock_photo` or
+/// `put_predictions_many`, so none can vanish meanwhile), in one statement.
+fn insert_predictions(
+    tx: &mut Transaction<'_>,
+    version: &str,
+    rows: &[(i64, &[Prediction])],
+) -> Result<(), CatalogError> {
+    let total: usize = rows.iter().map(|(_, labels)| labels.len()).sum();
+    let (mut ids, mut ranks, mut labels, mut scores) = (
+        Vec::with_capacity(total),
+        Vec::with_capacity(total),
+        Vec::with_capacity(total),
+        Vec::with_capacity(total),
+    );
+    for (id, predictions) in rows {
+        for (rank, p) in predictions.iter().enumerate() {
+            ids.push(*id);
+            ranks.push(i32::try_from(rank).map_err(|_| {
+                CatalogError::Invalid(format!("photo {id} has over 2^31 predictions"))
+            })?);
+            labels.push(p.label.as_str());
+            scores.push(p.score);
+        }
+    }
+    tx.execute(
+        "INSERT INTO predictions (photo_id, model_version, rank, label, score)
+         SELECT r.photo_id, $1::text, r.rank, r.label, r.score
+         FROM UNNEST($2::bigint[], $3::integer[], $4::text[], $5::real[])
+           AS r (photo_id, rank, label, score)",
+        &[&version, &ids, &ranks, &labels, &scores],
+    )
+    .map_err(db("write predictions"))?;
+    Ok(())
+}
+
+fn limit_offset(offset: usize, limit: usize) -> (i64, i64) {
+    (
+        i64::try_from(offset).unwrap_or(i64::MAX),
+        i64::try_from(limit).unwrap_or(i64::MAX),
+    )
+}
+
+impl PgCatalog {
+    /// Photos of every node whose predictions under `model_version` include `label`, matched as
+    /// [`PhotoCatalog::search`] does, best score first, each with the node that holds it.
+    pub fn search_cluster(
+        &self,
+        label: &str,
+        model_version: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<(String, SearchHit)>, CatalogError> {
+        let (offset, limit) = limit_offset(offset, limit);
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    &format!(
+                        "SELECT pr.photo_id, pr.label, pr.score, pr.rank, p.node
+                         FROM predictions pr JOIN photos p ON p.id = pr.photo_id
+                         WHERE pr.model_version = $1 AND {}
+                         ORDER BY pr.score DESC, pr.photo_id, pr.rank LIMIT $3 OFFSET $4",
+                        label_matches()
+                    ),
+                    &[&model_version, &label, &limit, &offset],
+                )
+                .map_err(db("search the cluster"))?;
+            rows.iter()
+                .map(|r| {
+                    let node = r.try_get(4).map_err(db("search the cluster"))?;
+                    Ok((node, hit_from_row(r)?))
+                })
+                .collect()
+        })
+    }
+}
+
+impl PhotoCatalog for PgCatalog {
+    fn upsert_photo(&self, photo: &PhotoRecord) -> Result<(), CatalogError> {
+        let id = sql_id(photo.id)?;
+        let meta = &photo.meta;
+        let bytes = i64::try_from(meta.bytes).map_err(|_| {
+            CatalogError::Invalid(format!("photo size {} out of range", meta.bytes))
+        })?;
+        let node: &str = &self.node;
+        self.tx("upsert photo", |tx| {
+            let written = tx
+                .execute(
+                    "INSERT INTO photos (id, node, sha256, bytes, width, height, content_type,
+                                         created_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                     ON CONFLICT (id) DO UPDATE SET sha256 = EXCLUDED.sha256,
+                       bytes = EXCLUDED.bytes, width = EXCLUDED.width, height = EXCLUDED.height,
+                       content_type = EXCLUDED.content_type, created_ms = EXCLUDED.created_ms
+                     WHERE photos.node = EXCLUDED.node",
+                    &[
+                        &id,
+                        &node,
+                        &meta.sha256,
+                        &bytes,
+                        &i64::from(meta.width),
+                        &i64::from(meta.height),
+                        &meta.content_type,
+                        &meta.created_ms,
+                    ],
+                )
+                .map_err(db("upsert photo"))?;
+            if written == 0 {
+                let owner: String = tx
+                    .query_one("SELECT node FROM photos WHERE id = $1", &[&id])
+                    .and_then(|r| r.try_get(0))
+                    .map_err(db("find photo"))?;
+                return Err(CatalogError::Conflict {
+                    what: format!("photo {id} of node {owner}"),
+                });
+            }
+            write_ground_truth(tx, id, meta.ground_truth.as_ref())
+        })
+    }
+
+    fn delete_photo(&self, id: PhotoId) -> Result<bool, CatalogError> {
+        let id = sql_id(id)?;
+        self.with(|conn| {
+            let n = conn
+                .execute(
+                    "DELETE FROM photos WHERE id = $1 AND node = $2",
+                    &[&id, &self.node()],
+                )
+                .map_err(db("delete photo"))?;
+            Ok(n > 0)
+        })
+    }
+
+    fn photo(&self, id: PhotoId) -> Result<Option<PhotoRecord>, CatalogError> {
+        let id = sql_id(id)?;
+        self.with(|conn| {
+            conn.query_opt(
+                &format!(
+                    "SELECT {PHOTO_COLUMNS} FROM {PHOTO_FROM} WHERE p.id = $1 AND p.node = $2"
+                ),
+                &[&id, &self.node()],
+            )
+            .map_err(db("read photo"))?
+            .as_ref()
+            .map(photo_from_row)
+            .transpose()
+        })
+    }
+
+    fn list_photos(
+        &self,
+        after: Option<PhotoId>,
+        limit: usize,
+    ) -> Result<Vec<PhotoRecord>, CatalogError> {
+        let after = after.map(sql_id).transpose()?.unwrap_or(-1);
+        let (_, limit) = limit_offset(0, limit);
+        self.with(|conn| {
+            conn.query(
+                &format!(
+                    "SELECT {PHOTO_COLUMNS} FROM {PHOTO_FROM}
+                     WHERE p.node = $1 AND p.id > $2 ORDER BY p.id LIMIT $3"
+                ),
+                &[&self.node(), &after, &limit],
+            )
+            .map_err(db("list photos"))?
+            .iter()
+            .map(photo_from_row)
+            .collect()
+        })
+    }
+
+    fn labelled(&self, split: Split) -> Result<Vec<(PhotoId, String)>, CatalogError> {
+        let op = "list labelled photos";
+        self.with(|conn| {
+            conn.query(
+                "SELECT g.photo_id, g.label FROM ground_truth g JOIN photos p ON p.id = g.photo_id
+                 WHERE p.node = $1 AND g.split = $2 ORDER BY g.photo_id",
+                &[&self.node(), &split.as_str()],
+            )
+            .map_err(db(op))?
+            .iter()
+            .map(|r| {
+                let id: i64 = r.try_get(0).map_err(db(op))?;
+                Ok((from_sql(id, "photo id")?, r.try_get(1).map_err(db(op))?))
+            })
+            .collect()
+        })
+    }
+
+    fn count_photos(&self) -> Result<u64, CatalogError> {
+        self.with(|conn| {
+            let n: i64 = conn
+                .query_one(
+                    "SELECT COUNT(*) FROM photos WHERE node = $1",
+                    &[&self.node()],
+                )
+                .and_then(|r| r.try_get(0))
+                .map_err(db("count photos"))?;
+            from_sql(n, "photo count")
+        })
+    }
+
+    fn set_ground_truth(
+        &self,
+        id: PhotoId,
+        truth: Option<&GroundTruth>,
+    ) -> Result<(), CatalogError> {
+        let sid = sql_id(id)?;
+        self.tx("write ground truth", |tx| {
+            if !lock_photo(tx, sid, &self.node)? {
+                return Err(CatalogError::NotFound {
+                    what: format!("photo {id}"),
+                });
+            }
+            write_ground_truth(tx, sid, truth)
+        })
+    }
+
+    fn put_predictions(
+        &self,
+        id: PhotoId,
+        model_version: &str,
+        labels: &[Prediction],
+    ) -> Result<(), CatalogError> {
+        let sid = sql_id(id)?;
+        self.tx("write predictions", |tx| {
+            if !lock_photo(tx, sid, &self.node)? {
+                return Err(CatalogError::NotFound {
+                    what: format!("photo {id}"),
+                });
+            }
+            tx.execute(
+                "DELETE FROM predictions WHERE photo_id = $1 AND model_version = $2",
+                &[&sid, &model_version],
+            )
+            .map_err(db("clear predictions"))?;
+            insert_predictions(tx, model_version, &[(sid, labels)])
+        })
+    }
+
+    fn put_predictions_many(
+        &self,
+        model_version: &str,
+        rows: &[(PhotoId, Vec<Prediction>)],
+    ) -> Result<usize, CatalogError> {
+        let mut latest: BTreeMap<i64, &[Prediction]> = BTreeMap::new();
+        let mut asked = Vec::with_capacity(rows.len());
+        for (id, labels) in rows {
+            let sid = sql_id(*id)?;
+            latest.insert(sid, labels);
+            asked.push(sid);
+        }
+        let ids: Vec<i64> = latest.keys().copied().collect();
+        self.tx("write predictions", |tx| {
+            let present: HashSet<i64> = tx
+                .query(
+                    "SELECT id FROM photos WHERE node = $1 AND id = ANY($2)
+                     ORDER BY id FOR NO KEY UPDATE",
+                    &[&self.node(), &ids],
+                )
+                .map_err(db("find photos"))?
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<_, _>>()
+                .map_err(db("find photos"))?;
+            latest.retain(|id, _| present.contains(id));
+            let kept: Vec<i64> = latest.keys().copied().collect();
+            tx.execute(
+                "DELETE FROM predictions WHERE model_version = $1 AND photo_id = ANY($2)",
+                &[&model_version, &kept],
+            )
+            .map_err(db("clear predictions"))?;
+            let rows: Vec<(i64, &[Prediction])> = latest.into_iter().collect();
+            insert_predictions(tx, model_version, &rows)?;
+            Ok(asked.iter().filter(|id| present.contains(id)).count())
+        })
+    }
+
+    fn unlabelled(&self, model_version: &str) -> Result<Vec<PhotoId>, CatalogError> {
+        let op = "list unlabelled photos";
+        self.with(|conn| {
+            conn.query(
+                "SELECT p.id FROM photos p WHERE p.node = $2 AND NOT EXISTS
+                   (SELECT 1 FROM predictions pr
+                    WHERE pr.photo_id = p.id AND pr.model_version = $1 AND pr.rank = 0)
+                 ORDER BY p.id",
+                &[&model_version, &self.node()],
+            )
+            .map_err(db(op))?
+            .iter()
+            .map(|r| from_sql(r.try_get(0).map_err(db(op))?, "photo id"))
+            .collect()
+        })
+    }
+
+    fn predictions(&self, id: PhotoId) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError> {
+        let sid = sql_id(id)?;
+        let op = "read predictions";
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    "SELECT pr.model_version, pr.label, pr.score
+                     FROM predictions pr JOIN photos p ON p.id = pr.photo_id
+                     WHERE pr.photo_id = $1 AND p.node = $2
+                     ORDER BY pr.model_version, pr.rank",
+                    &[&sid, &self.node()],
+                )
+                .map_err(db(op))?;
+            let mut out: Vec<(String, Vec<Prediction>)> = Vec::new();
+            for row in &rows {
+                let version: String = row.try_get(0).map_err(db(op))?;
+                let prediction = Prediction {
+                    label: row.try_get(1).map_err(db(op))?,
+                    score: row.try_get(2).map_err(db(op))?,
+                };
+                match out.last_mut() {
+                    Some((v, list)) if *v == version => list.push(prediction),
+                    _ => out.push((version, vec![prediction])),
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn search(
+        &self,
+        label: &str,
+        model_version: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>, CatalogError> {
+        let (offset, limit) = limit_offset(offset, limit);
+        self.with(|conn| {
+            conn.query(
+                &format!(
+                    "SELECT pr.photo_id, pr.label, pr.score, pr.rank
+                     FROM predictions pr JOIN photos p ON p.id = pr.photo_id
+                     WHERE pr.model_version = $1 AND p.node = $5 AND {}
+                     ORDER BY pr.score DESC, pr.photo_id, pr.rank LIMIT $3 OFFSET $4",
+                    label_matches()
+                ),
+                &[&model_version, &label, &limit, &offset, &self.node()],
+            )
+            .map_err(db("search"))?
+            .iter()
+            .map(hit_from_row)
+            .collect()
+        })
+    }
+}

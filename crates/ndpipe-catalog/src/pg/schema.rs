@@ -1,0 +1,125 @@
+//! The PostgreSQL schema, as numbered migrations recorded in `schema_migrations`.
+//!
+//! Text that is sorted (ids, versions, node names) uses the "C" collation, so that listings come
+//! in byte order as they do from SQLite, whatever the database's locale.
+
+use ndpipe_util::time::now_ms;
+use postgres::Client;
+
+use super::error::db;
+use crate::CatalogError;
+
+/// The advisory lock that serialises nodes migrating the same database at once.
+const MIGRATION_LOCK: i64 = 0x6e64_7069_7065; // "ndpipe"
+
+/// Schema migrations, applied in order; `schema_migrations` has one row per applied one.
+const MIGRATIONS: &[&str] = &[
+    r#"
+CREATE TABLE photos (
+    id            BIGINT PRIMARY KEY CHECK (id >= 0),
+    node          TEXT COLLATE "C" NOT NULL,
+    sha256        TEXT   NOT NULL,
+    bytes         BIGINT NOT NULL,
+    width         BIGINT NOT NULL,
+    height        BIGINT NOT NULL,
+    content_type  TEXT   NOT NULL,
+    created_ms    BIGINT NOT NULL
+);
+CREATE INDEX photos_node ON photos (node, id);
+CREATE INDEX photos_sha256 ON photos (sha256);
+CREATE TABLE ground_truth (
+    photo_id  BIGINT PRIMARY KEY REFERENCES photos (id) ON DELETE CASCADE,
+    label     TEXT NOT NULL,
+    split     TEXT NOT NULL CHECK (split IN ('train', 'val', 'test'))
+);
+CREATE INDEX ground_truth_split ON ground_truth (split, photo_id);
+CREATE TABLE model_versions (
+    id          TEXT COLLATE "C" PRIMARY KEY,
+    backbone    TEXT NOT NULL,
+    parent      TEXT COLLATE "C" REFERENCES model_versions (id),
+    metrics     JSONB NOT NULL,
+    created_ms  BIGINT NOT NULL,
+    active      BOOLEAN NOT NULL DEFAULT false
+);
+CREATE UNIQUE INDEX model_versions_one_active ON model_versions (active) WHERE active;
+CREATE TABLE predictions (
+    photo_id       BIGINT NOT NULL REFERENCES photos (id) ON DELETE CASCADE,
+    model_version  TEXT COLLATE "C" NOT NULL,
+    rank           INTEGER NOT NULL,
+    label          TEXT NOT NULL,
+    score          REAL NOT NULL,
+    PRIMARY KEY (photo_id, model_version, rank)
+);
+CREATE INDEX predictions_label ON predictions (model_version, label, score);
+CREATE TABLE jobs (
+    node        TEXT COLLATE "C" NOT NULL,
+    id          TEXT COLLATE "C" NOT NULL,
+    kind        TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    state       JSONB NOT NULL,
+    created_ms  BIGINT NOT NULL,
+    updated_ms  BIGINT NOT NULL,
+    PRIMARY KEY (node, id)
+);
+CREATE TABLE photo_id_blocks (
+    node         TEXT COLLATE "C" NOT NULL,
+    first_id     BIGINT NOT NULL,
+    end_id       BIGINT NOT NULL,
+    reserved_ms  BIGINT NOT NULL,
+    CHECK (first_id >= 1 AND end_id > first_id)
+);
+CREATE INDEX photo_id_blocks_node ON photo_id_blocks (node, first_id);
+"#,
+    r#"
+CREATE TABLE nodes (
+    id                BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name              TEXT COLLATE "C" NOT NULL UNIQUE,
+    url               TEXT   NOT NULL,
+    state             TEXT   NOT NULL CHECK (state IN ('active', 'draining')),
+    lease_expires_ms  BIGINT NOT NULL,
+    version           TEXT,
+    registered_ms     BIGINT NOT NULL,
+    last_seen_ms      BIGINT NOT NULL
+);
+"#,
+];
+
+/// Applies the migrations this database lacks, all in one transaction, under an advisory lock
+/// so that nodes starting together migrate once. Refuses a database migrated by a newer build.
+pub(super) fn migrate(client: &mut Client) -> Result<(), CatalogError> {
+    let op = "migrate";
+    let mut tx = client.transaction().map_err(db(op))?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .map_err(db(op))?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version     INTEGER PRIMARY KEY,
+             applied_ms  BIGINT NOT NULL
+         )",
+    )
+    .map_err(db(op))?;
+    let applied: i32 = tx
+        .query_one(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+            &[],
+        )
+        .and_then(|row| row.try_get(0))
+        .map_err(db("read schema version"))?;
+    let known = MIGRATIONS.len();
+    let applied = usize::try_from(applied).unwrap_or(usize::MAX);
+    if applied > known {
+        return Err(CatalogError::Invalid(format!(
+            "catalog schema version {applied} is newer than this build ({known})"
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(applied) {
+        let version = i32::try_from(i + 1).expect("fewer than 2^31 migrations");
+        tx.batch_execute(sql).map_err(db(op))?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, applied_ms) VALUES ($1, $2)",
+            &[&version, &now_ms()],
+        )
+        .map_err(db(op))?;
+    }
+    tx.commit().map_err(db(op))
+}

@@ -1,0 +1,207 @@
+//! The control plane's shared state ([`Core`]): the node registry, the model registry, the jobs,
+//! the job lock (one fine-tuning job or deploy at a time) and the syncer; and how a job is
+//! submitted: checked at once (a bad request, no node, another job running), then run in a task
+//! of its own that holds the job lock until it ends, however it ends.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use ndpipe_catalog::SqliteCatalog;
+use ndpipe_model::InferenceBackend;
+use ndpipe_proto::transport::ClusterSecret;
+use ndpipe_util::fs::read_secret;
+use ndpipe_util::sync::{read, write};
+use tokio::sync::{Mutex, Notify, OwnedMutexGuard, oneshot};
+
+use crate::jobs::{JobKind, JobResult, JobView, Jobs, Progress};
+use crate::nodes::{Members, Nodes};
+use crate::registry::Registry;
+use crate::{
+    Config, DeployReport, FinetuneReport, FinetuneRequest, Mode, TunerError, deploy, finetune,
+};
+
+/// What a job works with.
+pub(crate) struct JobEnv<'a> {
+    pub(crate) nodes: &'a Nodes,
+    pub(crate) registry: &'a Registry,
+    pub(crate) progress: &'a Progress,
+}
+
+/// The Tuner's state, shared by its APIs and its job tasks.
+pub(crate) struct Core {
+    pub(crate) nodes: Nodes,
+    pub(crate) registry: Registry,
+    pub(crate) jobs: Arc<Jobs>,
+    /// Required of every call to the Tuner's gRPC service, and sent with every call it makes.
+    pub(crate) secret: Option<ClusterSecret>,
+    backbone: RwLock<Option<Arc<dyn InferenceBackend>>>,
+    lock: Arc<Mutex<()>>,
+    /// Wakes the syncer, which brings lagging nodes to the active version.
+    pub(crate) sync_wake: Arc<Notify>,
+    pub(crate) sync_started: AtomicBool,
+}
+
+/// A job's outcome, for an in-process caller that waits for it.
+pub(crate) type Outcome<T> = oneshot::Receiver<Result<T, TunerError>>;
+
+impl Core {
+    /// Opens (creating) `config.data`: `registry.sqlite` (model versions, jobs, nodes) and
+    /// `heads/`; a job that was running when the Tuner stopped is marked failed. Reads the
+    /// cluster secret from `config.cluster_secret_file`, when set.
+    pub(crate) fn open(
+        config: &Config,
+        backbone: Option<Arc<dyn InferenceBackend>>,
+    ) -> Result<Self, TunerError> {
+        std::fs::create_dir_all(&config.data).map_err(|source| TunerError::Io {
+            path: config.data.clone(),
+            source,
+        })?;
+        let secret = match &config.cluster_secret_file {
+            Some(path) => {
+                ClusterSecret::new(&read_secret(path).map_err(|source| TunerError::Io {
+                    path: path.clone(),
+                    source,
+                })?)
+            }
+            None => None,
+        };
+        let catalog = Arc::new(SqliteCatalog::open(&config.data.join("registry.sqlite"))?);
+        let nodes = Nodes::new(
+            catalog.clone(),
+            Duration::from_millis(config.node_lease_ms.max(1)),
+            Duration::from_millis(config.node_timeout_ms.max(1)),
+            secret.clone(),
+        );
+        Ok(Core {
+            nodes,
+            registry: Registry::open(&config.data, catalog.clone())?,
+            jobs: Arc::new(Jobs::open(catalog)?),
+            secret,
+            backbone: RwLock::new(backbone),
+            lock: Arc::new(Mutex::new(())),
+            sync_wake: Arc::new(Notify::new()),
+            sync_started: AtomicBool::new(false),
+        })
+    }
+
+    /// Replaces the Tuner's own backbone (for conventional mode).
+    pub(crate) fn set_backbone(&self, backbone: Arc<dyn InferenceBackend>) {
+        *write(&self.backbone) = Some(backbone);
+    }
+
+    /// The job lock, or [`TunerError::Busy`].
+    pub(crate) fn try_lock(&self) -> Result<OwnedMutexGuard<()>, TunerError> {
+        self.lock
+            .clone()
+            .try_lock_owned()
+            .map_err(|_| TunerError::Busy)
+    }
+
+    /// The nodes a job may use now; none is [`TunerError::NoNodes`].
+    fn members(&self) -> Result<Members, TunerError> {
+        let active = self.registry.active()?.map(|v| v.id);
+        let members = self.nodes.members(active.as_deref())?;
+        if members.nodes.is_empty() {
+            return Err(if members.skipped.is_empty() {
+                TunerError::NoNodes
+            } else {
+                TunerError::NoEligibleNodes(members.skipped.join("; "))
+            });
+        }
+        Ok(members)
+    }
+
+    /// Checks `req`, then runs the fine-tuning job in the background.
+    pub(crate) fn submit_finetune(
+        self: &Arc<Self>,
+        req: FinetuneRequest,
+    ) -> Result<(JobView, Outcome<FinetuneReport>), TunerError> {
+        let guard = self.try_lock()?;
+        if req.runs == 0 {
+            return Err(TunerError::InvalidArgument(
+                "runs must be at least 1".into(),
+            ));
+        }
+        let backbone = read(&self.backbone).clone();
+        let conventional = match req.mode {
+            Mode::NearData => None,
+            Mode::Conventional => Some(backbone.ok_or_else(|| {
+                TunerError::InvalidArgument(
+                    "conventional mode needs a backbone on the Tuner (--model-dir)".into(),
+                )
+            })?),
+        };
+        let members = self.members()?;
+        let request = serde_json::to_value(&req).unwrap_or_default();
+        let progress = self
+            .jobs
+            .start(JobKind::Finetune, request, members.skipped.clone())?;
+        let view = progress.view()?;
+        let (tx, rx) = oneshot::channel();
+        let core = self.clone();
+        tokio::spawn(async move {
+            let env = JobEnv {
+                nodes: &core.nodes,
+                registry: &core.registry,
+                progress: &progress,
+            };
+            let outcome = finetune::finetune(&env, members, conventional, req).await;
+            core.ended(
+                guard,
+                progress,
+                outcome
+                    .as_ref()
+                    .map(|r| JobResult::Finetune(Box::new(r.clone()))),
+            );
+            let _ = tx.send(outcome);
+        });
+        Ok((view, rx))
+    }
+
+    /// Checks that `version` is registered, then deploys it in the background.
+    pub(crate) fn submit_deploy(
+        self: &Arc<Self>,
+        version: &str,
+    ) -> Result<(JobView, Outcome<DeployReport>), TunerError> {
+        let guard = self.try_lock()?;
+        let record = self.registry.get(version)?;
+        let head = self.registry.head(version)?;
+        let members = self.members()?;
+        let request = serde_json::json!({ "version": version });
+        let progress = self
+            .jobs
+            .start(JobKind::Deploy, request, members.skipped.clone())?;
+        let view = progress.view()?;
+        let (tx, rx) = oneshot::channel();
+        let core = self.clone();
+        tokio::spawn(async move {
+            let env = JobEnv {
+                nodes: &core.nodes,
+                registry: &core.registry,
+                progress: &progress,
+            };
+            let outcome = deploy::deploy(&env, &members, &record, head.as_ref()).await;
+            core.ended(
+                guard,
+                progress,
+                outcome.as_ref().map(|r| JobResult::Deploy(r.clone())),
+            );
+            let _ = tx.send(outcome);
+        });
+        Ok((view, rx))
+    }
+
+    /// Records a job's outcome, releases the job lock, and wakes the syncer (a deploy may have
+    /// left nodes behind).
+    fn ended(
+        self: &Arc<Self>,
+        guard: OwnedMutexGuard<()>,
+        progress: Progress,
+        outcome: Result<JobResult, &TunerError>,
+    ) {
+        progress.finish(outcome);
+        drop(guard);
+        self.wake_sync();
+    }
+}

@@ -1,0 +1,379 @@
+//! Background jobs: a fine-tuning job or a deploy runs in a task of its own, so a client going
+//! away never cancels it. Its phase, per-node progress and outcome are kept here and in the
+//! Tuner's job log (a catalog [`JobLog`] in `registry.sqlite`), so `GET /v1/tuner/jobs/{id}`
+//! answers while it runs and after it ended, across restarts too: a job that was running when
+//! the Tuner stopped is marked failed ("the Tuner restarted") when it opens again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use ndpipe_catalog::{JobLog, JobRecord};
+use ndpipe_util::sync::lock;
+use ndpipe_util::time::now_ms;
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::{DeployReport, FinetuneReport, TunerError};
+
+/// What a job does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobKind {
+    /// A fine-tuning job (and the deploy after it, when asked).
+    Finetune,
+    /// A deploy of a registered version (also a rollback).
+    Deploy,
+}
+
+/// Where a job stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Asking the nodes what they hold.
+    Surveying,
+    /// The nodes stream features (the Tuner trains the runs that are complete).
+    Extracting,
+    /// Every node has sent its features; training finishes.
+    Training,
+    /// Staging and committing the head on the nodes.
+    Deploying,
+    /// The nodes re-label their photos.
+    Relabelling,
+    /// Finished; the result is there.
+    Done,
+    /// Failed; the error is there.
+    Failed,
+}
+
+/// A node's progress in the current phase.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeProgress {
+    /// "name (node N)".
+    pub node: String,
+    /// Photos done.
+    pub done: u64,
+    /// Photos to do (0 until the node says).
+    pub total: u64,
+}
+
+/// What a finished job produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobResult {
+    /// A fine-tuning job's report.
+    Finetune(Box<FinetuneReport>),
+    /// A deploy's report.
+    Deploy(DeployReport),
+}
+
+/// Why a job failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobFailure {
+    /// The error's kind, as the HTTP API names it (`node_failed`, `deploy_aborted`, ...;
+    /// `interrupted` when the Tuner restarted during the job).
+    pub kind: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// A job as `GET /v1/tuner/jobs/{id}` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    /// Unique id (`ft-<ms>` for fine-tuning, `deploy-<ms>` for deploys).
+    pub id: String,
+    /// What it does.
+    pub kind: JobKind,
+    /// Where it stands.
+    pub phase: Phase,
+    /// What it was asked: the fine-tuning request, or `{"version": ...}`.
+    pub request: serde_json::Value,
+    /// Creation time, ms since the Unix epoch.
+    pub created_ms: i64,
+    /// Last change, ms since the Unix epoch.
+    pub updated_ms: i64,
+    /// Per node, in the current phase (extracting or re-labelling).
+    pub progress: Vec<NodeProgress>,
+    /// Registered nodes the job left out, with the reason (draining, lease ran out, ...).
+    pub skipped: Vec<String>,
+    /// When done: the report.
+    pub result: Option<JobResult>,
+    /// When failed: why.
+    pub error: Option<JobFailure>,
+}
+
+impl JobView {
+    fn status(&self) -> &'static str {
+        match self.phase {
+            Phase::Done => "done",
+            Phase::Failed => "failed",
+            _ => "running",
+        }
+    }
+
+    fn record(&self) -> JobRecord {
+        JobRecord {
+            id: self.id.clone(),
+            kind: serde_json::to_value(self.kind)
+                .ok()
+                .and_then(|k| k.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            status: self.status().to_string(),
+            state: serde_json::to_value(self).unwrap_or_default(),
+            created_ms: self.created_ms,
+            updated_ms: self.updated_ms,
+        }
+    }
+}
+
+/// The jobs: those running, in memory, and all of them in the log.
+pub(crate) struct Jobs {
+    log: Arc<dyn JobLog>,
+    running: Mutex<HashMap<String, JobView>>,
+    last_ms: Mutex<i64>,
+}
+
+impl Jobs {
+    /// The jobs of `log`; a job that was running is marked failed, as the Tuner restarted.
+    pub(crate) fn open(log: Arc<dyn JobLog>) -> Result<Self, TunerError> {
+        for record in log.jobs()? {
+            if record.status != "running" {
+                continue;
+            }
+            let Ok(mut view) = serde_json::from_value::<JobView>(record.state) else {
+                warn!(job = %record.id, "a job in the log does not parse; left as it is");
+                continue;
+            };
+            view.phase = Phase::Failed;
+            view.updated_ms = now_ms();
+            view.error = Some(JobFailure {
+                kind: "interrupted".into(),
+                message: "the Tuner restarted".into(),
+            });
+            log.put_job(&view.record())?;
+            warn!(job = %view.id, "a job was running when the Tuner stopped: marked failed");
+        }
+        Ok(Jobs {
+            log,
+            running: Mutex::new(HashMap::new()),
+            last_ms: Mutex::new(0),
+        })
+    }
+
+    /// Records a new job of `kind`, asked `request`, leaving out the `skipped` nodes; returns
+    /// the handle through which it reports.
+    pub(crate) fn start(
+        self: &Arc<Self>,
+        kind: JobKind,
+        request: serde_json::Value,
+        skipped: Vec<String>,
+    ) -> Result<Progress, TunerError> {
+        let now = {
+            let mut last = lock(&self.last_ms);
+            *last = now_ms().max(*last + 1);
+            *last
+        };
+        let prefix = match kind {
+            JobKind::Finetune => "ft",
+            JobKind::Deploy => "deploy",
+        };
+        let view = JobView {
+            id: format!("{prefix}-{now}"),
+            kind,
+            phase: match kind {
+                JobKind::Finetune => Phase::Surveying,
+                JobKind::Deploy => Phase::Deploying,
+            },
+            request,
+            created_ms: now,
+            updated_ms: now,
+            progress: Vec::new(),
+            skipped,
+            result: None,
+            error: None,
+        };
+        self.log.put_job(&view.record())?;
+        info!(job = %view.id, ?kind, "job started");
+        let id = view.id.clone();
+        lock(&self.running).insert(id.clone(), view);
+        Ok(Progress {
+            jobs: self.clone(),
+            id,
+        })
+    }
+
+    /// Every job, oldest first.
+    pub(crate) fn list(&self) -> Result<Vec<JobView>, TunerError> {
+        let running = lock(&self.running).clone();
+        let mut out = Vec::new();
+        for record in self.log.jobs()? {
+            if let Some(view) = running.get(&record.id) {
+                out.push(view.clone());
+            } else if let Ok(view) = serde_json::from_value(record.state) {
+                out.push(view);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One job.
+    pub(crate) fn get(&self, id: &str) -> Result<JobView, TunerError> {
+        if let Some(view) = lock(&self.running).get(id) {
+            return Ok(view.clone());
+        }
+        self.list()?
+            .into_iter()
+            .find(|j| j.id == id)
+            .ok_or_else(|| TunerError::UnknownJob(id.to_string()))
+    }
+
+    /// Changes a running job with `f`; writes it to the log when `persist`.
+    fn update(&self, id: &str, persist: bool, f: impl FnOnce(&mut JobView)) {
+        let record = {
+            let mut running = lock(&self.running);
+            let Some(view) = running.get_mut(id) else {
+                return;
+            };
+            f(view);
+            view.updated_ms = now_ms();
+            persist.then(|| view.record())
+        };
+        if let Some(record) = record
+            && let Err(e) = self.log.put_job(&record)
+        {
+            warn!(job = id, error = %e, "cannot record the job's state");
+        }
+    }
+}
+
+/// How a running job reports its phase, progress and outcome.
+pub(crate) struct Progress {
+    jobs: Arc<Jobs>,
+    id: String,
+}
+
+impl Progress {
+    /// The job's id.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The job as it stands.
+    pub(crate) fn view(&self) -> Result<JobView, TunerError> {
+        self.jobs.get(&self.id)
+    }
+
+    /// Enters `phase` with a progress row per node of `nodes` (recorded in the log).
+    pub(crate) fn phase(&self, phase: Phase, nodes: &[String]) {
+        self.jobs.update(&self.id, true, |v| {
+            v.phase = phase;
+            v.progress = nodes
+                .iter()
+                .map(|node| NodeProgress {
+                    node: node.clone(),
+                    done: 0,
+                    total: 0,
+                })
+                .collect();
+        });
+    }
+
+    /// Node `i` (of the phase's list) has done `done` of `total` photos.
+    pub(crate) fn node(&self, i: usize, done: u64, total: u64) {
+        self.jobs.update(&self.id, false, |v| {
+            if let Some(p) = v.progress.get_mut(i) {
+                (p.done, p.total) = (done, total);
+            }
+        });
+    }
+
+    /// Ends the job with its outcome (recorded in the log).
+    pub(crate) fn finish(self, outcome: Result<JobResult, &TunerError>) {
+        self.jobs.update(&self.id, true, |v| match outcome {
+            Ok(result) => {
+                v.phase = Phase::Done;
+                v.result = Some(result);
+            }
+            Err(e) => {
+                v.phase = Phase::Failed;
+                v.error = Some(JobFailure {
+                    kind: e.kind().to_string(),
+                    message: e.to_string(),
+                });
+            }
+        });
+        let ended = lock(&self.jobs.running).remove(&self.id);
+        if let Some(view) = ended {
+            info!(job = %view.id, phase = ?view.phase, "job ended");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ndpipe_catalog::SqliteCatalog;
+
+    use super::*;
+
+    #[test]
+    fn jobs_report_progress_and_a_restart_fails_the_running_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("registry.sqlite");
+        let open = || {
+            let log: Arc<dyn JobLog> = Arc::new(SqliteCatalog::open(&path).unwrap());
+            Arc::new(Jobs::open(log).unwrap())
+        };
+        let jobs = open();
+        let done = jobs
+            .start(
+                JobKind::Deploy,
+                serde_json::json!({"version": "v1"}),
+                vec![],
+            )
+            .unwrap();
+        done.phase(Phase::Relabelling, &["a (node 1)".into()]);
+        done.node(0, 5, 10);
+        let view = done.view().unwrap();
+        assert_eq!(view.phase, Phase::Relabelling);
+        assert_eq!((view.progress[0].done, view.progress[0].total), (5, 10));
+        let id = done.id().to_string();
+        done.finish(Ok(JobResult::Deploy(DeployReport::default())));
+        let view = jobs.get(&id).unwrap();
+        assert_eq!(view.phase, Phase::Done);
+        assert!(matches!(view.result, Some(JobResult::Deploy(_))));
+
+        let failed = jobs
+            .start(
+                JobKind::Finetune,
+                serde_json::json!({}),
+                vec!["b: draining".into()],
+            )
+            .unwrap();
+        assert_ne!(failed.id(), id, "ids are unique");
+        let failed_id = failed.id().to_string();
+        failed.finish(Err(&TunerError::NoNodes));
+        let error = jobs.get(&failed_id).unwrap().error.unwrap();
+        assert_eq!(error.kind, "no_nodes");
+
+        let running = jobs
+            .start(JobKind::Finetune, serde_json::json!({}), vec![])
+            .unwrap();
+        running.phase(Phase::Extracting, &[]);
+        let running_id = running.id().to_string();
+        drop(jobs);
+        let reopened = open();
+        let views = reopened.list().unwrap();
+        assert_eq!(views.len(), 3);
+        let interrupted = reopened.get(&running_id).unwrap();
+        assert_eq!(interrupted.phase, Phase::Failed);
+        let error = interrupted.error.unwrap();
+        assert_eq!(
+            (error.kind.as_str(), error.message.as_str()),
+            ("interrupted", "the Tuner restarted")
+        );
+        assert_eq!(reopened.get(&id).unwrap().phase, Phase::Done);
+        assert!(matches!(
+            reopened.get("nope"),
+            Err(TunerError::UnknownJob(_))
+        ));
+    }
+}
