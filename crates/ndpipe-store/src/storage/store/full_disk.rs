@@ -80,18 +80,30 @@ fn fill(path: &Path) -> PathBuf {
     filler
 }
 
-#[tokio::test]
-async fn a_full_disk_refuses_writes_loses_nothing_and_recovers_without_a_restart() {
+/// A photo store on its own 8 MiB tmpfs (None, with a message, where mounting is impossible).
+fn small_store() -> Option<(Tmpfs, std::path::PathBuf, PhotoStore)> {
     let Some(fs) = Tmpfs::mount(8 << 20) else {
         eprintln!("skipped: cannot mount a tmpfs here (needs root)");
-        return;
+        return None;
     };
     let root = fs.path().join("store");
-    let config = StoreConfig {
+    let (store, _) = PhotoStore::open(&root, &small_config()).unwrap();
+    Some((fs, root, store))
+}
+
+/// Small volumes and no reserve: the disk itself runs out.
+fn small_config() -> StoreConfig {
+    StoreConfig {
         max_volume_bytes: 1 << 20,
         min_free_bytes: 0,
+    }
+}
+
+#[tokio::test]
+async fn a_full_disk_refuses_writes_loses_nothing_and_recovers_without_a_restart() {
+    let Some((fs, root, store)) = small_store() else {
+        return;
     };
-    let (store, _) = PhotoStore::open(&root, &config).unwrap();
     let mut stored = Vec::new();
     for n in 0.. {
         let p = photo(n, 64 << 10);
@@ -143,7 +155,7 @@ async fn a_full_disk_refuses_writes_loses_nothing_and_recovers_without_a_restart
     assert!(store.delete(gone).await.unwrap());
     drop(store);
 
-    let (store, report) = PhotoStore::open(&root, &config).unwrap();
+    let (store, report) = PhotoStore::open(&root, &small_config()).unwrap();
     assert_eq!(report.photos, stored.len() as u64, "{report:?}");
     for (id, original) in &stored {
         assert_eq!(
@@ -161,16 +173,9 @@ async fn a_full_disk_refuses_writes_loses_nothing_and_recovers_without_a_restart
 /// reads and later writes work.
 #[tokio::test]
 async fn a_failed_index_commit_is_rolled_back_and_the_index_opens_again() {
-    let Some(fs) = Tmpfs::mount(8 << 20) else {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+    let Some((fs, root, store)) = small_store() else {
         return;
     };
-    let root = fs.path().join("store");
-    let config = StoreConfig {
-        max_volume_bytes: 1 << 20,
-        min_free_bytes: 0,
-    };
-    let (store, _) = PhotoStore::open(&root, &config).unwrap();
     let mut stored = Vec::new();
     for n in 0..20 {
         let p = photo(n, 64 << 10);
@@ -214,7 +219,7 @@ async fn a_failed_index_commit_is_rolled_back_and_the_index_opens_again() {
         "no put met a full disk in the index commit"
     );
     drop(store);
-    let (store, report) = PhotoStore::open(&root, &config).unwrap();
+    let (store, report) = PhotoStore::open(&root, &small_config()).unwrap();
     assert_eq!(report.photos, stored.len() as u64, "{report:?}");
     for (id, original) in &stored {
         assert_eq!(
