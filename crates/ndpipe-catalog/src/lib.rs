@@ -26,15 +26,17 @@ mod error;
 mod pg;
 mod sqlite;
 #[cfg(any(test, feature = "testing"))]
+pub mod test_postgres;
+#[cfg(any(test, feature = "testing"))]
 pub mod test_suite;
 mod types;
 
 pub use error::CatalogError;
-pub use pg::{OpenedCatalog, PgCatalog, PgOptions, PhotoIdBlocks, is_postgres_url, open};
+pub use pg::{OpenedCatalog, PgCatalog, PgOptions, PhotoIdBlocks, describe, is_postgres_url, open};
 pub use sqlite::SqliteCatalog;
 pub use types::{
-    GroundTruth, JobRecord, ModelVersion, NodeRecord, NodeState, PhotoId, PhotoMeta, PhotoRecord,
-    Prediction, SearchHit, Split,
+    GroundTruth, JobRecord, ModelVersion, NodeHit, NodeRecord, NodeState, PhotoId, PhotoMeta,
+    PhotoRecord, Prediction, SearchHit, Split,
 };
 
 /// Photos, their ground truth and predicted labels. Implementations are thread-safe and every
@@ -58,6 +60,10 @@ pub trait PhotoCatalog: Send + Sync {
 
     /// Photos with ground truth in `split`, as (id, label), in id order.
     fn labelled(&self, split: Split) -> Result<Vec<(PhotoId, String)>, CatalogError>;
+
+    /// Every photo with ground truth, as (id, label, split), in id order: one read, so that a
+    /// job's training and validation sets come from the same moment of the catalog.
+    fn ground_truths(&self) -> Result<Vec<(PhotoId, String, Split)>, CatalogError>;
 
     /// Number of photos.
     fn count_photos(&self) -> Result<u64, CatalogError>;
@@ -101,6 +107,27 @@ pub trait PhotoCatalog: Send + Sync {
         offset: usize,
         limit: usize,
     ) -> Result<Vec<SearchHit>, CatalogError>;
+
+    /// [`search`](Self::search) over the photos of every node that shares this catalog, each
+    /// hit with the node that holds it and whether that node is available (registered, with a
+    /// live lease). A catalog only one node uses answers its own photos, all available.
+    fn search_cluster(
+        &self,
+        label: &str,
+        model_version: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<NodeHit>, CatalogError> {
+        Ok(self
+            .search(label, model_version, offset, limit)?
+            .into_iter()
+            .map(|hit| NodeHit {
+                node: None,
+                available: true,
+                hit,
+            })
+            .collect())
+    }
 }
 
 /// Model versions: their lineage, metrics, and the one that serves.

@@ -133,6 +133,23 @@ fn photos_round_trip_and_page(c: &dyn Catalog) {
         vec![(2, "dog".to_string()), (4, "dog".to_string())]
     );
     assert!(c.labelled(Split::Val).unwrap().is_empty());
+    c.set_ground_truth(
+        5,
+        Some(&GroundTruth {
+            label: "cat".into(),
+            split: Split::Test,
+        }),
+    )
+    .unwrap();
+    assert_eq!(
+        c.ground_truths().unwrap(),
+        vec![
+            (2, "dog".to_string(), Split::Train),
+            (4, "dog".to_string(), Split::Train),
+            (5, "cat".to_string(), Split::Test)
+        ]
+    );
+    c.set_ground_truth(5, None).unwrap();
     assert_eq!(
         c.photo(2).unwrap().unwrap(),
         photo(2, Some(("dog", Split::Train)))

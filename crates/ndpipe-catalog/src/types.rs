@@ -113,7 +113,8 @@ pub struct ModelVersion {
     pub metrics: serde_json::Value,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_ms: i64,
-    /// Whether this is the version currently serving.
+    /// Whether this is the version currently serving (on the node the catalog handle belongs
+    /// to: each node of a shared catalog has its own active version).
     pub active: bool,
 }
 
@@ -128,6 +129,19 @@ pub struct SearchHit {
     pub score: f32,
     /// Its rank among the photo's predictions (0 = top-1).
     pub rank: u32,
+}
+
+/// One result of a search over every node of a shared catalog.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeHit {
+    /// The node that holds the photo; `None` for a catalog that only one node uses.
+    pub node: Option<String>,
+    /// Whether that node can serve it now: it is registered and its lease has not run out (a
+    /// removed or silent node's photos are found but unavailable).
+    pub available: bool,
+    /// The hit.
+    #[serde(flatten)]
+    pub hit: SearchHit,
 }
 
 /// A long-running job (e.g. a re-labelling), with its resumable state.

@@ -1,16 +1,15 @@
-//! `PgCatalog` against a real PostgreSQL server (see `support`): the shared suites, migrations,
+//! `PgCatalog` against a real PostgreSQL server (see `ndpipe_catalog::test_postgres`): the shared suites, migrations,
 //! many handles and threads, errors, node scope, photo id blocks and search.
-
-mod support;
 
 use std::collections::HashSet;
 use std::net::TcpListener;
 use std::sync::Arc;
 
+use ndpipe_catalog::test_postgres as support;
 use ndpipe_catalog::test_suite::{self, photo};
 use ndpipe_catalog::{
-    CatalogError, JobLog, JobRecord, ModelRegistry, ModelVersion, PgCatalog, PgOptions,
-    PhotoCatalog, PhotoIdBlocks, PhotoRecord, Prediction, SqliteCatalog,
+    CatalogError, JobLog, JobRecord, ModelRegistry, ModelVersion, NodeRegistry, PgCatalog,
+    PgOptions, PhotoCatalog, PhotoIdBlocks, PhotoRecord, Prediction, SqliteCatalog,
 };
 
 fn node(url: &str, name: &str) -> PgCatalog {
@@ -311,13 +310,28 @@ fn each_node_sees_its_own_photos_and_jobs_and_the_clusters_models() {
     assert_eq!(a.unlabelled("v").unwrap(), Vec::<u64>::new());
     assert!(b.predictions(1).unwrap().is_empty());
     assert_eq!(b.search("dog", "v", 0, 10).unwrap().len(), 1);
-    let cluster: Vec<(String, u64)> = a
+    let now = ndpipe_util::time::now_ms();
+    a.register_node("ps-a", "http://a", None, now + 60_000, now)
+        .unwrap();
+    b.register_node("ps-b", "http://b", None, now - 1, now - 10_000)
+        .unwrap();
+    let cluster: Vec<(String, u64, bool)> = a
         .search_cluster("dog", "v", 0, 10)
         .unwrap()
         .into_iter()
-        .map(|(n, hit)| (n, hit.id))
+        .map(|h| {
+            let node = h.node.expect("a shared catalog names the node");
+            (node, h.hit.id, h.available)
+        })
         .collect();
-    assert_eq!(cluster, [("ps-b".to_string(), 2), ("ps-a".to_string(), 1)]);
+    assert_eq!(
+        cluster,
+        [
+            ("ps-b".to_string(), 2, false),
+            ("ps-a".to_string(), 1, true)
+        ],
+        "ps-b's lease ran out"
+    );
 
     let job = |status: &str| JobRecord {
         id: "relabel-1".into(),
@@ -335,9 +349,27 @@ fn each_node_sees_its_own_photos_and_jobs_and_the_clusters_models() {
     a.register_model(&model("m")).unwrap();
     b.set_active_model("m").unwrap();
     assert_eq!(
-        a.active_model().unwrap().unwrap().metrics,
+        b.active_model().unwrap().unwrap().metrics,
         model("m").metrics
     );
+    assert_eq!(
+        a.active_model().unwrap(),
+        None,
+        "b's active version is b's own"
+    );
+    assert_eq!(
+        a.models().unwrap().len(),
+        1,
+        "the versions are the cluster's"
+    );
+    a.set_active_model("m").unwrap();
+    a.register_model(&ModelVersion {
+        active: true,
+        ..model("m2")
+    })
+    .unwrap();
+    assert_eq!(a.active_model().unwrap().unwrap().id, "m2");
+    assert_eq!(b.active_model().unwrap().unwrap().id, "m");
 }
 
 #[test]

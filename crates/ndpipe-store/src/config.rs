@@ -29,6 +29,10 @@ pub struct Config {
     /// The Tuner's gRPC URL to register with (`ndpipe pipestore`); unset, the node registers
     /// with no one (`ndpipe serve` registers with its own Tuner).
     pub tuner: Option<String>,
+    /// The catalog: a `postgres://` URL for a catalog the whole cluster shares (photo ids then
+    /// come from blocks it reserves for this node), or a SQLite file (default:
+    /// `DATA/catalog.sqlite`).
+    pub catalog: Option<String>,
     /// Bearer token required for writes and admin calls (unset: none needed).
     pub token: Option<String>,
     /// File whose first line is the bearer token (used when `token` is unset).
@@ -85,6 +89,7 @@ impl Default for Config {
             advertise_url: None,
             name: None,
             tuner: None,
+            catalog: None,
             token: None,
             token_file: None,
             cluster_secret_file: None,

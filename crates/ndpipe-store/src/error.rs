@@ -50,10 +50,10 @@ pub enum Error {
         source: StoreError,
     },
     /// The catalog could not be opened.
-    #[error("opening the catalog {}: {source}", path.display())]
+    #[error("opening the catalog {what}: {source}")]
     Catalog {
-        /// The SQLite file.
-        path: PathBuf,
+        /// The SQLite file or PostgreSQL URL (without its password).
+        what: String,
         /// Why.
         #[source]
         source: CatalogError,

@@ -60,5 +60,6 @@ pub use inference::{ActiveModel, InferenceError, RelabelOptions, RelabelReport, 
 pub use pipestore::PipeStore;
 pub use server::Running;
 pub use storage::{
-    CompactionReport, FeatureStore, NewPhoto, PhotoStore, RecoveryReport, StoreConfig, StoreError,
+    CompactionReport, FeatureStore, NewPhoto, PhotoIds, PhotoStore, RecoveryReport, StoreConfig,
+    StoreError,
 };

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ndpipe_catalog::{Catalog, SqliteCatalog};
+use ndpipe_catalog::Catalog;
 use ndpipe_model::{InferenceBackend, OrtBackend, PreprocessConfig, RuntimeConfig};
 use ndpipe_proto::transport::ClusterSecret;
 use tracing::info;
@@ -19,7 +19,7 @@ use crate::ingest::{IngestConfig, Ingestor};
 use crate::jobs::Jobs;
 use crate::metrics::StoreMetrics;
 use crate::node::PipeStoreNode;
-use crate::storage::{FeatureStore, PhotoStore, StoreConfig};
+use crate::storage::{FeatureStore, PhotoIds, PhotoStore, StoreConfig, StoreError};
 
 /// A PipeStore, opened and ready to serve: its photo and feature stores, catalog, model,
 /// online labelling, jobs and Tuner-facing node. [`PipeStore::start`] serves it.
@@ -68,16 +68,9 @@ impl PipeStore {
             })?;
         let token = token(&config)?;
         let cluster_secret = cluster_secret(&config)?;
-        let (store, features) = open_stores(&config).await?;
         let name = node_name(config.name.as_deref(), &config.data);
-        let catalog_path = config.data.join("catalog.sqlite");
-        let catalog: Arc<dyn Catalog> = Arc::new(SqliteCatalog::open(&catalog_path).map_err(
-            |source| Error::Catalog {
-                path: catalog_path.clone(),
-                source,
-            },
-        )?);
-        info!(path = %catalog_path.display(), "catalog open");
+        let (catalog, ids) = open_catalog(&config, &name).await?;
+        let (store, features) = open_stores(&config, ids).await?;
         let metrics = Arc::new(StoreMetrics::default());
         let models = match backend {
             Some(backend) => Some(open_models(&config, backend, catalog.clone()).await?),
@@ -211,12 +204,42 @@ async fn load_model(config: &Config) -> Result<Arc<dyn InferenceBackend>, Error>
     Ok(Arc::new(backend))
 }
 
+/// Opens the catalog that `config.catalog` names, as node `name`, and says where photo ids come
+/// from: blocks of a shared catalog, or the store's own counter.
+async fn open_catalog(config: &Config, name: &str) -> Result<(Arc<dyn Catalog>, PhotoIds), Error> {
+    let spec = config.catalog.clone().unwrap_or_default();
+    let default = config.data.join("catalog.sqlite");
+    let what = ndpipe_catalog::describe(&spec, &default);
+    let node = name.to_string();
+    let data = config.data.clone();
+    std::fs::create_dir_all(&data).map_err(|e| Error::Store {
+        source: StoreError::io("create the data directory", &data)(e),
+        path: data,
+    })?;
+    let opened = tokio::task::spawn_blocking(move || ndpipe_catalog::open(&spec, &node, &default))
+        .await?
+        .map_err(|source| Error::Catalog {
+            what: what.clone(),
+            source,
+        })?;
+    let ids = match opened.photo_ids {
+        Some(blocks) => PhotoIds::Blocks(blocks),
+        None => PhotoIds::Own,
+    };
+    info!(catalog = %what, shared = matches!(ids, PhotoIds::Blocks(_)), "catalog open");
+    Ok((opened.catalog, ids))
+}
+
 /// Opens the photo store in `DATA/store` (crash recovery) and its feature store.
-async fn open_stores(config: &Config) -> Result<(Arc<PhotoStore>, Arc<FeatureStore>), Error> {
+async fn open_stores(
+    config: &Config,
+    ids: PhotoIds,
+) -> Result<(Arc<PhotoStore>, Arc<FeatureStore>), Error> {
     let dir = config.data.join("store");
     let store_config = StoreConfig {
         max_volume_bytes: config.max_volume_bytes,
         min_free_bytes: config.min_free_bytes,
+        ids,
     };
     let (store, recovery, features) = tokio::task::spawn_blocking(move || {
         let (store, recovery) =

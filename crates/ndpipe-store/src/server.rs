@@ -79,7 +79,8 @@ impl PipeStore {
             jobs.clone(),
             metrics,
             token,
-        );
+        )
+        .named(&name);
         let mut app = http::router(state, config.max_upload_bytes);
         if let Some(extra) = extra_http {
             app = app.merge(extra);

@@ -16,6 +16,10 @@ pub struct Config {
     pub listen: SocketAddr,
     /// gRPC address PipeStores register with.
     pub grpc_listen: SocketAddr,
+    /// The catalog of the node registry, model versions and jobs: a `postgres://` URL for the
+    /// database the cluster's PipeStores share, or a SQLite file (default:
+    /// `DATA/registry.sqlite`).
+    pub catalog: Option<String>,
     /// Bearer token required for fine-tuning and deploys (unset: none needed).
     pub token: Option<String>,
     /// File whose first line is the bearer token (used when `token` is unset).
@@ -42,6 +46,7 @@ impl Default for Config {
             data: PathBuf::from("data/tuner"),
             listen: SocketAddr::from(([127, 0, 0, 1], 8090)),
             grpc_listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
+            catalog: None,
             token: None,
             token_file: None,
             cluster_secret_file: None,

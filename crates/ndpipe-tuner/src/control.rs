@@ -7,12 +7,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ndpipe_catalog::SqliteCatalog;
 use ndpipe_model::InferenceBackend;
 use ndpipe_proto::transport::ClusterSecret;
 use ndpipe_util::fs::read_secret;
 use ndpipe_util::sync::{read, write};
 use tokio::sync::{Mutex, Notify, OwnedMutexGuard, oneshot};
+use tracing::info;
 
 use crate::jobs::{JobKind, JobResult, JobView, Jobs, Progress};
 use crate::nodes::{Members, Nodes};
@@ -20,6 +20,10 @@ use crate::registry::Registry;
 use crate::{
     Config, DeployReport, FinetuneReport, FinetuneRequest, Mode, TunerError, deploy, finetune,
 };
+
+/// The node name of the Tuner's own rows (jobs, the version it means every node to serve) in a
+/// catalog shared with the PipeStores.
+const TUNER_NODE: &str = "tuner";
 
 /// What a job works with.
 pub(crate) struct JobEnv<'a> {
@@ -66,9 +70,12 @@ impl Core {
             }
             None => None,
         };
-        let catalog = Arc::new(SqliteCatalog::open(&config.data.join("registry.sqlite"))?);
+        let spec = config.catalog.as_deref().unwrap_or_default();
+        let opened = ndpipe_catalog::open(spec, TUNER_NODE, &config.data.join("registry.sqlite"))?;
+        info!(catalog = %ndpipe_catalog::describe(spec, &config.data.join("registry.sqlite")), "Tuner catalog open");
+        let catalog = opened.catalog;
         let nodes = Nodes::new(
-            catalog.clone(),
+            opened.nodes,
             Duration::from_millis(config.node_lease_ms.max(1)),
             Duration::from_millis(config.node_timeout_ms.max(1)),
             secret.clone(),

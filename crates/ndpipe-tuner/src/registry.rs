@@ -1,11 +1,12 @@
 //! The model registry: every version the Tuner produced (or found deployed), with its head file.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ndpipe_catalog::{ModelRegistry, ModelVersion};
 use ndpipe_model::HeadVersion;
-use ndpipe_util::fs::file_stem;
+use ndpipe_util::fs::{file_stem, write_durably};
 
 use crate::{Head, TunerError};
 
@@ -68,6 +69,50 @@ impl Registry {
     /// Marks `id` as the serving version.
     pub(crate) fn set_active(&self, id: &str) -> Result<(), TunerError> {
         Ok(self.models.set_active_model(id)?)
+    }
+
+    /// Where the photos `id` trained on are kept.
+    fn trained_path(&self, id: &str) -> PathBuf {
+        self.heads.join(format!("{}.trained.json", file_stem(id)))
+    }
+
+    /// Records (durably) the photos version `id` trained on, per node name.
+    pub(crate) fn save_trained(
+        &self,
+        id: &str,
+        trained: &BTreeMap<String, Vec<u64>>,
+    ) -> Result<(), TunerError> {
+        let path = self.trained_path(id);
+        let bytes = serde_json::to_vec(trained)
+            .map_err(|e| TunerError::Internal(format!("trained photos of {id}: {e}")))?;
+        write_durably(&path, &bytes).map_err(|source| TunerError::Io { path, source })
+    }
+
+    /// The photos that version `id` and its ancestors trained on, per node name: a successor
+    /// must not validate on them. Versions without a record (a pretrained one) add nothing.
+    pub(crate) fn trained_by_lineage(
+        &self,
+        id: Option<&str>,
+    ) -> Result<HashMap<String, HashSet<u64>>, TunerError> {
+        let mut all: HashMap<String, HashSet<u64>> = HashMap::new();
+        let mut next = id.map(str::to_string);
+        let mut seen = HashSet::new();
+        while let Some(id) = next.take().filter(|id| seen.insert(id.clone())) {
+            let path = self.trained_path(&id);
+            if path.exists() {
+                let bytes = std::fs::read(&path).map_err(|source| TunerError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                let trained: BTreeMap<String, Vec<u64>> = serde_json::from_slice(&bytes)
+                    .map_err(|e| TunerError::Internal(format!("{}: {e}", path.display())))?;
+                for (node, ids) in trained {
+                    all.entry(node).or_default().extend(ids);
+                }
+            }
+            next = self.models.model(&id)?.and_then(|v| v.parent);
+        }
+        Ok(all)
     }
 
     /// Writes the head of `version` (durably), labelled with the version.

@@ -48,7 +48,7 @@ use self::error::{PoolFailure, db};
 use crate::{CatalogError, PhotoId};
 
 pub use ids::PhotoIdBlocks;
-pub use open::{OpenedCatalog, is_postgres_url, open};
+pub use open::{OpenedCatalog, describe, is_postgres_url, open};
 
 /// How [`PgCatalog::connect_with`] connects.
 #[derive(Debug, Clone, PartialEq, Eq)]

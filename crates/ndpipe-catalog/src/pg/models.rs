@@ -1,6 +1,7 @@
-//! The model registry, shared by the whole cluster: versions, lineage, metrics and the one that
-//! serves. Writers lock the table (readers go on), so that two nodes activating versions at once
-//! leave exactly one active.
+//! The model registry. The versions (lineage, metrics) are the cluster's; which version is
+//! active is each node's own (`active_models`), as with a SQLite catalog per node: a PipeStore's
+//! active version is the head it serves, and the Tuner's is the version it means every node to
+//! serve. A node activating a version never changes what another node serves.
 
 use postgres::Row;
 use postgres::types::ToSql;
@@ -8,8 +9,6 @@ use postgres::types::ToSql;
 use super::PgCatalog;
 use super::error::db;
 use crate::{CatalogError, ModelRegistry, ModelVersion};
-
-const LOCK: &str = "LOCK TABLE model_versions IN EXCLUSIVE MODE";
 
 fn model_from_row(row: &Row) -> Result<ModelVersion, CatalogError> {
     let op = "read model";
@@ -23,90 +22,98 @@ fn model_from_row(row: &Row) -> Result<ModelVersion, CatalogError> {
     })
 }
 
+/// Makes `id` the active version of `node` (the version must exist).
+fn activate(tx: &mut postgres::Transaction<'_>, node: &str, id: &str) -> Result<(), CatalogError> {
+    tx.execute(
+        "INSERT INTO active_models (node, model_id) VALUES ($1, $2)
+         ON CONFLICT (node) DO UPDATE SET model_id = EXCLUDED.model_id",
+        &[&node, &id],
+    )
+    .map_err(db("activate model"))?;
+    Ok(())
+}
+
 impl ModelRegistry for PgCatalog {
     fn register_model(&self, model: &ModelVersion) -> Result<(), CatalogError> {
+        let node: &str = &self.node;
         self.tx("register model", |tx| {
-            tx.batch_execute(LOCK).map_err(db("lock models"))?;
-            let exists = tx
-                .query_opt("SELECT 1 FROM model_versions WHERE id = $1", &[&model.id])
-                .map_err(db("find model"))?
-                .is_some();
-            if exists {
+            let inserted = tx
+                .execute(
+                    "INSERT INTO model_versions (id, backbone, parent, metrics, created_ms)
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING",
+                    &[
+                        &model.id,
+                        &model.backbone,
+                        &model.parent,
+                        &model.metrics,
+                        &model.created_ms,
+                    ],
+                )
+                .map_err(db("register model"))?;
+            if inserted == 0 {
                 return Err(CatalogError::Conflict {
                     what: format!("model version {}", model.id),
                 });
             }
             if model.active {
-                tx.execute("UPDATE model_versions SET active = false WHERE active", &[])
-                    .map_err(db("deactivate models"))?;
+                activate(tx, node, &model.id)?;
             }
-            tx.execute(
-                "INSERT INTO model_versions (id, backbone, parent, metrics, created_ms, active)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-                &[
-                    &model.id,
-                    &model.backbone,
-                    &model.parent,
-                    &model.metrics,
-                    &model.created_ms,
-                    &model.active,
-                ],
-            )
-            .map_err(db("register model"))?;
             Ok(())
         })
     }
 
     fn models(&self) -> Result<Vec<ModelVersion>, CatalogError> {
-        self.select_models("ORDER BY created_ms, id", &[])
+        self.select_models("ORDER BY m.created_ms, m.id", &[])
     }
 
     fn model(&self, id: &str) -> Result<Option<ModelVersion>, CatalogError> {
-        Ok(self.select_models("WHERE id = $1", &[&id])?.pop())
+        Ok(self.select_models("WHERE m.id = $2", &[&id])?.pop())
     }
 
     fn active_model(&self) -> Result<Option<ModelVersion>, CatalogError> {
-        Ok(self.select_models("WHERE active", &[])?.pop())
+        Ok(self
+            .select_models("WHERE a.model_id IS NOT NULL", &[])?
+            .pop())
     }
 
     fn set_active_model(&self, id: &str) -> Result<(), CatalogError> {
+        let node: &str = &self.node;
         self.tx("activate model", |tx| {
-            tx.batch_execute(LOCK).map_err(db("lock models"))?;
-            tx.execute(
-                "UPDATE model_versions SET active = false WHERE active AND id <> $1",
-                &[&id],
-            )
-            .map_err(db("deactivate models"))?;
-            let n = tx
-                .execute(
-                    "UPDATE model_versions SET active = true WHERE id = $1",
-                    &[&id],
-                )
-                .map_err(db("activate model"))?;
-            if n == 0 {
+            let known = tx
+                .query_opt("SELECT 1 FROM model_versions WHERE id = $1", &[&id])
+                .map_err(db("find model"))?
+                .is_some();
+            if !known {
                 return Err(CatalogError::NotFound {
                     what: format!("model version {id}"),
                 });
             }
-            Ok(())
+            activate(tx, node, id)
         })
     }
 }
 
 impl PgCatalog {
-    /// Model versions matching `clause` (a WHERE and/or ORDER BY over `model_versions`).
+    /// Model versions matching `clause` (a WHERE and/or ORDER BY over `model_versions m`, with
+    /// this node's `active_models a` joined; `$1` is the node, further parameters follow).
     fn select_models(
         &self,
         clause: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<ModelVersion>, CatalogError> {
+        let node: &str = &self.node;
+        let mut all: Vec<&(dyn ToSql + Sync)> = vec![&node];
+        all.extend_from_slice(params);
         self.with(|conn| {
             conn.query(
                 &format!(
-                    "SELECT id, backbone, parent, metrics, created_ms, active
-                     FROM model_versions {clause}"
+                    "SELECT m.id, m.backbone, m.parent, m.metrics, m.created_ms,
+                            a.model_id IS NOT NULL
+                     FROM model_versions m
+                     LEFT JOIN active_models a ON a.node = $1 AND a.model_id = m.id
+                     {clause}"
                 ),
-                params,
+                &all,
             )
             .map_err(db("list models"))?
             .iter()

@@ -22,6 +22,30 @@ pub fn is_postgres_url(spec: &str) -> bool {
     spec.starts_with("postgres://") || spec.starts_with("postgresql://")
 }
 
+/// `spec` as it may be logged: a PostgreSQL URL without its password, the SQLite path that
+/// [`open`] would use otherwise.
+pub fn describe(spec: &str, default_sqlite_path: &Path) -> String {
+    if is_postgres_url(spec) {
+        return without_password(spec);
+    }
+    if spec.is_empty() {
+        return default_sqlite_path.display().to_string();
+    }
+    spec.to_string()
+}
+
+/// `scheme://user:password@rest` as `scheme://user@rest`.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((userinfo, host)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+    format!("{scheme}://{user}@{host}")
+}
+
 /// Opens the catalog that `spec` names: a PostgreSQL URL, seen as node `node` (see
 /// [`PgCatalog::connect_with`]); the SQLite file at `default_sqlite_path` when `spec` is empty;
 /// otherwise the SQLite file at path `spec`.
@@ -74,5 +98,17 @@ mod tests {
         let other = dir.path().join("other.sqlite");
         open(other.to_str().unwrap(), "n1", &default).unwrap();
         assert!(other.exists());
+    }
+
+    #[test]
+    fn descriptions_never_show_a_password() {
+        let default = Path::new("/d/catalog.sqlite");
+        assert_eq!(
+            describe("postgres://ndpipe:s3cr@t@db:5432/ndpipe", default),
+            "postgres://ndpipe@db:5432/ndpipe"
+        );
+        assert_eq!(describe("postgres://db/x", default), "postgres://db/x");
+        assert_eq!(describe("", default), "/d/catalog.sqlite");
+        assert_eq!(describe("/x.sqlite", default), "/x.sqlite");
     }
 }

@@ -3,12 +3,13 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use ndpipe_util::time::now_ms;
 use postgres::{Row, Transaction};
 
 use super::error::db;
 use super::{PgCatalog, from_sql, sql_id};
 use crate::{
-    CatalogError, GroundTruth, PhotoCatalog, PhotoId, PhotoMeta, PhotoRecord, Prediction,
+    CatalogError, GroundTruth, NodeHit, PhotoCatalog, PhotoId, PhotoMeta, PhotoRecord, Prediction,
     SearchHit, Split,
 };
 
@@ -149,40 +150,6 @@ fn limit_offset(offset: usize, limit: usize) -> (i64, i64) {
     )
 }
 
-impl PgCatalog {
-    /// Photos of every node whose predictions under `model_version` include `label`, matched as
-    /// [`PhotoCatalog::search`] does, best score first, each with the node that holds it.
-    pub fn search_cluster(
-        &self,
-        label: &str,
-        model_version: &str,
-        offset: usize,
-        limit: usize,
-    ) -> Result<Vec<(String, SearchHit)>, CatalogError> {
-        let (offset, limit) = limit_offset(offset, limit);
-        self.with(|conn| {
-            let rows = conn
-                .query(
-                    &format!(
-                        "SELECT pr.photo_id, pr.label, pr.score, pr.rank, p.node
-                         FROM predictions pr JOIN photos p ON p.id = pr.photo_id
-                         WHERE pr.model_version = $1 AND {}
-                         ORDER BY pr.score DESC, pr.photo_id, pr.rank LIMIT $3 OFFSET $4",
-                        label_matches()
-                    ),
-                    &[&model_version, &label, &limit, &offset],
-                )
-                .map_err(db("search the cluster"))?;
-            rows.iter()
-                .map(|r| {
-                    let node = r.try_get(4).map_err(db("search the cluster"))?;
-                    Ok((node, hit_from_row(r)?))
-                })
-                .collect()
-        })
-    }
-}
-
 impl PhotoCatalog for PgCatalog {
     fn upsert_photo(&self, photo: &PhotoRecord) -> Result<(), CatalogError> {
         let id = sql_id(photo.id)?;
@@ -290,6 +257,29 @@ impl PhotoCatalog for PgCatalog {
             .map(|r| {
                 let id: i64 = r.try_get(0).map_err(db(op))?;
                 Ok((from_sql(id, "photo id")?, r.try_get(1).map_err(db(op))?))
+            })
+            .collect()
+        })
+    }
+
+    fn ground_truths(&self) -> Result<Vec<(PhotoId, String, Split)>, CatalogError> {
+        let op = "list ground truth";
+        self.with(|conn| {
+            conn.query(
+                "SELECT g.photo_id, g.label, g.split FROM ground_truth g
+                 JOIN photos p ON p.id = g.photo_id WHERE p.node = $1 ORDER BY g.photo_id",
+                &[&self.node()],
+            )
+            .map_err(db(op))?
+            .iter()
+            .map(|r| {
+                let id: i64 = r.try_get(0).map_err(db(op))?;
+                let split: String = r.try_get(2).map_err(db(op))?;
+                Ok((
+                    from_sql(id, "photo id")?,
+                    r.try_get(1).map_err(db(op))?,
+                    split.parse()?,
+                ))
             })
             .collect()
         })
@@ -453,6 +443,42 @@ impl PhotoCatalog for PgCatalog {
             .iter()
             .map(hit_from_row)
             .collect()
+        })
+    }
+
+    fn search_cluster(
+        &self,
+        label: &str,
+        model_version: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<NodeHit>, CatalogError> {
+        let (offset, limit) = limit_offset(offset, limit);
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    &format!(
+                        "SELECT pr.photo_id, pr.label, pr.score, pr.rank, p.node,
+                                COALESCE(n.lease_expires_ms > $5, false)
+                         FROM predictions pr JOIN photos p ON p.id = pr.photo_id
+                         LEFT JOIN nodes n ON n.name = p.node
+                         WHERE pr.model_version = $1 AND {}
+                         ORDER BY pr.score DESC, pr.photo_id, pr.rank LIMIT $3 OFFSET $4",
+                        label_matches()
+                    ),
+                    &[&model_version, &label, &limit, &offset, &now_ms()],
+                )
+                .map_err(db("search the cluster"))?;
+            rows.iter()
+                .map(|r| {
+                    let op = "search the cluster";
+                    Ok(NodeHit {
+                        node: Some(r.try_get(4).map_err(db(op))?),
+                        available: r.try_get(5).map_err(db(op))?,
+                        hit: hit_from_row(r)?,
+                    })
+                })
+                .collect()
         })
     }
 }

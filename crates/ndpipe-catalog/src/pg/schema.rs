@@ -38,10 +38,12 @@ CREATE TABLE model_versions (
     backbone    TEXT NOT NULL,
     parent      TEXT COLLATE "C" REFERENCES model_versions (id),
     metrics     JSONB NOT NULL,
-    created_ms  BIGINT NOT NULL,
-    active      BOOLEAN NOT NULL DEFAULT false
+    created_ms  BIGINT NOT NULL
 );
-CREATE UNIQUE INDEX model_versions_one_active ON model_versions (active) WHERE active;
+CREATE TABLE active_models (
+    node      TEXT COLLATE "C" PRIMARY KEY,
+    model_id  TEXT COLLATE "C" NOT NULL REFERENCES model_versions (id)
+);
 CREATE TABLE predictions (
     photo_id       BIGINT NOT NULL REFERENCES photos (id) ON DELETE CASCADE,
     model_version  TEXT COLLATE "C" NOT NULL,

@@ -151,6 +151,30 @@ impl PhotoCatalog for SqliteCatalog {
         })
     }
 
+    fn ground_truths(&self) -> Result<Vec<(PhotoId, String, Split)>, CatalogError> {
+        let op = "list ground truth";
+        self.with(|conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT photo_id, label, split FROM ground_truth ORDER BY photo_id")
+                .map_err(CatalogError::db(op))?;
+            let rows = stmt
+                .query_map([], |r| {
+                    let split: String = r.get(2)?;
+                    let split = split.parse().map_err(|e: CatalogError| {
+                        rusqlite::Error::FromSqlConversionFailure(
+                            2,
+                            rusqlite::types::Type::Text,
+                            e.into(),
+                        )
+                    })?;
+                    Ok((r.get::<_, i64>(0)?.cast_unsigned(), r.get(1)?, split))
+                })
+                .map_err(CatalogError::db(op))?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .map_err(CatalogError::db(op))
+        })
+    }
+
     fn count_photos(&self) -> Result<u64, CatalogError> {
         self.with(|conn| {
             conn.query_row("SELECT COUNT(*) FROM photos", [], |r| r.get::<_, i64>(0))

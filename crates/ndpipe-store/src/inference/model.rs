@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, Mutex, RwLock};
 
-use ndpipe_catalog::{ModelRegistry, ModelVersion, Prediction};
+use ndpipe_catalog::{CatalogError, ModelRegistry, ModelVersion, Prediction};
 use ndpipe_model::{HeadVersion, HeadWeights, InferenceBackend, ModelInfo, Outputs, top_k};
 use ndpipe_util::sync::{lock, read, write};
 use tracing::info;
@@ -231,23 +231,30 @@ impl Models {
     }
 }
 
-/// Records the pretrained model's version in the registry; it becomes active when none is.
+/// Records the pretrained model's version in the registry (unless another node of a shared
+/// catalog did); it becomes this node's active version when it has none.
 fn register_pretrained(
     registry: &dyn ModelRegistry,
     model: &ActiveModel,
 ) -> Result<(), InferenceError> {
-    if registry.model(&model.version)?.is_some() {
-        return Ok(());
+    if registry.model(&model.version)?.is_none() {
+        let info = model.info();
+        let registered = registry.register_model(&ModelVersion {
+            id: model.version.clone(),
+            backbone: info.backbone_version.clone(),
+            parent: None,
+            metrics: serde_json::json!({"head": "pretrained", "name": info.name, "classes": info.num_classes}),
+            created_ms: ndpipe_util::time::now_ms(),
+            active: false,
+        });
+        match registered {
+            Ok(()) | Err(CatalogError::Conflict { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
-    let info = model.info();
-    registry.register_model(&ModelVersion {
-        id: model.version.clone(),
-        backbone: info.backbone_version.clone(),
-        parent: None,
-        metrics: serde_json::json!({"head": "pretrained", "name": info.name, "classes": info.num_classes}),
-        created_ms: ndpipe_util::time::now_ms(),
-        active: registry.active_model()?.is_none(),
-    })?;
+    if registry.active_model()?.is_none() {
+        registry.set_active_model(&model.version)?;
+    }
     Ok(())
 }
 

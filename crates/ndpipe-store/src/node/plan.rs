@@ -16,6 +16,20 @@ use super::NodeError;
 /// A labelled photo as extraction sees it: (photo id, class index in the job's class list).
 pub(super) type Row = (u64, u32);
 
+/// Share of the training photos, in percent, that validate instead when no photo has the `val`
+/// split.
+const CARVED_PERCENT: u64 = 10;
+
+/// Whether training photo `id` is carved out for validation: decided by a hash of the id alone,
+/// so a photo is on the same side in every job and on every node, and no version trains on a
+/// photo another validates on.
+pub(crate) fn carved_for_validation(id: u64) -> bool {
+    let mut h = id.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (h ^ (h >> 31)) % 100 < CARVED_PERCENT
+}
+
 /// A job's photos, split into parts and runs, and where extraction of the last run stands.
 pub(super) struct ExtractionPlan {
     pub(super) val: Vec<Row>,
@@ -47,28 +61,39 @@ impl ExtractionPlan {
             .enumerate()
             .map(|(i, c)| (c.as_str(), i as u32))
             .collect();
-        let val_split: Split = req
-            .val_split
-            .parse()
-            .map_err(|e: ndpipe_catalog::CatalogError| NodeError::InvalidArgument(e.to_string()))?;
-        let select = |split: Split| -> Result<Vec<Row>, NodeError> {
-            Ok(catalog
-                .labelled(split)?
-                .into_iter()
-                .filter_map(|(id, label)| index.get(label.as_str()).map(|c| (id, *c)))
-                .collect())
+        let carve = match req.val_split.as_str() {
+            "val" => false,
+            "carve" => true,
+            other => {
+                return Err(NodeError::InvalidArgument(format!(
+                    "validation split {other:?}: use \"val\" or \"carve\" (the test split never validates)"
+                )));
+            }
         };
+        // One read of the catalog, so that a split changed meanwhile cannot put a photo in both.
+        let (mut train, mut val) = (Vec::new(), Vec::new());
+        for (id, label, split) in catalog.ground_truths()? {
+            let Some(&class) = index.get(label.as_str()) else {
+                continue;
+            };
+            match split {
+                Split::Train if carve && carved_for_validation(id) => val.push((id, class)),
+                Split::Train => train.push((id, class)),
+                Split::Val if !carve => val.push((id, class)),
+                Split::Val | Split::Test => {}
+            }
+        }
         // Runs are contiguous chunks, so the training photos are shuffled first (seeded by the
         // job): in id order, a run would hold only the photos of one arrival period.
-        let mut train = select(Split::Train)?;
         let seed = req.job_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
         });
         train.shuffle(&mut rand_pcg::Pcg64Mcg::seed_from_u64(seed));
+        val.sort_unstable();
         let plan = RunPlan::new(train.len(), req.runs as usize, req.align as usize)
             .map_err(|e| NodeError::InvalidArgument(e.to_string()))?;
         Ok(Self::from_parts(
-            select(val_split)?,
+            val,
             train,
             plan,
             req.chunk_size as usize,
@@ -231,5 +256,69 @@ mod tests {
             5,
             "other runs keep their rows"
         );
+    }
+
+    fn request(val_split: &str) -> pb::ExtractRequest {
+        pb::ExtractRequest {
+            job_id: "j".into(),
+            runs: 1,
+            align: 1,
+            classes: vec!["cat".into(), "dog".into()],
+            chunk_size: 8,
+            val_split: val_split.into(),
+            ..pb::ExtractRequest::default()
+        }
+    }
+
+    /// A catalog of 1000 training photos (cat), 20 `val` (dog) and 20 `test` (dog).
+    fn catalog() -> ndpipe_catalog::SqliteCatalog {
+        let c = ndpipe_catalog::SqliteCatalog::in_memory().unwrap();
+        for id in 1..=1040u64 {
+            let truth = match id {
+                1..=1000 => ("cat", Split::Train),
+                1001..=1020 => ("dog", Split::Val),
+                _ => ("dog", Split::Test),
+            };
+            c.upsert_photo(&ndpipe_catalog::test_suite::photo(id, Some(truth)))
+                .unwrap();
+        }
+        c
+    }
+
+    #[test]
+    fn validation_is_val_or_carved_from_training_and_never_test() {
+        let c = catalog();
+        let with_val = ExtractionPlan::new(&request("val"), &c).unwrap();
+        let val_ids: Vec<u64> = with_val.val.iter().map(|r| r.0).collect();
+        assert_eq!(val_ids, (1001..=1020).collect::<Vec<_>>());
+        assert_eq!(with_val.train.len(), 1000);
+
+        let carved = ExtractionPlan::new(&request("carve"), &c).unwrap();
+        assert!(
+            carved
+                .val
+                .iter()
+                .all(|r| r.0 <= 1000 && carved_for_validation(r.0))
+        );
+        assert!(carved.train.iter().all(|r| !carved_for_validation(r.0)));
+        assert_eq!(
+            carved.val.len() + carved.train.len(),
+            1000,
+            "val and test stay out"
+        );
+        assert!(
+            (60..=140).contains(&carved.val.len()),
+            "about a tenth: {}",
+            carved.val.len()
+        );
+        let again = ExtractionPlan::new(&request("carve"), &c).unwrap();
+        assert_eq!(again.val, carved.val, "the same photos every time");
+
+        for bad in ["test", ""] {
+            assert!(matches!(
+                ExtractionPlan::new(&request(bad), &c),
+                Err(NodeError::InvalidArgument(m)) if m.contains("never validates")
+            ));
+        }
     }
 }

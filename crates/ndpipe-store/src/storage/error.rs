@@ -58,6 +58,13 @@ pub enum StoreError {
         /// What was short.
         reason: String,
     },
+    /// No photo id could be had from the catalog this node shares with others (it is
+    /// unreachable, or its ids are unusable here); nothing of the put is stored.
+    #[error("no photo id from the shared catalog: {reason}")]
+    NoPhotoId {
+        /// Why.
+        reason: String,
+    },
     /// The writer has stopped (the store is shutting down).
     #[error("the store is shut down")]
     Closed,

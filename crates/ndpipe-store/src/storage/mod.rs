@@ -19,4 +19,4 @@ pub(crate) mod volume;
 
 pub use error::StoreError;
 pub use features::FeatureStore;
-pub use store::{CompactionReport, NewPhoto, PhotoStore, RecoveryReport, StoreConfig};
+pub use store::{CompactionReport, NewPhoto, PhotoIds, PhotoStore, RecoveryReport, StoreConfig};

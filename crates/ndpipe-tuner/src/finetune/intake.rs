@@ -51,6 +51,12 @@ pub(crate) struct Intake {
     next_run: usize,
     bytes: u64,
     refetched: u64,
+    /// Per node, the photos an ancestor of the new version trained on: left out of validation.
+    trained_before: Vec<HashSet<u64>>,
+    /// Validation photos left out for that reason.
+    val_left_out: u64,
+    /// Per node, the photos this job trains on.
+    trained: Vec<Vec<u64>>,
 }
 
 impl Intake {
@@ -63,6 +69,7 @@ impl Intake {
         dim: usize,
         by_reference: bool,
     ) -> Self {
+        let nodes = labels.len();
         Intake {
             nodes: labels.iter().map(|_| NodeState::default()).collect(),
             labels,
@@ -77,7 +84,36 @@ impl Intake {
             next_run: 0,
             bytes: 0,
             refetched: 0,
+            trained_before: vec![HashSet::new(); nodes],
+            val_left_out: 0,
+            trained: vec![Vec::new(); nodes],
         }
+    }
+
+    /// Leaves out of validation, per node (in the order of the nodes), the photos an ancestor
+    /// of the new version trained on.
+    pub(crate) fn leave_out_of_val(&mut self, trained_before: Vec<HashSet<u64>>) {
+        if trained_before.len() == self.trained.len() {
+            self.trained_before = trained_before;
+        }
+    }
+
+    /// The photos this job trains on, per node (in the order of the nodes), sorted.
+    pub(crate) fn trained(&self) -> Vec<Vec<u64>> {
+        self.trained
+            .iter()
+            .map(|ids| {
+                let mut ids = ids.clone();
+                ids.sort_unstable();
+                ids.dedup();
+                ids
+            })
+            .collect()
+    }
+
+    /// Validation photos left out because an ancestor version trained on them.
+    pub(crate) fn val_left_out(&self) -> u64 {
+        self.val_left_out
     }
 
     /// The job's number of classes (labels of a chunk must be below it).
@@ -152,9 +188,13 @@ impl Intake {
         };
         self.nodes[credited].images += features.len() as u64;
         if part == pb::Part::Val as i32 {
-            append(&mut self.val, features);
+            let before = &self.trained_before[owner];
+            let (kept, left_out) = without(features, |id| before.contains(&id));
+            self.val_left_out += left_out;
+            append(&mut self.val, kept);
             return Ok(());
         }
+        self.trained[owner].extend_from_slice(&features.photo_ids);
         let runs = self.runs.len();
         let out_of_range = || format!("sent run {run} of {runs}");
         let k = run as usize;
@@ -291,6 +331,26 @@ fn empty(dim: usize) -> Features {
         labels: Vec::new(),
         photo_ids: Vec::new(),
     }
+}
+
+/// `features` without the rows whose photo id `drop` names, and how many were dropped.
+fn without(features: Features, drop: impl Fn(u64) -> bool) -> (Features, u64) {
+    if !features.photo_ids.iter().any(|&id| drop(id)) {
+        return (features, 0);
+    }
+    let mut kept = empty(features.dim);
+    let mut dropped = 0;
+    let rows = features.values.chunks_exact(features.dim.max(1));
+    for ((row, &label), &id) in rows.zip(&features.labels).zip(&features.photo_ids) {
+        if drop(id) {
+            dropped += 1;
+        } else {
+            kept.values.extend_from_slice(row);
+            kept.labels.push(label);
+            kept.photo_ids.push(id);
+        }
+    }
+    (kept, dropped)
 }
 
 fn append(target: &mut Features, more: Features) {
@@ -453,5 +513,21 @@ mod tests {
             text.contains("a (node 1)") && text.contains("b (node 2)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn photos_an_ancestor_trained_on_never_validate_and_training_photos_are_recorded() {
+        let mut i = intake(false);
+        let (a, b) = (Source::Node(0), Source::Node(1));
+        i.leave_out_of_val(vec![HashSet::from([1, 2]), HashSet::new()]);
+        feed(&mut i, a, chunk(Part::Val, 0, 0, 0..4)).unwrap();
+        feed(&mut i, b, chunk(Part::Val, 0, 0, 0..4)).unwrap();
+        assert_eq!(i.val_left_out(), 2, "only node a's photos 1 and 2");
+        let val = i.take_val();
+        assert_eq!(val.photo_ids, [0, 3, 0, 1, 2, 3]);
+        assert_eq!((val.labels.len(), val.values.len()), (6, 12));
+        feed(&mut i, b, chunk(Part::Train, 1, 0, 7..9)).unwrap();
+        feed(&mut i, b, chunk(Part::Train, 0, 0, 5..7)).unwrap();
+        assert_eq!(i.trained(), [vec![], vec![5, 6, 7, 8]]);
     }
 }

@@ -22,7 +22,7 @@ mod request;
 mod streams;
 mod trainer;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -75,7 +75,8 @@ pub(crate) async fn finetune(
         val_split = survey.val_split,
         "fine-tuning starts"
     );
-    let (job, rx) = Job::start(
+    let mut trained_before = env.registry.trained_by_lineage(parent.as_deref())?;
+    let (mut job, rx) = Job::start(
         &snapshot,
         &req,
         &job_id,
@@ -84,9 +85,22 @@ pub(crate) async fn finetune(
         conventional,
         started,
     );
+    job.intake.leave_out_of_val(
+        snapshot
+            .iter()
+            .map(|n| trained_before.remove(&n.name).unwrap_or_default())
+            .collect(),
+    );
     let done = job.run(rx, env).await?;
+    let trained: BTreeMap<String, Vec<u64>> = snapshot
+        .iter()
+        .map(|n| n.name.clone())
+        .zip(done.intake.trained())
+        .collect();
     let (mut report, head) = done.into_report(&survey, &job_id, parent, started);
     report.skipped = members.skipped.clone();
+    // Recorded before the version, so that no version exists without its training photos.
+    env.registry.save_trained(&report.version, &trained)?;
     let record = register(env.registry, &survey, &req, &report, &head)?;
     info!(version = %record.id, report.val_top1, report.seconds, "fine-tuning done");
     if req.deploy {
@@ -179,7 +193,7 @@ impl Survey {
         let counts = || inventories.iter().flat_map(|i| &i.classes);
         let val_split = match val_split {
             ValSplit::Auto if counts().any(|c| c.val > 0) => "val",
-            ValSplit::Auto | ValSplit::Test => "test",
+            ValSplit::Auto | ValSplit::Carve => "carve",
             ValSplit::Val => "val",
         };
         Ok(Survey {
@@ -314,7 +328,10 @@ impl Done {
         let extract_seconds = self.extract_seconds.unwrap_or(seconds);
         let runs = self.timeline;
         let train_images: usize = runs.iter().map(|t| t.images).sum();
-        let val_images = (self.intake.images() as usize).saturating_sub(train_images);
+        let val_left_out = self.intake.val_left_out();
+        let val_images = (self.intake.images() as usize)
+            .saturating_sub(train_images)
+            .saturating_sub(val_left_out as usize);
         let bytes = self.intake.bytes();
         let backbone = &survey.backbone;
         let report = FinetuneReport {
@@ -323,6 +340,7 @@ impl Done {
             classes: self.head.classes().to_vec(),
             train_images,
             val_images,
+            val_left_out,
             val_split: survey.val_split.to_string(),
             val_top1_before: self.val_top1_before,
             val_top1: runs.last().map_or(0.0, |t| t.val_top1),

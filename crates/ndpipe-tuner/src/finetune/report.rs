@@ -18,7 +18,10 @@ pub struct FinetuneReport {
     pub train_images: usize,
     /// Validation photos, all nodes.
     pub val_images: usize,
-    /// The validation split used: "val" or "test".
+    /// Validation photos left out because the version this one derives from (or an ancestor)
+    /// trained on them.
+    pub val_left_out: u64,
+    /// The validation split used: "val", or "carve" (a tenth of the training photos).
     pub val_split: String,
     /// Per run.
     pub runs: Vec<RunTimeline>,

@@ -119,19 +119,21 @@ pub enum CachePolicy {
     NoCache,
 }
 
-/// Which labelled photos validate the head after every run.
+/// Which labelled photos validate the head after every run. The `test` split never does: it
+/// is kept for reporting, and never steers training or a cache policy.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ValSplit {
-    /// `"val"` when any node has such photos, else `"test"` (written `""`).
+    /// `"val"` when any node has such photos, else `"carve"` (written `""`).
     #[default]
     #[serde(rename = "")]
     Auto,
     /// The `"val"` split.
     #[serde(rename = "val")]
     Val,
-    /// The `"test"` split.
-    #[serde(rename = "test")]
-    Test,
+    /// A tenth of the training photos, chosen by a hash of the photo id (the same photos in
+    /// every job), validate; the rest train.
+    #[serde(rename = "carve")]
+    Carve,
 }
 
 impl Mode {
@@ -192,7 +194,7 @@ impl ValSplit {
         match self {
             ValSplit::Auto => "",
             ValSplit::Val => "val",
-            ValSplit::Test => "test",
+            ValSplit::Carve => "carve",
         }
     }
 }
@@ -240,8 +242,13 @@ impl FromStr for ValSplit {
         match s {
             "" => Ok(ValSplit::Auto),
             "val" => Ok(ValSplit::Val),
-            "test" => Ok(ValSplit::Test),
-            other => Err(unknown("validation split", other, &["val", "test"])),
+            "carve" => Ok(ValSplit::Carve),
+            "test" => Err(TunerError::InvalidArgument(
+                "the test split never validates: use \"val\", or \"carve\" to validate on a \
+                 tenth of the training photos"
+                    .into(),
+            )),
+            other => Err(unknown("validation split", other, &["val", "carve"])),
         }
     }
 }
@@ -291,10 +298,17 @@ mod tests {
             (req.mode, req.val_split, req.cache_policy),
             (Mode::NearData, ValSplit::Auto, CachePolicy::Lfu)
         );
-        let req = parse(r#"{"mode": "conventional", "val_split": "test"}"#).unwrap();
+        let req = parse(r#"{"mode": "conventional", "val_split": "carve"}"#).unwrap();
         assert_eq!(
             (req.mode, req.val_split),
-            (Mode::Conventional, ValSplit::Test)
+            (Mode::Conventional, ValSplit::Carve)
+        );
+        assert!(
+            parse(r#"{"val_split": "test"}"#).is_err(),
+            "test never validates"
+        );
+        assert!(
+            matches!("test".parse::<ValSplit>(), Err(TunerError::InvalidArgument(m)) if m.contains("never validates"))
         );
         assert_eq!(
             parse(r#"{"mode": "near-data"}"#).unwrap().mode,

@@ -28,7 +28,8 @@ pub(crate) struct FinetuneArgs {
     /// Training batch size [default: 1024].
     #[arg(long)]
     batch: Option<usize>,
-    /// Validation split: val or test [default: val when any node has val photos, else test].
+    /// Validation split: val, or carve (a tenth of the training photos, by photo id); the test
+    /// split never validates [default: val when any node has val photos, else carve].
     #[arg(long, value_parser = parse_val_split)]
     val_split: Option<ValSplit>,
     /// Run the backbone again even where features are stored.
@@ -47,7 +48,7 @@ pub(crate) struct FinetuneArgs {
 
 fn parse_val_split(s: &str) -> Result<ValSplit, String> {
     serde_json::from_value(serde_json::Value::String(s.to_string()))
-        .map_err(|_| format!("{s:?} is not a validation split: use val or test"))
+        .map_err(|_| format!("{s:?} is not a validation split: use val or carve"))
 }
 
 impl FinetuneArgs {

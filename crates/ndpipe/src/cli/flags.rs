@@ -37,6 +37,11 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_TUNER")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) tuner: Option<String>,
+    /// The catalog: a postgres:// URL shared by the cluster, or a SQLite file [catalog;
+    /// default: DATA/catalog.sqlite].
+    #[arg(long, env = "NDPIPE_CATALOG")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) catalog: Option<String>,
     /// Bearer token required for writes and admin calls [token].
     #[arg(
         long,
@@ -141,6 +146,11 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_TUNER_GRPC_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) grpc_listen: Option<SocketAddr>,
+    /// The catalog of nodes, model versions and jobs: a postgres:// URL shared with the
+    /// PipeStores, or a SQLite file [catalog; default: DATA/registry.sqlite].
+    #[arg(long, env = "NDPIPE_TUNER_CATALOG")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) catalog: Option<String>,
     /// Bearer token required for fine-tuning and deploys [token].
     #[arg(
         long,

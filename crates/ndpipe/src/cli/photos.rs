@@ -115,11 +115,12 @@ pub(super) async fn run(args: PhotosArgs) -> Result<()> {
             println!("model {}", reply["model_version"].as_str().unwrap_or("?"));
             for h in reply["hits"].as_array().into_iter().flatten() {
                 println!(
-                    "{:>10}  {:.3}  rank {}  {}",
+                    "{:>10}  {:.3}  rank {}  {}  on {}",
                     h["id"].as_u64().unwrap_or(0),
                     h["score"].as_f64().unwrap_or(0.0),
                     h["rank"].as_u64().unwrap_or(0) + 1,
-                    h["label"].as_str().unwrap_or("")
+                    h["label"].as_str().unwrap_or(""),
+                    h["node"].as_str().unwrap_or("?")
                 );
             }
             Ok(())

@@ -33,6 +33,11 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
         token: config.token.clone(),
         token_file: config.token_file.clone(),
         cluster_secret_file: config.cluster_secret_file.clone(),
+        // A shared PostgreSQL catalog holds the Tuner's rows too; a SQLite one is the node's own.
+        catalog: config
+            .catalog
+            .clone()
+            .filter(|c| ndpipe_catalog::is_postgres_url(c)),
         ..ndpipe_tuner::Config::default()
     };
     let store = PipeStore::open(config)

@@ -258,14 +258,7 @@ async fn a_node_that_missed_a_commit_ends_on_the_active_version_across_a_restart
         on_version(nodes) && node(nodes, "ps-b")["last_seen_ms"].as_i64().unwrap() > restarted_ms
     })
     .await;
-    let models = b.json("/v1/models").await;
-    let active: Vec<&str> = models
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["active"] == true)
-        .map(|m| m["id"].as_str().unwrap())
-        .collect();
+    let active = b.active_versions().await;
     assert_eq!(active, [version.as_str()]);
     let labelled = b.json("/v1/search?label=Trouser&limit=100").await;
     assert_eq!(

@@ -11,6 +11,8 @@
 //! - `tuner`: a Tuner and two PipeStore processes: fine-tuning, deploy, rollback, faults.
 //! - `cluster`: the control plane: a stopped node, a Tuner restart, a node gone for good, a
 //!   client going away, a node that missed a commit.
+//! - `postgres`: a Tuner and three PipeStores on one PostgreSQL catalog: cluster-wide ids,
+//!   search and versions.
 
 mod api;
 mod cache;
@@ -21,4 +23,5 @@ mod config;
 mod disk;
 mod durability;
 mod inference;
+mod postgres;
 mod tuner;

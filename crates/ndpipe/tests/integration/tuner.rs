@@ -15,6 +15,35 @@ fn succeeded(status: u16, job: &serde_json::Value, kind: &str, log: &str) -> ser
     job["result"][kind].clone()
 }
 
+/// Gives the first `n` training photos of `node` the `val` split (same label); returns `n`.
+async fn move_to_val(node: &Instance, n: usize) -> u64 {
+    let page = node.json("/v1/photos?limit=1000").await;
+    let train: Vec<(u64, String)> = page["photos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["ground_truth"]["split"] == "train")
+        .map(|p| {
+            let label = p["ground_truth"]["label"].as_str().unwrap().to_string();
+            (p["id"].as_u64().unwrap(), label)
+        })
+        .take(n)
+        .collect();
+    assert_eq!(train.len(), n, "{page}");
+    for (id, label) in &train {
+        let status = node
+            .client()
+            .put(format!("{}/v1/photos/{id}/ground-truth", node.url))
+            .json(&serde_json::json!({"label": label, "split": "val"}))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 204, "photo {id}");
+    }
+    n as u64
+}
+
 #[tokio::test]
 async fn two_pipestores_finetune_deploy_relabel_and_roll_back() {
     let tuner = TunerProcess::start();
@@ -23,6 +52,10 @@ async fn two_pipestores_finetune_deploy_relabel_and_roll_back() {
     import_fashion(&a, 0, 350);
     import_fashion(&b, 350, 350);
     tuner.wait_for_nodes(2).await;
+    // The `test` photos are not extracted by the job: the deploy finds their features only if
+    // labelling at ingest stored them.
+    a.wait_labelled(350).await;
+    b.wait_labelled(350).await;
 
     let (status, job) = tuner
         .run_job(
@@ -33,9 +66,14 @@ async fn two_pipestores_finetune_deploy_relabel_and_roll_back() {
         )
         .await;
     let report = succeeded(status, &job, "finetune", &tuner.log());
-    assert_eq!(report["train_images"], 600);
-    assert_eq!(report["val_images"], 100);
-    assert_eq!(report["val_split"], "test");
+    // No photo has `val`: a tenth of the 600 training photos validate, the 100 `test` never.
+    assert_eq!(report["val_split"], "carve");
+    let (train, val) = (
+        report["train_images"].as_u64().unwrap(),
+        report["val_images"].as_u64().unwrap(),
+    );
+    assert_eq!(train + val, 600, "{report}");
+    assert!((30..=100).contains(&val), "{report}");
     assert_eq!(report["runs"].as_array().unwrap().len(), 2);
     let top1 = report["val_top1"].as_f64().unwrap();
     assert!(
@@ -67,21 +105,37 @@ async fn two_pipestores_finetune_deploy_relabel_and_roll_back() {
     let pretrained = report["parent"].as_str().unwrap().to_string();
 
     for node in [&a, &b] {
-        let models = node.json("/v1/models").await;
-        let active: Vec<&str> = models
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|m| m["active"] == true)
-            .map(|m| m["id"].as_str().unwrap())
-            .collect();
-        assert_eq!(active, vec![version.as_str()]);
+        let active = node.active_versions().await;
+        assert_eq!(active, [version.as_str()]);
         let trousers = node.json("/v1/search?label=Trouser&limit=100").await;
         assert!(
             trousers["hits"].as_array().unwrap().len() >= 20,
             "{trousers}"
         );
     }
+
+    // 40 photos ps-a trained on become validation photos: the successor leaves out those its
+    // parent trained on.
+    let moved = move_to_val(&a, 40).await;
+    let (status, job) = tuner
+        .run_job(
+            "/v1/tuner/finetune",
+            serde_json::json!({"runs": 1, "epochs": 2, "load_balance": false, "deploy": false}),
+        )
+        .await;
+    let successor = succeeded(status, &job, "finetune", &tuner.log());
+    assert_eq!(successor["parent"], version.as_str(), "{successor}");
+    assert_eq!(successor["val_split"], "val", "{successor}");
+    let left_out = successor["val_left_out"].as_u64().unwrap();
+    assert_eq!(
+        left_out + successor["val_images"].as_u64().unwrap(),
+        moved,
+        "{successor}"
+    );
+    assert!(
+        left_out >= moved / 2,
+        "most moved photos were trained on: {successor}"
+    );
 
     let (status, job) = tuner
         .run_job(
@@ -105,7 +159,7 @@ async fn two_pipestores_finetune_deploy_relabel_and_roll_back() {
             .any(|m| m["id"] == pretrained.as_str() && m["active"] == true)
     );
     let versions = tuner.get("/v1/tuner/versions").await;
-    assert_eq!(versions.as_array().unwrap().len(), 2);
+    assert_eq!(versions.as_array().unwrap().len(), 3);
     let nodes = tuner.get("/v1/tuner/nodes").await;
     for n in nodes.as_array().unwrap() {
         assert_eq!(n["version"], pretrained.as_str(), "{nodes}");
@@ -283,8 +337,9 @@ async fn a_fast_node_takes_over_the_tail_of_a_throttled_one() {
     let n = moved[0]["photos"].as_u64().unwrap();
     assert!(n >= 8, "{report}");
     assert_eq!(
-        report["train_images"], 360,
-        "every training photo once, none lost or doubled: {report}"
+        report["train_images"].as_u64().unwrap() + report["val_images"].as_u64().unwrap(),
+        360,
+        "every training photo once (a tenth validates), none lost or doubled: {report}"
     );
     let images: Vec<u64> = report["nodes"]
         .as_array()
@@ -292,7 +347,8 @@ async fn a_fast_node_takes_over_the_tail_of_a_throttled_one() {
         .iter()
         .map(|n| n["images"].as_u64().unwrap())
         .collect();
-    assert_eq!(images, vec![210 + n, 210 - n], "{report}");
+    // 180 training photos per node (the 30 `test` photos are not extracted).
+    assert_eq!(images, vec![180 + n, 180 - n], "{report}");
 }
 
 #[tokio::test]

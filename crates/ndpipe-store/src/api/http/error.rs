@@ -139,6 +139,9 @@ impl From<StoreError> for ApiError {
         let (status, kind) = match &e {
             StoreError::Corrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "corrupt_data"),
             StoreError::Closed => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            StoreError::NoPhotoId { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "catalog_unavailable")
+            }
             StoreError::InsufficientStorage { .. } => {
                 (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage")
             }

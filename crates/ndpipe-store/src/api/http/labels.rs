@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use ndpipe_catalog::{CatalogError, ModelVersion, Prediction, SearchHit};
+use ndpipe_catalog::{CatalogError, ModelVersion, NodeHit, Prediction};
 use serde::{Deserialize, Serialize};
 
 use super::error::{ApiError, blocking, count, parse_id};
@@ -52,13 +52,15 @@ pub(super) struct SearchParams {
 #[derive(Debug, Serialize)]
 pub(super) struct SearchReply {
     model_version: String,
-    hits: Vec<SearchHit>,
+    /// Each hit names the node that holds the photo.
+    hits: Vec<NodeHit>,
     /// Pass as `offset` for the next page; absent on the last page.
     next_offset: Option<usize>,
 }
 
 /// `GET /v1/search?label=&model=&offset=&limit=`: photos labelled `label` by `model` (default:
-/// the active version), best score first.
+/// the active version), best score first: on a shared catalog, the photos of every node, each
+/// with the node that holds it.
 pub(super) async fn search(
     State(state): State<AppState>,
     query: Result<Query<SearchParams>, QueryRejection>,
@@ -101,12 +103,16 @@ pub(super) async fn search(
                     .id
             }
         };
-        let hits = catalog.search(label.trim(), &version, offset, limit)?;
+        let hits = catalog.search_cluster(label.trim(), &version, offset, limit)?;
         Ok((version, hits))
     })
     .await?;
     let next_offset = (hits.len() == limit).then_some(offset + limit);
-    hits.retain(|h| !state.ingestor.is_deleted(h.id));
+    let node = &state.node;
+    for h in &mut hits {
+        h.node.get_or_insert_with(|| node.to_string());
+    }
+    hits.retain(|h| h.node.as_deref() != Some(node) || !state.ingestor.is_deleted(h.hit.id));
     Ok(Json(SearchReply {
         model_version: version,
         hits,

@@ -46,6 +46,8 @@ pub(crate) struct AppState {
     jobs: Arc<Jobs>,
     metrics: Arc<StoreMetrics>,
     token: Option<Arc<str>>,
+    /// This node's name, given to its own search hits.
+    node: Arc<str>,
 }
 
 impl AppState {
@@ -65,6 +67,15 @@ impl AppState {
             jobs,
             metrics,
             token: token.map(Arc::from),
+            node: Arc::from("local"),
+        }
+    }
+
+    /// The same state for node `name` (its search hits carry the name).
+    pub(crate) fn named(self, name: &str) -> Self {
+        AppState {
+            node: Arc::from(name),
+            ..self
         }
     }
 }

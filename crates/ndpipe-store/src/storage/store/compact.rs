@@ -113,7 +113,7 @@ impl Writer {
                 id,
                 &record.meta,
                 &record.data,
-                self.next_id,
+                self.ids.peek(),
             )?;
             changes.push(match entries.get(&id) {
                 Some(entry) if is_photos => {
@@ -132,7 +132,7 @@ impl Writer {
         }
         self.shared
             .index
-            .commit(&changes, &watermarks, &dropped, self.next_id)
+            .commit(&changes, &watermarks, &dropped, self.ids.peek())
     }
 
     /// Whether the index (opened again after a failure) has the copies of `set`: a new volume

@@ -96,6 +96,7 @@ fn small_config() -> StoreConfig {
     StoreConfig {
         max_volume_bytes: 1 << 20,
         min_free_bytes: 0,
+        ..StoreConfig::default()
     }
 }
 

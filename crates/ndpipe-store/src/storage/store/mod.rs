@@ -11,6 +11,7 @@
 mod compact;
 #[cfg(test)]
 mod full_disk;
+mod ids;
 mod recover;
 mod writer;
 
@@ -24,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 pub use compact::CompactionReport;
+pub use ids::PhotoIds;
 pub use recover::RecoveryReport;
 
 use crate::storage::StoreError;
@@ -45,6 +47,8 @@ pub struct StoreConfig {
     /// Free bytes kept on the store's file system: puts that would leave less are refused with
     /// [`StoreError::InsufficientStorage`]; deletes and reads go on.
     pub min_free_bytes: u64,
+    /// Where new photo ids come from.
+    pub ids: PhotoIds,
 }
 
 impl Default for StoreConfig {
@@ -52,6 +56,7 @@ impl Default for StoreConfig {
         StoreConfig {
             max_volume_bytes: 1 << 30,
             min_free_bytes: 256 << 20,
+            ids: PhotoIds::Own,
         }
     }
 }
@@ -123,7 +128,8 @@ impl PhotoStore {
         );
         let shared = Arc::new(shared);
         let (tx, rx) = mpsc::channel(1024);
-        let writer = Writer::new(shared.clone(), next_id);
+        let ids = ids::IdAllocator::new(next_id, config.ids.clone())?;
+        let writer = Writer::new(shared.clone(), ids);
         let writer = std::thread::Builder::new()
             .name("ndpipe-store-writer".into())
             .spawn(move || writer.run(rx))

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 use super::compact::CompactionReport;
+use super::ids::IdAllocator;
 use super::{NewPhoto, Shared};
 use crate::storage::StoreError;
 use crate::storage::index::{Change, PhotoEntry, watermark_key};
@@ -36,7 +37,7 @@ pub(super) enum Command {
 /// The writer thread's state.
 pub(super) struct Writer {
     pub(super) shared: Arc<Shared>,
-    pub(super) next_id: u64,
+    pub(super) ids: IdAllocator,
 }
 
 /// Where one volume set stands: its active volume (number, length) and its newest volume.
@@ -85,7 +86,7 @@ impl SetMark {
 struct Snapshot {
     photos: SetMark,
     tensors: SetMark,
-    next_id: u64,
+    ids: IdAllocator,
 }
 
 impl Snapshot {
@@ -138,8 +139,8 @@ enum Outcome {
 }
 
 impl Writer {
-    pub(super) fn new(shared: Arc<Shared>, next_id: u64) -> Self {
-        Writer { shared, next_id }
+    pub(super) fn new(shared: Arc<Shared>, ids: IdAllocator) -> Self {
+        Writer { shared, ids }
     }
 
     /// Serves requests until every sender is gone.
@@ -223,7 +224,7 @@ impl Writer {
                         warn!(error = %e, "write batch failed; rolling back its records");
                         before.photos.roll_back(&self.shared.photos);
                         before.tensors.roll_back(&self.shared.tensors);
-                        self.next_id = before.next_id;
+                        self.ids = before.ids;
                     }
                 }
                 for p in batch.pending {
@@ -239,7 +240,7 @@ impl Writer {
     /// Appends the records of one request. A put or tensor update that the free-space reserve
     /// refuses is answered at once and is not a failure of the batch.
     fn append_one(&mut self, cmd: Command, batch: &mut Batch) -> Result<(), StoreError> {
-        let floor = self.next_id;
+        let floor = self.ids.peek();
         match cmd {
             Command::Put(photo, reply) => {
                 let meta =
@@ -250,8 +251,13 @@ impl Writer {
                     drop(reply.send(Err(e)));
                     return Ok(());
                 }
-                let id = self.next_id;
-                self.next_id += 1;
+                let id = match self.ids.take() {
+                    Ok(id) => id,
+                    Err(e) => {
+                        drop(reply.send(Err(e)));
+                        return Ok(());
+                    }
+                };
                 batch.pending.push(Pending::Put(id, reply));
                 let photo_loc = self.shared.photos.append(
                     RecordKind::Put,
@@ -335,7 +341,7 @@ impl Writer {
         let watermarks = self.watermarks(before)?;
         self.shared
             .index
-            .commit(changes, &watermarks, &[], self.next_id)
+            .commit(changes, &watermarks, &[], self.ids.peek())
     }
 
     /// The watermark of every volume the batch appended to: the active ones, and those it
@@ -392,7 +398,7 @@ impl Writer {
         Ok(Snapshot {
             photos: SetMark::of(&self.shared.photos)?,
             tensors: SetMark::of(&self.shared.tensors)?,
-            next_id: self.next_id,
+            ids: self.ids.clone(),
         })
     }
 }

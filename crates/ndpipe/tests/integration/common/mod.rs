@@ -329,6 +329,42 @@ impl Instance {
         serde_json::from_slice(&body).unwrap()
     }
 
+    /// The model versions `GET /v1/models` marks active on this node.
+    pub(crate) async fn active_versions(&self) -> Vec<String> {
+        let models = self.json("/v1/models").await;
+        models
+            .as_array()
+            .unwrap_or_else(|| panic!("{models}"))
+            .iter()
+            .filter(|m| m["active"] == true)
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// Waits until online labelling has labelled `n` photos (so their features are stored); a
+    /// hang guard fails the test after 120 s.
+    pub(crate) async fn wait_labelled(&self, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (_, body) = self.get("/metrics").await;
+            let text = String::from_utf8_lossy(&body);
+            let labelled = text
+                .lines()
+                .find_map(|l| l.strip_prefix("ndpipe_store_labelled_total "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0);
+            if labelled >= n as f64 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{labelled} of {n} photos labelled\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Live photos according to /healthz and the catalog listing: (store count, catalog count).
     pub(crate) async fn counts(&self) -> (u64, u64) {
         let health = self.json("/healthz").await;

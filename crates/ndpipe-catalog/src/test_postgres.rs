@@ -1,4 +1,5 @@
-//! A PostgreSQL server for the tests and one fresh database per test.
+//! A PostgreSQL server for tests and one fresh database per test (feature `testing`), for this
+//! crate's tests and for tests of the processes that use a shared catalog.
 //!
 //! `NDPIPE_TEST_POSTGRES_URL` names a server to use (a user allowed to create databases);
 //! otherwise `tools/postgres/run.sh` starts a throw-away one, which stops and deletes itself when
@@ -24,15 +25,15 @@ struct Server {
 }
 
 /// A database of its own for one test, dropped when the test ends.
-pub(crate) struct TestDb {
+pub struct TestDb {
     /// Its URL.
-    pub(crate) url: String,
+    pub url: String,
     name: String,
 }
 
 impl TestDb {
     /// A direct connection, for looking under the catalog.
-    pub(crate) fn client(&self) -> Client {
+    pub fn client(&self) -> Client {
         Client::connect(&self.url, NoTls).expect("connect to the test database")
     }
 }
@@ -50,7 +51,7 @@ impl Drop for TestDb {
 
 /// A new empty database named after `test`, or `None` (after saying so) when
 /// `NDPIPE_SKIP_POSTGRES=1`. Panics when no server can be had.
-pub(crate) fn database(test: &str) -> Option<TestDb> {
+pub fn database(test: &str) -> Option<TestDb> {
     if std::env::var("NDPIPE_SKIP_POSTGRES").as_deref() == Ok("1") {
         eprintln!("skipped {test}: NDPIPE_SKIP_POSTGRES=1, so no PostgreSQL test runs");
         return None;
@@ -72,19 +73,19 @@ pub(crate) fn database(test: &str) -> Option<TestDb> {
 }
 
 /// The server's URL, starting it on first use.
-pub(crate) fn server_url() -> String {
+pub fn server_url() -> String {
     static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
     match SERVER.get_or_init(start) {
         Ok(server) => server.url.clone(),
         Err(why) => panic!(
-            "no PostgreSQL server for the catalog's tests: {why}\nSet NDPIPE_TEST_POSTGRES_URL \
+            "no PostgreSQL server for the tests: {why}\nSet NDPIPE_TEST_POSTGRES_URL \
              to use a running server, or NDPIPE_SKIP_POSTGRES=1 to skip these tests."
         ),
     }
 }
 
 /// `url` with its database replaced by `database`.
-pub(crate) fn with_database(url: &str, database: &str) -> String {
+pub fn with_database(url: &str, database: &str) -> String {
     let (scheme, rest) = url.split_once("://").expect("a postgres:// URL");
     let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
     let query = tail.find('?').map_or("", |i| &tail[i..]);
