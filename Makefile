@@ -5,7 +5,7 @@ export NDPIPE_MODEL_DIR := $(CACHE)/model
 export NDPIPE_SAMPLES_DIR := $(CACHE)/model/samples
 export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 
-.PHONY: setup build build-bench demo test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache
+.PHONY: setup build build-bench demo test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -52,3 +52,7 @@ bench-drift: build-bench
 ## SpiderCache vs its peers on a real training run reading a PipeStore (about 15 minutes).
 bench-cache: build-bench
 	target/release/ndpipe-bench cache run --out $(CACHE)/bench-cache
+
+## Fault injection: 100 rounds of kill -9, SIGSTOP and restarts during jobs on a real cluster.
+bench-faults: build-bench
+	target/release/ndpipe-bench faults --rounds 100 --json $(CACHE)/bench-faults.json

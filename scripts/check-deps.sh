@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The crate graph's never-rules, checked on the normal (non-dev) dependency tree:
-# - the product binary links no benchmark code (no cachebench, no ndpipe-bench);
+# - the product binary links no benchmark code (no cachebench, faultbench or ndpipe-bench);
 # - the Tuner reaches PipeStores only over gRPC (ndpipe-tuner never depends on ndpipe-store);
 # - the cache library names no ndpipe crate.
 set -euo pipefail
@@ -16,7 +16,7 @@ forbid() {
     fail=1
   fi
 }
-forbid ndpipe cachebench ndpipe-bench
+forbid ndpipe cachebench faultbench ndpipe-bench
 forbid ndpipe-tuner ndpipe-store
 forbid spidercache ndpipe ndpipe-model ndpipe-catalog ndpipe-store ndpipe-tuner ndpipe-proto ndpipe-util
 if ((fail)); then exit 1; fi

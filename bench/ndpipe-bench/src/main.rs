@@ -3,8 +3,8 @@
 //! figures as JSON.
 //!
 //! The servers run in this process through the `ndpipe-store` and `ndpipe-tuner` libraries
-//! ([`cluster`]); the cache benchmark (the `cachebench` crate) starts the `ndpipe` binary that
-//! sits next to this one.
+//! ([`cluster`]); the cache benchmark (the `cachebench` crate) and the fault-injection run (the
+//! `faultbench` crate) start the `ndpipe` binary that sits next to this one.
 
 mod cluster;
 mod drift;
@@ -40,6 +40,9 @@ enum Which {
     Drift(drift::DriftBench),
     /// SpiderCache and its peers on a real training run reading a PipeStore (or a replay).
     Cache(cachebench::cli::CacheArgs),
+    /// Fault injection: kill -9, SIGSTOP and restarts of a random process of a real cluster at a
+    /// random moment of a fine-tune or deploy; counts hangs, split versions, unresolved jobs.
+    Faults(faultbench::cli::FaultArgs),
 }
 
 fn main() -> ExitCode {
@@ -74,11 +77,15 @@ async fn run(which: Which) -> Result<()> {
             let ndpipe = ndpipe_binary()?;
             tokio::task::spawn_blocking(move || cachebench::cli::run(b, ndpipe)).await?
         }
+        Which::Faults(b) => {
+            let ndpipe = ndpipe_binary()?;
+            tokio::task::spawn_blocking(move || faultbench::cli::run(b, ndpipe)).await?
+        }
     }
 }
 
 /// The `ndpipe` binary built beside this one (`target/<profile>/ndpipe`), which the cache
-/// benchmark starts as its PipeStore; `--ndpipe-bin` overrides it.
+/// benchmark and the fault-injection run start.
 fn ndpipe_binary() -> Result<PathBuf> {
     let me = std::env::current_exe().context("locating ndpipe-bench")?;
     Ok(me.with_file_name("ndpipe"))

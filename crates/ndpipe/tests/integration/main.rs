@@ -11,6 +11,7 @@
 //! - `tuner`: a Tuner and two PipeStore processes: fine-tuning, deploy, rollback, faults.
 //! - `cluster`: the control plane: a stopped node, a Tuner restart, a node gone for good, a
 //!   client going away, a node that missed a commit.
+//! - `faults`: five rounds of random kill -9, SIGSTOP and restarts during jobs (`faultbench`).
 //! - `postgres`: a Tuner and three PipeStores on one PostgreSQL catalog: cluster-wide ids,
 //!   search and versions.
 
@@ -22,6 +23,7 @@ mod common;
 mod config;
 mod disk;
 mod durability;
+mod faults;
 mod inference;
 mod postgres;
 mod tuner;

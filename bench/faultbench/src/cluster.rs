@@ -1,0 +1,155 @@
+//! A Tuner and `nodes` PipeStores of the real binary, with photos imported, ready for rounds.
+
+use std::ffi::OsString;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::FaultConfig;
+use crate::api::TunerApi;
+use crate::procs::Proc;
+
+/// The running cluster: `procs[0]` is the Tuner, the PipeStores follow.
+pub(crate) struct Cluster {
+    pub(crate) procs: Vec<Proc>,
+    pub(crate) tuner: TunerApi,
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn args(parts: &[&str]) -> Vec<OsString> {
+    parts.iter().map(OsString::from).collect()
+}
+
+impl Cluster {
+    /// Starts the Tuner and the PipeStores in `dir`, imports `photos_per_node` Fashion-MNIST
+    /// photos into each (different ones), and waits until every node is registered and live.
+    pub(crate) fn start(config: &FaultConfig, exe: &Path, dir: &Path) -> Result<Self> {
+        let secret = dir.join("cluster-secret");
+        std::fs::write(&secret, "fault-injection-secret\n").context("writing the secret")?;
+        let secret = secret.to_string_lossy().to_string();
+        let (http, grpc) = (free_port()?, free_port()?);
+        let timeout = config.node_timeout_ms.to_string();
+        let lease = config.node_lease_ms.to_string();
+        let tuner_data = dir.join("tuner").to_string_lossy().to_string();
+        let mut tuner_args = args(&[
+            "tuner",
+            "--data",
+            &tuner_data,
+            "--listen",
+            &format!("127.0.0.1:{http}"),
+            "--grpc-listen",
+            &format!("127.0.0.1:{grpc}"),
+            "--node-timeout-ms",
+            &timeout,
+            "--node-lease-ms",
+            &lease,
+            "--cluster-secret-file",
+            &secret,
+        ]);
+        if let Some(url) = &config.catalog {
+            tuner_args.extend(args(&["--catalog", url]));
+        }
+        let tuner_url = format!("http://127.0.0.1:{http}");
+        let mut procs = vec![Proc::new(
+            "tuner",
+            tuner_url.clone(),
+            "/v1/tuner/nodes",
+            exe,
+            tuner_args,
+            dir.join("tuner.log"),
+        )];
+        let model_dir = config.model_dir.to_string_lossy().to_string();
+        for i in 0..config.nodes {
+            let name = format!("ps-{i}");
+            let (port, grpc_port) = (free_port()?, free_port()?);
+            let data = dir.join(&name).to_string_lossy().to_string();
+            let mut ps_args = args(&[
+                "pipestore",
+                "--data",
+                &data,
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--grpc-listen",
+                &format!("127.0.0.1:{grpc_port}"),
+                "--tuner",
+                &format!("http://127.0.0.1:{grpc}"),
+                "--name",
+                &name,
+                "--model-dir",
+                &model_dir,
+                "--intra-threads",
+                "1",
+                "--cluster-secret-file",
+                &secret,
+            ]);
+            if let Some(url) = &config.catalog {
+                ps_args.extend(args(&["--catalog", url]));
+            }
+            procs.push(Proc::new(
+                &name,
+                format!("http://127.0.0.1:{port}"),
+                "/healthz",
+                exe,
+                ps_args,
+                dir.join(format!("{name}.log")),
+            ));
+        }
+        for p in &mut procs {
+            p.start()?;
+        }
+        let cluster = Cluster {
+            procs,
+            tuner: TunerApi::new(&tuner_url),
+        };
+        for (i, node) in cluster.procs[1..].iter().enumerate() {
+            import(config, exe, &node.url, i * config.photos_per_node)?;
+        }
+        cluster.wait_live(config.nodes, Duration::from_secs(90))?;
+        Ok(cluster)
+    }
+
+    /// Waits until `n` nodes are registered with a live lease.
+    fn wait_live(&self, n: usize, limit: Duration) -> Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let live = self
+                .tuner
+                .nodes()
+                .map(|nodes| nodes.iter().filter(|n| n["live"] == true).count())
+                .unwrap_or(0);
+            if live >= n {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("only {live} of {n} nodes live after {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// Imports Fashion-MNIST photos `skip..skip + photos_per_node` into the PipeStore at `url`.
+fn import(config: &FaultConfig, exe: &Path, url: &str, skip: usize) -> Result<()> {
+    let out = Command::new(exe)
+        .args(["import", "--server", url, "--quiet", "--fashion-mnist"])
+        .arg("--fashion-mnist-dir")
+        .arg(&config.fashion_mnist_dir)
+        .args(["--skip", &skip.to_string()])
+        .args(["--limit", &config.photos_per_node.to_string()])
+        .output()
+        .context("running ndpipe import")?;
+    if !out.status.success() {
+        bail!(
+            "ndpipe import into {url} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,46 @@
+//! Five rounds of fault injection on a real cluster (a Tuner and three PipeStores): in each,
+//! kill -9, SIGSTOP or a restart of a random process, the Tuner included, at a random moment of
+//! a fine-tune or deploy. No job may hang, every job ends done or failed with a message, and
+//! the nodes always settle on one version. `ndpipe-bench faults --rounds 100` is the long run.
+
+use std::path::PathBuf;
+
+use faultbench::{FaultConfig, FaultReport};
+
+use crate::common::{exe, model_dir};
+
+fn five_rounds(seed: u64) -> FaultReport {
+    let dir = tempfile::tempdir().unwrap();
+    let config = FaultConfig {
+        rounds: 5,
+        seed,
+        nodes: 3,
+        photos_per_node: 70,
+        node_timeout_ms: 3000,
+        node_lease_ms: 3000,
+        max_fault_delay_ms: 2000,
+        throttle_images_per_second: 40.0,
+        catalog: None,
+        model_dir: model_dir(),
+        fashion_mnist_dir: std::env::var_os("NDPIPE_FASHION_MNIST_DIR")
+            .map_or_else(|| "/usr/share/datasets/fashion-mnist".into(), PathBuf::from),
+    };
+    faultbench::run(&config, &exe(), dir.path(), |_| {}).unwrap()
+}
+
+#[test]
+fn five_random_faults_leave_no_hang_no_split_version_and_no_unresolved_job() {
+    let report = five_rounds(11);
+    let table = serde_json::to_string_pretty(&report.rounds).unwrap();
+    assert_eq!(report.rounds.len(), 5);
+    assert_eq!(
+        (report.hangs, report.split_versions, report.unresolved),
+        (0, 0, 0),
+        "{table}"
+    );
+    assert_eq!(report.done + report.failed, 5, "{table}");
+    assert!(
+        report.during_job >= 1,
+        "at least one fault hits a running job: {table}"
+    );
+}
