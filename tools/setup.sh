@@ -12,6 +12,7 @@ need_apt=()
 command -v python3 >/dev/null || need_apt+=(python3 python3-venv)
 command -v curl >/dev/null || need_apt+=(curl)
 command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
+command -v openssl >/dev/null || need_apt+=(openssl)  # certificates for the TLS test
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
 if ((${#need_apt[@]})); then
   log "installing Debian packages: ${need_apt[*]}"

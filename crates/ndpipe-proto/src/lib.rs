@@ -16,6 +16,7 @@ pub mod pb {
 }
 
 mod plan;
+mod tls;
 pub mod transport;
 
 pub use plan::RunPlan;
@@ -42,6 +43,12 @@ pub enum ProtoError {
         /// Which message.
         what: String,
         /// What disagrees.
+        reason: String,
+    },
+    /// TLS files missing, unreadable or not PEM, or a TLS setting refused.
+    #[error("TLS: {reason}")]
+    Tls {
+        /// What is wrong.
         reason: String,
     },
     /// A gRPC URL that does not parse.

@@ -15,6 +15,7 @@ use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::ProtoError;
+pub use crate::tls::Tls;
 
 /// How often an idle HTTP/2 connection is pinged.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
@@ -23,12 +24,17 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long connecting may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A channel to `url` with keepalive and a connect timeout; it connects lazily, on first use.
-pub fn channel(url: &str) -> Result<Channel, ProtoError> {
+/// A channel to `url` with keepalive and a connect timeout, over TLS when `tls` is given (the
+/// URL is then `https://`); it connects lazily, on first use.
+pub fn channel(url: &str, tls: Option<&Tls>) -> Result<Channel, ProtoError> {
     let endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| ProtoError::BadUrl {
         url: url.to_string(),
         reason: e.to_string(),
     })?;
+    let endpoint = match tls {
+        Some(tls) => tls.client(endpoint)?,
+        None => endpoint,
+    };
     Ok(endpoint
         .connect_timeout(CONNECT_TIMEOUT)
         .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
@@ -38,12 +44,17 @@ pub fn channel(url: &str) -> Result<Channel, ProtoError> {
         .connect_lazy())
 }
 
-/// A gRPC server builder with keepalive: a client that stops answering pings is dropped.
-pub fn server() -> Server {
-    Server::builder()
+/// A gRPC server builder with keepalive (a client that stops answering pings is dropped), over
+/// mutual TLS when `tls` is given.
+pub fn server(tls: Option<&Tls>) -> Result<Server, ProtoError> {
+    let server = Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-        .tcp_keepalive(Some(KEEPALIVE_INTERVAL))
+        .tcp_keepalive(Some(KEEPALIVE_INTERVAL));
+    match tls {
+        Some(tls) => tls.server(server),
+        None => Ok(server),
+    }
 }
 
 /// The metadata key that carries the cluster secret.
@@ -152,7 +163,7 @@ mod tests {
         let fast = async { Ok(Response::new(7)) };
         assert_eq!(unary(Duration::from_secs(1), fast).await.unwrap(), 7);
         assert!(matches!(
-            channel("not a url"),
+            channel("not a url", None),
             Err(ProtoError::BadUrl { .. })
         ));
         let r = request((), Some(Duration::from_millis(1500)), None);

@@ -40,6 +40,14 @@ pub struct Config {
     /// File whose first line is the cluster secret: every gRPC call to this node must carry it,
     /// and the node sends it to the Tuner and other nodes (unset: no secret, calls are open).
     pub cluster_secret_file: Option<PathBuf>,
+    /// This node's TLS certificate (PEM): with `tls_key` and `tls_ca`, gRPC to and from the
+    /// Tuner and other nodes is mutual TLS, and the advertised URL is `https://` (unset:
+    /// plaintext).
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `tls_cert` (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM): peers must present a certificate it signed.
+    pub tls_ca: Option<PathBuf>,
     /// Largest accepted upload, in bytes.
     pub max_upload_bytes: usize,
     /// Largest accepted image, in pixels (width * height), checked before decoding.
@@ -93,6 +101,9 @@ impl Default for Config {
             token: None,
             token_file: None,
             cluster_secret_file: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
             max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
             max_pixels: ndpipe_model::PreprocessConfig::default().max_pixels,
             max_volume_bytes: 1 << 30,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use ndpipe_proto::PROTOCOL_VERSION;
 use ndpipe_proto::pb::tuner_client::TunerClient;
 use ndpipe_proto::pb::{HeartbeatRequest, RegisterRequest};
-use ndpipe_proto::transport::{self, ClusterSecret};
+use ndpipe_proto::transport::{self, ClusterSecret, Tls};
 use tokio::sync::watch;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -35,11 +35,13 @@ pub(crate) struct Member {
     pub(crate) node: Arc<PipeStoreNode>,
     /// Sent with every call, when the cluster has one.
     pub(crate) secret: Option<ClusterSecret>,
+    /// Mutual TLS to the Tuner, when configured.
+    pub(crate) tls: Option<Tls>,
 }
 
 /// Keeps `member` registered until `stopped` turns true (or its sender is gone).
 pub(crate) async fn run(member: Member, mut stopped: watch::Receiver<bool>) {
-    let client = match transport::channel(&member.tuner) {
+    let client = match transport::channel(&member.tuner, member.tls.as_ref()) {
         Ok(channel) => TunerClient::new(channel),
         Err(e) => {
             warn!(error = %e, "cannot register with the Tuner");

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ndpipe_catalog::Catalog;
 use ndpipe_model::{InferenceBackend, OrtBackend, PreprocessConfig, RuntimeConfig};
-use ndpipe_proto::transport::ClusterSecret;
+use ndpipe_proto::transport::{ClusterSecret, Tls};
 use tracing::info;
 
 use crate::config::Config;
@@ -28,6 +28,7 @@ pub struct PipeStore {
     pub(crate) name: String,
     pub(crate) token: Option<String>,
     pub(crate) cluster_secret: Option<ClusterSecret>,
+    pub(crate) tls: Option<Tls>,
     pub(crate) store: Arc<PhotoStore>,
     pub(crate) catalog: Arc<dyn Catalog>,
     pub(crate) metrics: Arc<StoreMetrics>,
@@ -68,6 +69,15 @@ impl PipeStore {
             })?;
         let token = token(&config)?;
         let cluster_secret = cluster_secret(&config)?;
+        let tls = Tls::from_files(
+            config.tls_cert.as_deref(),
+            config.tls_key.as_deref(),
+            config.tls_ca.as_deref(),
+        )
+        .map_err(|e| Error::Config {
+            setting: "tls_cert, tls_key, tls_ca",
+            reason: e.to_string(),
+        })?;
         let name = node_name(config.name.as_deref(), &config.data);
         let (catalog, ids) = open_catalog(&config, &name).await?;
         let (store, features) = open_stores(&config, ids).await?;
@@ -97,7 +107,8 @@ impl PipeStore {
                 )
                 .with_corrupt_chunks(config.fault_corrupt_chunks)
                 .with_failing_commits(config.fault_fail_commits)
-                .with_cluster_secret(cluster_secret.clone()),
+                .with_cluster_secret(cluster_secret.clone())
+                .with_tls(tls.clone()),
             )
         });
         let ingest_config = IngestConfig {
@@ -161,6 +172,7 @@ impl PipeStore {
             name,
             token,
             cluster_secret,
+            tls,
             store,
             catalog,
             metrics,

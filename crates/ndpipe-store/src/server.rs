@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use ndpipe_proto::transport::{self, ClusterSecret};
+use ndpipe_proto::transport::{self, ClusterSecret, Tls};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -39,6 +39,7 @@ impl PipeStore {
             name,
             token,
             cluster_secret,
+            tls,
             store,
             catalog,
             metrics,
@@ -59,11 +60,20 @@ impl PipeStore {
                         node.clone(),
                         cluster_secret.clone(),
                     ));
-                grpc = Some(tokio::spawn(serve_grpc(listener, routes, stopped.clone())));
-                let url = config
-                    .advertise_url
-                    .clone()
-                    .unwrap_or_else(|| format!("http://{addr}"));
+                let server = transport::server(tls.as_ref()).map_err(|e| Error::Config {
+                    setting: "tls_cert, tls_key, tls_ca",
+                    reason: e.to_string(),
+                })?;
+                grpc = Some(tokio::spawn(serve_grpc(
+                    server,
+                    listener,
+                    routes,
+                    stopped.clone(),
+                )));
+                let url = config.advertise_url.clone().unwrap_or_else(|| {
+                    let scheme = if tls.is_some() { "https" } else { "http" };
+                    format!("{scheme}://{addr}")
+                });
                 info!(%url, "gRPC service listening");
                 grpc_url = Some(url);
             }
@@ -106,6 +116,7 @@ impl PipeStore {
             grpc,
             membership: None,
             cluster_secret,
+            tls,
             jobs,
             ingestor,
             store,
@@ -128,6 +139,7 @@ pub struct Running {
     grpc: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     membership: Option<JoinHandle<()>>,
     cluster_secret: Option<ClusterSecret>,
+    tls: Option<Tls>,
     jobs: Arc<Jobs>,
     ingestor: Arc<Ingestor>,
     store: Arc<PhotoStore>,
@@ -140,7 +152,8 @@ impl Running {
     }
 
     /// The URL the Tuner reaches this node's gRPC service at (`config.advertise_url`, else
-    /// `http://` and the bound address); `None` when no model is loaded, so no gRPC runs.
+    /// `http://` (`https://` with TLS) and the bound address); `None` when no model is loaded,
+    /// so no gRPC runs.
     pub fn grpc_url(&self) -> Option<&str> {
         self.grpc_url.as_deref()
     }
@@ -160,6 +173,7 @@ impl Running {
             url: url.clone(),
             node: node.clone(),
             secret: self.cluster_secret.clone(),
+            tls: self.tls.clone(),
         };
         if let Some(old) = self.membership.take() {
             old.abort();
@@ -226,14 +240,16 @@ fn local_addr(
         .map_err(|source| Error::Bind { what, addr, source })
 }
 
-/// Serves `routes` on `listener` until `stopped` turns true (or its sender is gone).
+/// Serves `routes` with `server` on `listener` until `stopped` turns true (or its sender is
+/// gone).
 async fn serve_grpc(
+    mut server: tonic::transport::Server,
     listener: TcpListener,
     routes: tonic::service::Routes,
     mut stopped: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    transport::server()
+    server
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stopped.wait_for(|s| *s).await;

@@ -27,6 +27,13 @@ pub struct Config {
     /// File whose first line is the cluster secret: every gRPC call to the Tuner must carry it,
     /// and the Tuner sends it to the PipeStores (unset: no secret, calls are open).
     pub cluster_secret_file: Option<PathBuf>,
+    /// This Tuner's TLS certificate (PEM): with `tls_key` and `tls_ca`, gRPC to and from the
+    /// PipeStores is mutual TLS (unset: plaintext).
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `tls_cert` (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM): peers must present a certificate it signed.
+    pub tls_ca: Option<PathBuf>,
     /// A model folder: gives the Tuner its own backbone, for the conventional comparison mode.
     pub model_dir: Option<PathBuf>,
     /// Model threads on the Tuner (0: ONNX Runtime decides).
@@ -50,6 +57,9 @@ impl Default for Config {
             token: None,
             token_file: None,
             cluster_secret_file: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
             model_dir: None,
             intra_threads: 0,
             node_timeout_ms: 30_000,

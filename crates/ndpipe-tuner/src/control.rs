@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use ndpipe_model::InferenceBackend;
-use ndpipe_proto::transport::ClusterSecret;
+use ndpipe_proto::transport::{ClusterSecret, Tls};
 use ndpipe_util::fs::read_secret;
 use ndpipe_util::sync::{read, write};
 use tokio::sync::{Mutex, Notify, OwnedMutexGuard, oneshot};
@@ -39,6 +39,8 @@ pub(crate) struct Core {
     pub(crate) jobs: Arc<Jobs>,
     /// Required of every call to the Tuner's gRPC service, and sent with every call it makes.
     pub(crate) secret: Option<ClusterSecret>,
+    /// Mutual TLS of the Tuner's gRPC server and of its calls to the nodes.
+    pub(crate) tls: Option<Tls>,
     backbone: RwLock<Option<Arc<dyn InferenceBackend>>>,
     lock: Arc<Mutex<()>>,
     /// Wakes the syncer, which brings lagging nodes to the active version.
@@ -74,17 +76,25 @@ impl Core {
         let opened = ndpipe_catalog::open(spec, TUNER_NODE, &config.data.join("registry.sqlite"))?;
         info!(catalog = %ndpipe_catalog::describe(spec, &config.data.join("registry.sqlite")), "Tuner catalog open");
         let catalog = opened.catalog;
+        let tls = Tls::from_files(
+            config.tls_cert.as_deref(),
+            config.tls_key.as_deref(),
+            config.tls_ca.as_deref(),
+        )
+        .map_err(|e| TunerError::InvalidArgument(e.to_string()))?;
         let nodes = Nodes::new(
             opened.nodes,
             Duration::from_millis(config.node_lease_ms.max(1)),
             Duration::from_millis(config.node_timeout_ms.max(1)),
             secret.clone(),
+            tls.clone(),
         );
         Ok(Core {
             nodes,
             registry: Registry::open(&config.data, catalog.clone())?,
             jobs: Arc::new(Jobs::open(catalog)?),
             secret,
+            tls,
             backbone: RwLock::new(backbone),
             lock: Arc::new(Mutex::new(())),
             sync_wake: Arc::new(Notify::new()),

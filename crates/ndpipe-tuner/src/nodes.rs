@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use ndpipe_catalog::{CatalogError, NodeRecord, NodeRegistry, NodeState};
 use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
-use ndpipe_proto::transport::{self, ClusterSecret};
+use ndpipe_proto::transport::{self, ClusterSecret, Tls};
 use ndpipe_util::sync::lock;
 use ndpipe_util::time::now_ms;
 use serde::{Deserialize, Serialize};
@@ -117,7 +117,7 @@ impl Node {
             id: 1,
             name: name.to_string(),
             url: url.to_string(),
-            client: client(url).unwrap(),
+            client: client(url, None).unwrap(),
             timeout: Duration::from_secs(1),
             secret: None,
         }
@@ -144,6 +144,7 @@ pub(crate) struct Nodes {
     lease: Duration,
     timeout: Duration,
     secret: Option<ClusterSecret>,
+    tls: Option<Tls>,
     /// Clients by node id, with the url they were made for.
     clients: Mutex<HashMap<u32, (String, PipeStoreClient<Channel>)>>,
     /// Why bringing a node to the active version failed last, by node id.
@@ -152,18 +153,20 @@ pub(crate) struct Nodes {
 
 impl Nodes {
     /// The nodes of `registry`; leases last `lease`, jobs wait at most `timeout` on a node, and
-    /// every call carries `secret` (when there is one).
+    /// every call carries `secret` (when there is one) and goes over `tls` (when given).
     pub(crate) fn new(
         registry: Arc<dyn NodeRegistry>,
         lease: Duration,
         timeout: Duration,
         secret: Option<ClusterSecret>,
+        tls: Option<Tls>,
     ) -> Self {
         Nodes {
             registry,
             lease,
             timeout,
             secret,
+            tls,
             clients: Mutex::new(HashMap::new()),
             sync_errors: Mutex::new(HashMap::new()),
         }
@@ -189,7 +192,7 @@ impl Nodes {
         if name.trim().is_empty() {
             return Err(TunerError::InvalidArgument("a node needs a name".into()));
         }
-        let client = client(url)?;
+        let client = client(url, self.tls.as_ref())?;
         let now = now_ms();
         let record = self
             .registry
@@ -337,7 +340,7 @@ impl Nodes {
         let client = match clients.get(&r.id) {
             Some((url, client)) if *url == r.url => client.clone(),
             _ => {
-                let made = client(&r.url)?;
+                let made = client(&r.url, self.tls.as_ref())?;
                 clients.insert(r.id, (r.url.clone(), made.clone()));
                 made
             }
@@ -358,10 +361,10 @@ fn in_sync(r: &NodeRecord, active: Option<&str>) -> bool {
     active.is_none_or(|a| r.version.as_deref() == Some(a))
 }
 
-/// A lazily connecting client for the PipeStore at `url`, with keepalive.
-fn client(url: &str) -> Result<PipeStoreClient<Channel>, TunerError> {
+/// A lazily connecting client for the PipeStore at `url`, with keepalive (over `tls`).
+fn client(url: &str, tls: Option<&Tls>) -> Result<PipeStoreClient<Channel>, TunerError> {
     let channel =
-        transport::channel(url).map_err(|e| TunerError::InvalidArgument(e.to_string()))?;
+        transport::channel(url, tls).map_err(|e| TunerError::InvalidArgument(e.to_string()))?;
     Ok(PipeStoreClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE))
@@ -375,7 +378,7 @@ mod tests {
 
     fn nodes(lease: Duration) -> Nodes {
         let registry = Arc::new(SqliteCatalog::in_memory().unwrap());
-        Nodes::new(registry, lease, Duration::from_secs(1), None)
+        Nodes::new(registry, lease, Duration::from_secs(1), None, None)
     }
 
     #[tokio::test]

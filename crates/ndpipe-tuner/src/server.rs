@@ -4,6 +4,7 @@ use std::io;
 use std::net::SocketAddr;
 
 use axum::Router;
+use ndpipe_proto::transport::Tls;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -24,13 +25,16 @@ pub struct Running {
     grpc: JoinHandle<Result<(), tonic::transport::Error>>,
 }
 
-/// Binds both addresses (port 0 picks a free one) and serves `http` and `grpc` on them.
+/// Binds both addresses (port 0 picks a free one) and serves `http` and `grpc` on them, gRPC
+/// over mutual TLS when `tls` is given.
 pub(crate) async fn serve(
     http: Router,
-    grpc: Routes,
+    (grpc, tls): (Routes, Option<&Tls>),
     listen: SocketAddr,
     grpc_listen: SocketAddr,
 ) -> Result<Running, TunerError> {
+    let mut grpc_server = ndpipe_proto::transport::server(tls)
+        .map_err(|e| TunerError::InvalidArgument(e.to_string()))?;
     let (grpc_listener, grpc_addr) = bind("gRPC", grpc_listen).await?;
     let (http_listener, http_addr) = bind("HTTP", listen).await?;
     let (shutdown, stopped) = watch::channel(false);
@@ -38,7 +42,7 @@ pub(crate) async fn serve(
         let _ = stopped.wait_for(|s| *s).await;
     };
     let grpc = tokio::spawn(
-        ndpipe_proto::transport::server()
+        grpc_server
             .add_routes(grpc)
             .serve_with_incoming_shutdown(TcpIncoming::from(grpc_listener), stop(stopped.clone())),
     );

@@ -159,7 +159,7 @@ impl Tuner {
     pub async fn start(self: Arc<Self>, config: &Config) -> Result<Running, TunerError> {
         server::serve(
             self.http_router(),
-            self.grpc_routes(),
+            (self.grpc_routes(), self.core.tls.as_ref()),
             config.listen,
             config.grpc_listen,
         )

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use ndpipe_catalog::{PhotoCatalog, Split};
 use ndpipe_proto::pb;
-use ndpipe_proto::transport::ClusterSecret;
+use ndpipe_proto::transport::{ClusterSecret, Tls};
 use ndpipe_util::sync::lock;
 
 pub(crate) use error::NodeError;
@@ -56,6 +56,8 @@ pub(crate) struct PipeStoreNode {
     failing_commits: AtomicU32,
     /// Sent with the calls this node makes to other nodes.
     secret: Option<ClusterSecret>,
+    /// Mutual TLS of the calls this node makes to other nodes.
+    tls: Option<Tls>,
 }
 
 impl PipeStoreNode {
@@ -79,7 +81,14 @@ impl PipeStoreNode {
             corrupt_chunks: AtomicU32::new(0),
             failing_commits: AtomicU32::new(0),
             secret: None,
+            tls: None,
         }
+    }
+
+    /// Makes the calls to other nodes (take-overs) over `tls`.
+    pub(crate) fn with_tls(mut self, tls: Option<Tls>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Sends `secret` with the calls this node makes to other nodes (take-overs).

@@ -27,10 +27,12 @@ impl PipeStoreNode {
                 "chunk_size must be at least 1".into(),
             ));
         }
-        let channel = transport::channel(&req.source_url).map_err(|e| NodeError::Peer {
-            what: "cannot reach",
-            url: req.source_url.clone(),
-            reason: e.to_string(),
+        let channel = transport::channel(&req.source_url, self.tls.as_ref()).map_err(|e| {
+            NodeError::Peer {
+                what: "cannot reach",
+                url: req.source_url.clone(),
+                reason: e.to_string(),
+            }
         })?;
         let source = PipeStoreClient::new(channel).max_decoding_message_size(MAX_MESSAGE);
         let backbone = self.backbone();

@@ -60,6 +60,20 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_CLUSTER_SECRET_FILE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) cluster_secret_file: Option<PathBuf>,
+    /// This process's TLS certificate (PEM); with --tls-key and --tls-ca, gRPC between the
+    /// Tuner and the PipeStores is mutual TLS [tls_cert].
+    #[arg(long, env = "NDPIPE_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM) [tls_key].
+    #[arg(long, env = "NDPIPE_TLS_KEY", requires_all = ["tls_cert", "tls_ca"])]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tls_key: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM): peers must present a certificate it signed
+    /// [tls_ca].
+    #[arg(long, env = "NDPIPE_TLS_CA", requires_all = ["tls_cert", "tls_key"])]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tls_ca: Option<PathBuf>,
     /// Largest accepted upload, in bytes [max_upload_bytes; default: 64 MiB].
     #[arg(long, env = "NDPIPE_MAX_UPLOAD_BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -169,6 +183,20 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_CLUSTER_SECRET_FILE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) cluster_secret_file: Option<PathBuf>,
+    /// This process's TLS certificate (PEM); with --tls-key and --tls-ca, gRPC between the
+    /// Tuner and the PipeStores is mutual TLS [tls_cert].
+    #[arg(long, env = "NDPIPE_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM) [tls_key].
+    #[arg(long, env = "NDPIPE_TLS_KEY", requires_all = ["tls_cert", "tls_ca"])]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tls_key: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM): peers must present a certificate it signed
+    /// [tls_ca].
+    #[arg(long, env = "NDPIPE_TLS_CA", requires_all = ["tls_cert", "tls_key"])]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tls_ca: Option<PathBuf>,
     /// A model folder: gives the Tuner its own backbone, for the conventional comparison mode
     /// [model_dir].
     #[arg(long, env = "NDPIPE_TUNER_MODEL_DIR")]

@@ -33,6 +33,9 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
         token: config.token.clone(),
         token_file: config.token_file.clone(),
         cluster_secret_file: config.cluster_secret_file.clone(),
+        tls_cert: config.tls_cert.clone(),
+        tls_key: config.tls_key.clone(),
+        tls_ca: config.tls_ca.clone(),
         // A shared PostgreSQL catalog holds the Tuner's rows too; a SQLite one is the node's own.
         catalog: config
             .catalog

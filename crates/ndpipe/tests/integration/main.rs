@@ -8,6 +8,7 @@
 //! - `config`: the configuration file, and flags over it.
 //! - `inference`: labels at ingest with the real model, search, re-labelling jobs, model faults.
 //! - `cache`: the cache policies on a real training run reading a PipeStore (quick mode).
+//! - `tls`: gRPC between the Tuner and the PipeStores over mutual TLS.
 //! - `tuner`: a Tuner and two PipeStore processes: fine-tuning, deploy, rollback, faults.
 //! - `cluster`: the control plane: a stopped node, a Tuner restart, a node gone for good, a
 //!   client going away, a node that missed a commit.
@@ -26,4 +27,5 @@ mod durability;
 mod faults;
 mod inference;
 mod postgres;
+mod tls;
 mod tuner;
