@@ -134,9 +134,17 @@ impl Jobs {
         let Some(record) = pending else {
             return Ok(None);
         };
-        let report: RelabelReport =
+        let mut report: RelabelReport =
             serde_json::from_value(record.state.clone()).unwrap_or_default();
-        info!(job = %record.id, done = report.done, last_id = ?report.last_id, "resuming an interrupted re-labelling");
+        let loaded = self.model.as_ref().map(|m| m.get().version.clone());
+        if !report.model_version.is_empty() && loaded.as_ref() != Some(&report.model_version) {
+            // Another version was deployed meanwhile: finishing with it would leave the photos
+            // labelled before the checkpoint under the old version, so the job starts over.
+            info!(job = %record.id, was = %report.model_version, now = ?loaded, "the model changed: the interrupted re-labelling starts over");
+            report = RelabelReport::default();
+        } else {
+            info!(job = %record.id, done = report.done, last_id = ?report.last_id, "resuming an interrupted re-labelling");
+        }
         self.spawn(record, report).map(Some)
     }
 
@@ -248,5 +256,69 @@ impl Jobs {
                 warn!("job thread panicked");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inference::ActiveModel;
+
+    fn interrupted(model_version: &str) -> JobRecord {
+        let report = RelabelReport {
+            model_version: model_version.into(),
+            done: 5,
+            last_id: Some(5),
+            ..RelabelReport::default()
+        };
+        JobRecord {
+            id: "relabel-1".into(),
+            kind: RELABEL.into(),
+            status: "interrupted".into(),
+            state: serde_json::to_value(report).unwrap(),
+            created_ms: 1,
+            updated_ms: 1,
+        }
+    }
+
+    fn resumed(s: &crate::testing::Setup, model: &SharedModel) -> RelabelReport {
+        let jobs = Arc::new(Jobs::new(
+            s.store.clone(),
+            s.features.clone(),
+            s.catalog.clone(),
+            Some(model.clone()),
+            RelabelOptions::default(),
+        ));
+        assert_eq!(
+            jobs.resume_interrupted().unwrap().as_deref(),
+            Some("relabel-1")
+        );
+        jobs.shutdown();
+        jobs.get("relabel-1").unwrap().unwrap().report
+    }
+
+    #[test]
+    fn a_job_interrupted_under_another_model_starts_over_with_the_loaded_one() {
+        let s = crate::testing::setup();
+        let model = SharedModel::new(ActiveModel {
+            version: "v2".into(),
+            backend: s.fake.clone(),
+            head: None,
+        });
+        s.catalog.put_job(&interrupted("v1")).unwrap();
+        let report = resumed(&s, &model);
+        assert_eq!(report.model_version, "v2");
+        assert_eq!(
+            (report.done, report.last_id),
+            (0, None),
+            "started over: {report:?}"
+        );
+
+        s.catalog.put_job(&interrupted("v2")).unwrap();
+        let report = resumed(&s, &model);
+        assert_eq!(
+            report.done, 5,
+            "the same model goes on from the checkpoint: {report:?}"
+        );
     }
 }

@@ -90,8 +90,8 @@ pub use config::Config;
 pub use deploy::DeployReport;
 pub use error::TunerError;
 pub use finetune::{
-    CachePolicy, CacheReport, FinetuneReport, FinetuneRequest, Mode, NodeReport, Rebalanced,
-    RunTimeline, ValSplit,
+    CachePolicy, CacheReport, DEFAULT_MEMORY_BUDGET, FinetuneReport, FinetuneRequest, Mode,
+    NodeReport, Rebalanced, RunTimeline, ValSplit,
 };
 pub use head::{Head, HeadConfig, Prediction, RunReport};
 pub use jobs::{JobFailure, JobKind, JobResult, JobView, NodeProgress, Phase};

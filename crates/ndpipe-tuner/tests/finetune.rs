@@ -238,6 +238,7 @@ impl PipeStore for Node {
                 images: (val.len() + train.len() - given) as u64,
                 seconds: 0.5,
                 extracted: 3,
+                deleted: 0,
             }));
             for e in events {
                 if tx.send(e).await.is_err() {
@@ -376,6 +377,7 @@ impl PipeStore for Node {
                 images: rows.len() as u64,
                 seconds: 0.1,
                 extracted: rows.len() as u64,
+                deleted: 0,
             };
             let _ = tx.send(Event::Done(done)).await;
         });

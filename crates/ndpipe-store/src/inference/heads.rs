@@ -17,6 +17,9 @@ use ndpipe_util::fs::file_stem;
 
 use super::InferenceError;
 
+/// The file that names the version served before the active one.
+const PREVIOUS: &str = "previous-version";
+
 /// The directory of committed (and staged) heads.
 pub(crate) struct HeadDir {
     dir: PathBuf,
@@ -43,13 +46,30 @@ impl HeadDir {
             .join(format!("{}.safetensors", file_stem(version)))
     }
 
-    /// Writes a staged head durably, labelled with its version.
+    /// Writes a staged head durably, labelled with its version, then drops every other staged
+    /// head: one deploy runs at a time, so they are left from deploys that never committed
+    /// here (the Tuner stages again whatever a node still needs).
     pub(crate) fn write_staged(
         &self,
         head: &HeadWeights,
         version: &HeadVersion,
     ) -> Result<(), InferenceError> {
-        HeadFile::from_linear(head, Some(version.clone())).write(&self.staged_path(&version.id))?;
+        let path = self.staged_path(&version.id);
+        HeadFile::from_linear(head, Some(version.clone())).write(&path)?;
+        let staged = self.dir.join("staged");
+        let others = std::fs::read_dir(&staged)
+            .map_err(|source| InferenceError::HeadsDir {
+                path: staged.clone(),
+                source,
+            })?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| *p != path);
+        for stale in others {
+            if let Err(e) = std::fs::remove_file(&stale) {
+                tracing::warn!(path = %stale.display(), error = %e, "could not drop a stale staged head");
+            }
+        }
         Ok(())
     }
 
@@ -64,6 +84,24 @@ impl HeadDir {
         }
         let file = HeadFile::read(&path)?;
         Ok(Some((file.to_linear()?, file.version)))
+    }
+
+    /// Records (durably) the version that served before the active one, so that churn after
+    /// a restart is still measured against it.
+    pub(crate) fn write_previous(&self, version: &str) -> Result<(), InferenceError> {
+        let path = self.dir.join(PREVIOUS);
+        ndpipe_util::fs::write_durably(&path, version.as_bytes())
+            .map_err(|source| InferenceError::HeadsDir { path, source })
+    }
+
+    /// The version [`HeadDir::write_previous`] recorded last, if any.
+    pub(crate) fn read_previous(&self) -> Result<Option<String>, InferenceError> {
+        let path = self.dir.join(PREVIOUS);
+        match std::fs::read_to_string(&path) {
+            Ok(v) => Ok(Some(v.trim().to_string()).filter(|v| !v.is_empty())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(InferenceError::HeadsDir { path, source }),
+        }
     }
 
     /// Drops the staged head of `version`; returns whether there was one.
@@ -173,9 +211,18 @@ mod tests {
         );
         let reopened = HeadDir::open(dir.path().join("heads")).unwrap();
         let (back, meta) = reopened.read_staged("ft-1-abc").unwrap().unwrap();
-        assert_eq!((back, meta), (head(), Some(version)));
-        assert!(reopened.remove_staged("ft-1-abc").unwrap());
-        assert!(!reopened.remove_staged("ft-1-abc").unwrap());
+        assert_eq!((back, meta), (head(), Some(version.clone())));
+        let next = HeadVersion {
+            id: "ft-2-abc".into(),
+            ..version.clone()
+        };
+        reopened.write_staged(&head(), &next).unwrap();
+        assert!(
+            reopened.read_staged("ft-1-abc").unwrap().is_none(),
+            "a newer stage drops the stale one"
+        );
+        assert!(reopened.remove_staged("ft-2-abc").unwrap());
+        assert!(!reopened.remove_staged("ft-2-abc").unwrap());
         assert!(reopened.read_staged("ft-1-abc").unwrap().is_none());
     }
 

@@ -116,10 +116,11 @@ impl Models {
         heads: HeadDir,
     ) -> Result<Self, InferenceError> {
         register_pretrained(&*registry, &pretrained)?;
+        let previous = heads.read_previous()?;
         let models = Models {
             active: SharedModel::new(pretrained.clone()),
             pretrained,
-            previous: Mutex::new(None),
+            previous: Mutex::new(previous),
             heads,
             registry,
         };
@@ -217,6 +218,7 @@ impl Models {
             info!(version, "committed a new head");
         }
         if before != version {
+            self.heads.write_previous(&before)?;
             *lock(&self.previous) = Some(before);
         }
         Ok(())
@@ -333,8 +335,9 @@ mod tests {
         assert!(registered.active);
         assert_eq!(registered.parent.as_deref(), Some(base.as_str()));
 
-        // A restart loads the committed head of the active version.
+        // A restart loads the committed head of the active version, and knows the one before.
         let reopened = open();
+        assert_eq!(reopened.previous().as_deref(), Some(base.as_str()));
         let active = reopened.active().get();
         assert_eq!(active.version, "ft-1");
         assert_eq!(active.head.as_deref(), Some(&head().0));

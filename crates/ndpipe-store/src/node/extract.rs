@@ -109,6 +109,7 @@ impl PipeStoreNode {
         let mut done = 0u64;
         let mut extracted = 0u64;
         let mut sent_bytes = 0u64;
+        let mut deleted = 0u64;
         let parts = std::iter::once((pb::Part::Val, 0))
             .chain((0..plan.plan.runs() as u32).map(|k| (pb::Part::Train, k)));
         for (part, run) in parts {
@@ -116,9 +117,11 @@ impl PipeStoreNode {
             let mut chunks = 0;
             let mut count = 0u64;
             let mut cursor = 0;
-            while let Some((seq, rows)) = plan.take_chunk(part, run, &mut cursor) {
+            while let Some((seq, planned)) = plan.take_chunk(part, run, &mut cursor) {
+                let rows = self.live(planned);
+                deleted += (planned.len() - rows.len()) as u64;
                 count += rows.len() as u64;
-                let (mut chunk, computed) = match self.chunk(plan, part, run, seq, rows) {
+                let (mut chunk, computed) = match self.chunk(plan, part, run, seq, &rows) {
                     Ok(c) => c,
                     Err(e) => {
                         let _ = tx.blocking_send(Err(e));
@@ -126,7 +129,7 @@ impl PipeStoreNode {
                     }
                 };
                 extracted += computed as u64;
-                done += rows.len() as u64;
+                done += planned.len() as u64;
                 throttle(started, done, req.throttle_images_per_second);
                 sent_bytes += chunk.features.len() as u64;
                 throttle(started, sent_bytes, req.bandwidth_bytes_per_second);
@@ -161,11 +164,23 @@ impl PipeStoreNode {
                 return;
             }
         }
+        if deleted > 0 {
+            info!(job = %req.job_id, deleted, "photos deleted during the job were left out");
+        }
         send(Event::Done(pb::ExtractDone {
-            images: done,
+            images: done - deleted,
             seconds: started.elapsed().as_secs_f64(),
             extracted,
+            deleted,
         }));
+    }
+
+    /// `rows` without the photos deleted since the job was planned.
+    fn live(&self, rows: &[Row]) -> Vec<Row> {
+        rows.iter()
+            .filter(|(id, _)| self.store.contains(*id).unwrap_or(true))
+            .copied()
+            .collect()
     }
 
     /// A chunk of a started job, again (its checksum failed on the Tuner).
@@ -184,7 +199,7 @@ impl PipeStoreNode {
                     run: req.run,
                     seq: req.seq,
                 })?;
-        let (chunk, _) = self.chunk(&plan, part, req.run, req.seq, chunk)?;
+        let (chunk, _) = self.chunk(&plan, part, req.run, req.seq, &self.live(chunk))?;
         Ok(chunk)
     }
 

@@ -121,6 +121,7 @@ async fn stream(
                 images: done,
                 seconds: started.elapsed().as_secs_f64(),
                 extracted: done,
+                deleted: 0,
             })),
         }))
         .await;

@@ -21,6 +21,7 @@ struct NodeState {
     /// Photos whose features it sent, take-overs included.
     images: u64,
     extracted: u64,
+    deleted: u64,
     seconds: f64,
     rate: f64,
 }
@@ -154,6 +155,7 @@ impl Intake {
                 let node = &mut self.nodes[i];
                 node.done = true;
                 node.extracted = done.extracted;
+                node.deleted = done.deleted;
                 node.seconds = done.seconds;
             }
             (Source::TakeOver(k), Event::Done(_)) => self.takeovers[k].done = true,
@@ -317,6 +319,7 @@ impl Intake {
                 node: label.clone(),
                 images: n.images,
                 extracted: n.extracted,
+                deleted: n.deleted,
                 seconds: n.seconds,
                 images_per_second: n.rate,
             })
@@ -404,6 +407,7 @@ mod tests {
             images: 0,
             seconds: 1.5,
             extracted: 3,
+            deleted: 0,
         })
     }
 

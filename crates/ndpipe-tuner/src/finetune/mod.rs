@@ -36,7 +36,7 @@ use tracing::{info, warn};
 
 pub use cached::CacheReport;
 pub use report::{FinetuneReport, NodeReport, Rebalanced, RunTimeline};
-pub use request::{CachePolicy, FinetuneRequest, Mode, ValSplit};
+pub use request::{CachePolicy, DEFAULT_MEMORY_BUDGET, FinetuneRequest, Mode, ValSplit};
 
 use self::cached::CacheSetup;
 use self::intake::Intake;

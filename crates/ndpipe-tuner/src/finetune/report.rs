@@ -82,6 +82,8 @@ pub struct NodeReport {
     pub images: u64,
     /// Of those, features computed by its backbone during the job.
     pub extracted: u64,
+    /// Photos of its plan deleted during the job, left out.
+    pub deleted: u64,
     /// Its seconds from first to last feature.
     pub seconds: f64,
     /// Its last reported throughput.

@@ -391,3 +391,49 @@ async fn over_the_memory_budget_training_reads_features_through_spidercache() {
         .await;
     assert_eq!(status, 400, "{bad}");
 }
+
+#[tokio::test]
+async fn photos_deleted_during_a_job_are_left_out_and_reported() {
+    let tuner = TunerProcess::start();
+    let a = Instance::start_pipestore(&tuner.grpc, "ps-a", &[]);
+    import_fashion(&a, 0, 70);
+    tuner.wait_for_nodes(1).await;
+    let (status, job) = tuner
+        .post(
+            "/v1/tuner/finetune",
+            serde_json::json!({"runs": 1, "epochs": 2, "chunk_size": 4, "deploy": false,
+                               "throttle": {"ps-a": 10.0}}),
+        )
+        .await;
+    assert_eq!(status, 202, "{job}");
+    let id = job["id"].as_str().unwrap().to_string();
+    wait_extracting(&tuner, &id, "ps-a").await;
+    let page = a.json("/v1/photos?limit=1000").await;
+    let ids: Vec<u64> = page["photos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_u64().unwrap())
+        .collect();
+    // Half the photos go while the node extracts at 10 photos/s: most of them are not sent yet.
+    for id in ids.iter().step_by(2) {
+        let status = a
+            .client()
+            .delete(format!("{}/v1/photos/{id}", a.url))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 204);
+    }
+    let job = tuner.wait_job(&id).await;
+    let report = succeeded(202, &job, "finetune", &tuner.log());
+    let node = &report["nodes"][0];
+    let deleted = node["deleted"].as_u64().unwrap();
+    assert!(deleted > 0, "{report}");
+    assert_eq!(
+        node["images"].as_u64().unwrap() + deleted,
+        60,
+        "the 60 train photos, sent or left out: {report}"
+    );
+}
