@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use ndpipe_catalog::PhotoCatalog;
 use ndpipe_model::InferenceBackend;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
 use ndpipe_util::fs::read_secret;
@@ -37,6 +38,8 @@ pub(crate) struct Core {
     pub(crate) nodes: Nodes,
     pub(crate) registry: Registry,
     pub(crate) jobs: Arc<Jobs>,
+    /// The photo rows of the catalog: on a shared PostgreSQL catalog, every node's (search).
+    pub(crate) photos: Arc<dyn PhotoCatalog>,
     /// Required of every call to the Tuner's gRPC service, and sent with every call it makes.
     pub(crate) secret: Option<ClusterSecret>,
     /// Mutual TLS of the Tuner's gRPC server and of its calls to the nodes.
@@ -92,7 +95,8 @@ impl Core {
         Ok(Core {
             nodes,
             registry: Registry::open(&config.data, catalog.clone())?,
-            jobs: Arc::new(Jobs::open(catalog)?),
+            jobs: Arc::new(Jobs::open(catalog.clone())?),
+            photos: catalog,
             secret,
             tls,
             backbone: RwLock::new(backbone),

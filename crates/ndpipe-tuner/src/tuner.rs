@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use ndpipe_catalog::{ModelVersion, NodeState};
+use ndpipe_catalog::{ModelVersion, NodeHit, NodeState};
 use ndpipe_model::{InferenceBackend, OrtBackend, RuntimeConfig};
 use ndpipe_util::fs::read_secret;
 
@@ -136,6 +136,36 @@ impl Tuner {
         self.core.registry.list()
     }
 
+    /// Photos of every node labelled `label` by `model` (default: the version the Tuner means
+    /// every node to serve), best first, each with its node: answers from a shared PostgreSQL
+    /// catalog (a Tuner on SQLite holds no photo rows and finds none). Returns the version
+    /// searched and the hits.
+    pub fn search(
+        &self,
+        label: &str,
+        model: Option<&str>,
+        offset: usize,
+        limit: usize,
+    ) -> Result<(String, Vec<NodeHit>), TunerError> {
+        let version = match model {
+            Some(v) => self.core.registry.get(v)?.id,
+            None => {
+                self.core
+                    .registry
+                    .active()?
+                    .ok_or_else(|| {
+                        TunerError::InvalidArgument("no model version is active".into())
+                    })?
+                    .id
+            }
+        };
+        let hits = self
+            .core
+            .photos
+            .search_cluster(label, &version, offset, limit)?;
+        Ok((version, hits))
+    }
+
     /// The registered PipeStores, in id order, with their state, lease and version.
     pub fn nodes(&self) -> Result<Vec<NodeView>, TunerError> {
         let active = self.core.registry.active()?.map(|v| v.id);
@@ -158,7 +188,8 @@ impl Tuner {
     /// on [`Running`].
     pub async fn start(self: Arc<Self>, config: &Config) -> Result<Running, TunerError> {
         server::serve(
-            self.http_router(),
+            self.http_router()
+                .merge(crate::api::http::search_router(self.clone())),
             (self.grpc_routes(), self.core.tls.as_ref()),
             config.listen,
             config.grpc_listen,

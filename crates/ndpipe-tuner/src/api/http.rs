@@ -9,21 +9,24 @@
 //!   202 with the [`JobView`] (and `Location: /v1/tuner/jobs/{id}`); what can be checked at
 //!   once is (400, 404, 409).
 //! - `GET /v1/tuner/jobs` and `GET /v1/tuner/jobs/{id}`: phase, progress, result or error.
+//! - `GET /v1/search?label=&model=&offset=&limit=` (standalone Tuner only; an embedded one
+//!   leaves it to its PipeStore): photos of every node of a shared catalog, with their node.
 //!
 //! With a token, the writes need `Authorization: Bearer <token>`. Errors are `{"error": kind,
 //! "message"}`.
 
 use std::sync::Arc;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, Request, State};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use ndpipe_catalog::{ModelVersion, NodeState};
+use ndpipe_catalog::{ModelVersion, NodeHit, NodeState};
 use ndpipe_util::http::{error_response, require_bearer};
+use serde::{Deserialize, Serialize};
 
 use crate::jobs::JobView;
 use crate::{FinetuneRequest, NodeView, Tuner, TunerError};
@@ -46,6 +49,56 @@ pub(crate) fn router(tuner: Arc<Tuner>, token: Option<Arc<str>>) -> Router {
         .route("/v1/tuner/jobs/{id}", get(job))
         .merge(writes)
         .with_state(tuner)
+}
+
+/// `GET /v1/search` over `tuner`'s catalog, for a standalone Tuner.
+pub(crate) fn search_router(tuner: Arc<Tuner>) -> Router {
+    Router::new()
+        .route("/v1/search", get(search))
+        .with_state(tuner)
+}
+
+/// Most hits on one page of `GET /v1/search`.
+const MAX_PAGE: usize = 1000;
+
+#[derive(Deserialize)]
+struct SearchParams {
+    label: Option<String>,
+    model: Option<String>,
+    offset: Option<usize>,
+    limit: Option<usize>,
+}
+
+#[derive(Serialize)]
+struct SearchReply {
+    model_version: String,
+    hits: Vec<NodeHit>,
+    next_offset: Option<usize>,
+}
+
+async fn search(
+    State(tuner): State<Arc<Tuner>>,
+    query: Result<Query<SearchParams>, QueryRejection>,
+) -> Result<Json<SearchReply>, Response> {
+    let bad = |m: &str| error_response(StatusCode::BAD_REQUEST, "bad_query", m);
+    let Query(params) = query.map_err(|e| bad(&e.body_text()))?;
+    let label = params
+        .label
+        .filter(|l| !l.trim().is_empty())
+        .ok_or_else(|| bad("label is required"))?;
+    let limit = params.limit.unwrap_or(50);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(bad(&format!("limit must be 1..={MAX_PAGE}")));
+    }
+    let offset = params.offset.unwrap_or(0);
+    let (model_version, hits) =
+        tuner.search(label.trim(), params.model.as_deref(), offset, limit)?;
+    let next_offset = (hits.len() == limit).then_some(offset + limit);
+    Ok(Json(SearchReply {
+        model_version,
+        hits,
+        next_offset,
+    }))
 }
 
 /// The one mapping of Tuner errors to HTTP: status and stable `error` kind.

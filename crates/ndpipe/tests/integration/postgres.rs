@@ -24,7 +24,11 @@ async fn photo_ids(node: &Instance) -> Vec<u64> {
 
 /// The nodes holding a Trouser hit, from a search on `node`, with each hit's availability.
 async fn trouser_holders(node: &Instance) -> BTreeSet<(String, bool)> {
-    let found = node.json("/v1/search?label=Trouser&limit=500").await;
+    holders(&node.json("/v1/search?label=Trouser&limit=500").await)
+}
+
+/// The (node, available) pairs of a search reply's hits.
+fn holders(found: &serde_json::Value) -> BTreeSet<(String, bool)> {
     found["hits"]
         .as_array()
         .unwrap_or_else(|| panic!("{found}"))
@@ -106,6 +110,10 @@ async fn cluster_on(url: &str) {
     for node in &nodes {
         assert_eq!(trouser_holders(node).await, everyone);
     }
+    let from_tuner = tuner.get("/v1/search?label=Trouser&limit=500").await;
+    let tuner_holders = holders(&from_tuner);
+    assert_eq!(tuner_holders, everyone, "the Tuner answers too");
+    assert_eq!(from_tuner["model_version"], version);
     let (ok, out, err) = cli(&["photos", "--server", &nodes[2].url, "search", "Trouser"]);
     assert!(
         ok && out.contains("on ps-a") && out.contains("on ps-b"),
