@@ -1,4 +1,5 @@
-//! Five rounds of fault injection on a real cluster (a Tuner and three PipeStores): in each,
+//! Five rounds of fault injection on a real cluster (a Tuner and three PipeStores on one
+//! PostgreSQL catalog; the control-plane tests in `cluster` run on SQLite): in each,
 //! kill -9, SIGSTOP or a restart of a random process, the Tuner included, at a random moment of
 //! a fine-tune or deploy. No job may hang, every job ends done or failed with a message, and
 //! the nodes always settle on one version. `ndpipe-bench faults --rounds 100` is the long run.
@@ -9,7 +10,7 @@ use faultbench::{FaultConfig, FaultReport};
 
 use crate::common::{exe, model_dir};
 
-fn five_rounds(seed: u64) -> FaultReport {
+fn five_rounds(seed: u64, catalog: Option<String>) -> FaultReport {
     let dir = tempfile::tempdir().unwrap();
     let config = FaultConfig {
         rounds: 5,
@@ -20,7 +21,7 @@ fn five_rounds(seed: u64) -> FaultReport {
         node_lease_ms: 3000,
         max_fault_delay_ms: 2000,
         throttle_images_per_second: 40.0,
-        catalog: None,
+        catalog,
         model_dir: model_dir(),
         fashion_mnist_dir: std::env::var_os("NDPIPE_FASHION_MNIST_DIR")
             .map_or_else(|| "/usr/share/datasets/fashion-mnist".into(), PathBuf::from),
@@ -30,7 +31,10 @@ fn five_rounds(seed: u64) -> FaultReport {
 
 #[test]
 fn five_random_faults_leave_no_hang_no_split_version_and_no_unresolved_job() {
-    let report = five_rounds(11);
+    let Some(db) = ndpipe_catalog::test_postgres::database("faults") else {
+        return;
+    };
+    let report = five_rounds(11, Some(db.url.clone()));
     let table = serde_json::to_string_pretty(&report.rounds).unwrap();
     assert_eq!(report.rounds.len(), 5);
     assert_eq!(
