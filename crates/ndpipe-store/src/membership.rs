@@ -4,6 +4,7 @@
 //! (down, restarting), so a restarted Tuner needs no PipeStore restart.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ndpipe_proto::PROTOCOL_VERSION;
@@ -37,6 +38,33 @@ pub(crate) struct Member {
     pub(crate) secret: Option<ClusterSecret>,
     /// Mutual TLS to the Tuner, when configured.
     pub(crate) tls: Option<Tls>,
+    /// Where the membership's state is told, for `/readyz`.
+    pub(crate) readiness: Arc<Readiness>,
+}
+
+/// Whether the node is in its cluster, for `/readyz`: it is when it joins no Tuner, or when its
+/// last registration or heartbeat was answered.
+#[derive(Debug, Default)]
+pub(crate) struct Readiness {
+    joining: AtomicBool,
+    answered: AtomicBool,
+}
+
+impl Readiness {
+    /// Whether the node is where it should be: in its Tuner's cluster, or not joining one.
+    pub(crate) fn in_cluster(&self) -> bool {
+        !self.joining.load(Ordering::Relaxed) || self.answered.load(Ordering::Relaxed)
+    }
+
+    /// The node starts joining a Tuner: not in its cluster until the Tuner answers.
+    pub(crate) fn start_joining(&self) {
+        self.answered.store(false, Ordering::Relaxed);
+        self.joining.store(true, Ordering::Relaxed);
+    }
+
+    fn answered(&self, answered: bool) {
+        self.answered.store(answered, Ordering::Relaxed);
+    }
 }
 
 /// Keeps `member` registered until `stopped` turns true (or its sender is gone).
@@ -87,6 +115,7 @@ impl Session {
             None => self.register(&version).await,
             Some(id) => self.heartbeat(id, &version).await,
         };
+        self.member.readiness.answered(result.is_ok());
         match result {
             Ok((active, heartbeat_ms)) => {
                 self.failures = 0;

@@ -15,7 +15,7 @@ use crate::api::http::{self, AppState};
 use crate::error::Error;
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
-use crate::membership::{self, Member};
+use crate::membership::{self, Member, Readiness};
 use crate::node::PipeStoreNode;
 use crate::pipestore::PipeStore;
 use crate::storage::PhotoStore;
@@ -82,6 +82,7 @@ impl PipeStore {
             }
             None => {}
         }
+        let readiness = Arc::new(Readiness::default());
         let state = AppState::new(
             ingestor.clone(),
             store.clone(),
@@ -90,7 +91,8 @@ impl PipeStore {
             metrics,
             token,
         )
-        .named(&name);
+        .named(&name)
+        .with_readiness(readiness.clone(), node.is_some());
         let mut app = http::router(state, config.max_upload_bytes);
         if let Some(extra) = extra_http {
             app = app.merge(extra);
@@ -117,6 +119,7 @@ impl PipeStore {
             membership: None,
             cluster_secret,
             tls,
+            readiness,
             jobs,
             ingestor,
             store,
@@ -140,6 +143,7 @@ pub struct Running {
     membership: Option<JoinHandle<()>>,
     cluster_secret: Option<ClusterSecret>,
     tls: Option<Tls>,
+    readiness: Arc<Readiness>,
     jobs: Arc<Jobs>,
     ingestor: Arc<Ingestor>,
     store: Arc<PhotoStore>,
@@ -174,7 +178,9 @@ impl Running {
             node: node.clone(),
             secret: self.cluster_secret.clone(),
             tls: self.tls.clone(),
+            readiness: self.readiness.clone(),
         };
+        self.readiness.start_joining();
         if let Some(old) = self.membership.take() {
             old.abort();
         }

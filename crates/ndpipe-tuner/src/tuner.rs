@@ -188,8 +188,7 @@ impl Tuner {
     /// on [`Running`].
     pub async fn start(self: Arc<Self>, config: &Config) -> Result<Running, TunerError> {
         server::serve(
-            self.http_router()
-                .merge(crate::api::http::search_router(self.clone())),
+            crate::api::http::standalone(self.http_router(), self.clone()),
             (self.grpc_routes(), self.core.tls.as_ref()),
             config.listen,
             config.grpc_listen,

@@ -10,7 +10,8 @@
 //!   once is (400, 404, 409).
 //! - `GET /v1/tuner/jobs` and `GET /v1/tuner/jobs/{id}`: phase, progress, result or error.
 //! - `GET /v1/search?label=&model=&offset=&limit=` (standalone Tuner only; an embedded one
-//!   leaves it to its PipeStore): photos of every node of a shared catalog, with their node.
+//!   leaves it to its PipeStore): photos of every node of a shared catalog, with their node;
+//!   also `/healthz`, `/readyz` and `/metrics` (see `ops`).
 //!
 //! With a token, the writes need `Authorization: Bearer <token>`. Errors are `{"error": kind,
 //! "message"}`.
@@ -51,11 +52,27 @@ pub(crate) fn router(tuner: Arc<Tuner>, token: Option<Arc<str>>) -> Router {
         .with_state(tuner)
 }
 
-/// `GET /v1/search` over `tuner`'s catalog, for a standalone Tuner.
-pub(crate) fn search_router(tuner: Arc<Tuner>) -> Router {
-    Router::new()
+/// `base` (the Tuner's routes) with what only a standalone Tuner serves (an embedded one leaves
+/// it to its PipeStore): `GET /v1/search` over its catalog, `/healthz`, `/readyz`, `/metrics`,
+/// and JSON answers for unknown paths (404) and methods (405).
+pub(crate) fn standalone(base: Router, tuner: Arc<Tuner>) -> Router {
+    let own = Router::new()
         .route("/v1/search", get(search))
-        .with_state(tuner)
+        .route("/healthz", get(super::ops::health))
+        .route("/readyz", get(super::ops::ready))
+        .route("/metrics", get(super::ops::metrics))
+        .with_state(tuner);
+    base.merge(own)
+        .fallback(|| async {
+            error_response(StatusCode::NOT_FOUND, "no_route", "no such endpoint")
+        })
+        .method_not_allowed_fallback(|| async {
+            error_response(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this endpoint does not take that method",
+            )
+        })
 }
 
 /// Most hits on one page of `GET /v1/search`.

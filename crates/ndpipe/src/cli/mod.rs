@@ -71,6 +71,23 @@ impl Cli {
     }
 }
 
+/// What every server does first: warns when a secret was given on the command line (any user
+/// can read it in the process list; `--token-file` or `NDPIPE_TOKEN` keep it out), and raises
+/// the soft limit of open files to the hard one, so that many idle clients cannot starve the
+/// server of descriptors at the usual 1,024.
+pub(crate) fn server_preflight() {
+    let on_command_line = std::env::args().any(|a| a == "--token" || a.starts_with("--token="));
+    if on_command_line {
+        tracing::warn!(
+            "the bearer token was given with --token: any user can read it in the process list; use --token-file or NDPIPE_TOKEN"
+        );
+    }
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::info!(limit, "open files limit"),
+        Err(e) => tracing::warn!(error = %e, "could not raise the open files limit"),
+    }
+}
+
 /// Waits for Ctrl-C or SIGTERM.
 pub(crate) async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();

@@ -24,6 +24,7 @@ pub(crate) struct ServeArgs {
 /// `ndpipe serve`: one PipeStore and its own Tuner in one process, on one data directory.
 pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
     let config = args.config.resolve("pipestore", &args.flags)?.pipestore;
+    super::server_preflight();
     if config.tuner.is_some() {
         bail!("ndpipe serve runs its own Tuner; use ndpipe pipestore to register with another");
     }
@@ -79,6 +80,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
 /// `ndpipe pipestore`: a PipeStore that registers with the Tuner at `--tuner`.
 pub(crate) async fn pipestore(args: ServeArgs) -> Result<()> {
     let config = args.config.resolve("pipestore", &args.flags)?.pipestore;
+    super::server_preflight();
     let Some(tuner) = config.tuner.clone() else {
         bail!("ndpipe pipestore needs --tuner URL (the Tuner's gRPC address)");
     };

@@ -22,6 +22,7 @@ pub(crate) struct TunerArgs {
 /// Runs `ndpipe tuner` until Ctrl-C or SIGTERM.
 pub(crate) async fn run(args: TunerArgs) -> Result<()> {
     let config = args.config.resolve("tuner", &args.flags)?.tuner;
+    super::server_preflight();
     info!(version = env!("CARGO_PKG_VERSION"), data = %config.data.display(), "ndpipe tuner");
     let tuner = Arc::new(Tuner::open(&config).context("opening the Tuner")?);
     let running = tuner

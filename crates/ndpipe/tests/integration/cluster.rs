@@ -383,3 +383,87 @@ async fn without_the_cluster_secret_every_grpc_method_is_refused_and_changes_not
     done(status, &job, &tuner.log());
     assert_eq!(job["result"]["finetune"]["deploy"]["nodes"], 1, "{job}");
 }
+
+/// `GET path` on `base`: (status, JSON body or null).
+async fn probe(base: &str, path: &str) -> (u16, serde_json::Value) {
+    match reqwest::get(format!("{base}{path}")).await {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            (status, resp.json().await.unwrap_or_default())
+        }
+        Err(_) => (0, serde_json::Value::Null),
+    }
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics_follow_the_cluster() {
+    let tuner = TunerProcess::start_with(&["--node-lease-ms", "1500"]);
+    assert_eq!(probe(&tuner.url, "/healthz").await.0, 200);
+    let (status, ready) = probe(&tuner.url, "/readyz").await;
+    assert_eq!(
+        (status, &ready["nodes"]),
+        (200, &serde_json::json!(0)),
+        "{ready}"
+    );
+    let a = Instance::start_pipestore(&tuner.grpc, "ps-a", &[]);
+    tuner.wait_for_nodes(1).await;
+    let wait_ready = |want: u16| {
+        let url = a.url.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let (status, body) = probe(&url, "/readyz").await;
+                if status == want {
+                    return body;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "/readyz never {want}: {status} {body}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let ready = wait_ready(200).await;
+    assert_eq!(
+        (&ready["model"], &ready["in_cluster"]),
+        (&serde_json::json!(true), &serde_json::json!(true))
+    );
+    let metrics = reqwest::get(format!("{}/metrics", tuner.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"ndpipe_tuner_nodes{state="active",live="true",in_sync="true"} 1"#),
+        "{metrics}"
+    );
+
+    // The Tuner goes away: the node is alive but not ready, and ready again when it returns.
+    tuner.signal_stop();
+    let not_ready = wait_ready(503).await;
+    assert_eq!(not_ready["error"], "not_ready", "{not_ready}");
+    assert_eq!(probe(&a.url, "/healthz").await.0, 200, "alive all the same");
+    tuner.signal_cont();
+    wait_ready(200).await;
+}
+
+#[tokio::test]
+async fn the_tuner_answers_unknown_paths_and_methods_with_json() {
+    let tuner = TunerProcess::start();
+    let (status, body) = probe(&tuner.url, "/v1/nope").await;
+    assert_eq!(
+        (status, &body["error"]),
+        (404, &serde_json::json!("no_route")),
+        "{body}"
+    );
+    let resp = reqwest::Client::new()
+        .delete(format!("{}/v1/tuner/versions", tuner.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 405);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "method_not_allowed", "{body}");
+}

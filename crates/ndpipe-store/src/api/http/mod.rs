@@ -27,6 +27,7 @@ use ndpipe_catalog::Catalog;
 
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
+use crate::membership::Readiness;
 use crate::metrics::StoreMetrics;
 use crate::storage::PhotoStore;
 use error::ApiError;
@@ -48,6 +49,10 @@ pub(crate) struct AppState {
     token: Option<Arc<str>>,
     /// This node's name, given to its own search hits.
     node: Arc<str>,
+    /// Whether the node is in its cluster, for `/readyz`.
+    readiness: Arc<Readiness>,
+    /// Whether a model is loaded (`/readyz` says so).
+    model_loaded: bool,
 }
 
 impl AppState {
@@ -68,6 +73,17 @@ impl AppState {
             metrics,
             token: token.map(Arc::from),
             node: Arc::from("local"),
+            readiness: Arc::new(Readiness::default()),
+            model_loaded: false,
+        }
+    }
+
+    /// The same state, telling `/readyz` about the node's membership and model.
+    pub(crate) fn with_readiness(self, readiness: Arc<Readiness>, model_loaded: bool) -> Self {
+        AppState {
+            readiness,
+            model_loaded,
+            ..self
         }
     }
 
@@ -103,6 +119,7 @@ pub(crate) fn router(state: AppState, max_upload_bytes: usize) -> Router {
         .route("/v1/jobs", get(jobs::list))
         .route("/v1/jobs/{id}", get(jobs::get_job))
         .route("/healthz", get(ops::health))
+        .route("/readyz", get(ops::ready))
         .route("/metrics", get(ops::metrics));
     writes
         .merge(reads)

@@ -2,7 +2,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use serde::Serialize;
 
@@ -35,6 +35,42 @@ pub(super) async fn health(State(state): State<AppState>) -> Result<Json<Health>
         disk_bytes,
         free_bytes,
         read_only,
+    }))
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct Ready {
+    status: &'static str,
+    /// Whether a model is loaded (a node started without one stores photos unlabelled).
+    model: bool,
+    /// Whether the node is in its Tuner's cluster (true when it joins none).
+    in_cluster: bool,
+}
+
+/// `GET /readyz`: 200 when the catalog answers and the node is in its cluster (its last
+/// registration or heartbeat was answered), else 503 `not_ready` saying which.
+pub(super) async fn ready(State(state): State<AppState>) -> Result<Json<Ready>, ApiError> {
+    let catalog = state.catalog.clone();
+    blocking(&state, move || catalog.count_photos())
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not_ready",
+                format!("the catalog does not answer: {}", e.message),
+            )
+        })?;
+    if !state.readiness.in_cluster() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            "the Tuner has not answered this node's registration or last heartbeat",
+        ));
+    }
+    Ok(Json(Ready {
+        status: "ready",
+        model: state.model_loaded,
+        in_cluster: true,
     }))
 }
 

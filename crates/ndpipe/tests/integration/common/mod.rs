@@ -478,6 +478,30 @@ impl TunerProcess {
         self.spawn();
     }
 
+    /// SIGSTOP: the Tuner stays, silent.
+    pub(crate) fn signal_stop(&self) {
+        self.signal("STOP");
+    }
+
+    /// SIGCONT after [`TunerProcess::signal_stop`].
+    pub(crate) fn signal_cont(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self
+            .child
+            .as_ref()
+            .expect("the Tuner runs")
+            .id()
+            .to_string();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
     /// The Tuner's log so far.
     pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self._tmp.path().join("tuner.log")).unwrap_or_default()
