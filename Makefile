@@ -5,7 +5,7 @@ export NDPIPE_MODEL_DIR := $(CACHE)/model
 export NDPIPE_SAMPLES_DIR := $(CACHE)/model/samples
 export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 
-.PHONY: setup build build-bench demo test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults
+.PHONY: setup build build-bench demo test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -56,3 +56,7 @@ bench-cache: build-bench
 ## Fault injection: 100 rounds of kill -9, SIGSTOP and restarts during jobs on a real cluster.
 bench-faults: build-bench
 	target/release/ndpipe-bench faults --rounds 100 --json $(CACHE)/bench-faults.json
+
+## Crash loops: 100 kill -9 cycles during uploads, deletes and compactions; every acknowledged write checked.
+bench-crash: build-bench
+	target/release/ndpipe-bench crash --cycles 100 --json $(CACHE)/bench-crash.json

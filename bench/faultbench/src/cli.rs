@@ -1,4 +1,5 @@
-//! `ndpipe-bench faults`: the fault-injection run, its table, and its figures as JSON.
+//! `ndpipe-bench faults` (cluster rounds) and `ndpipe-bench crash` (crash loops): their tables,
+//! and their figures as JSON.
 
 use std::path::PathBuf;
 
@@ -6,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::{FaultConfig, FaultReport, Outcome};
+use crate::{CrashConfig, CrashMode, CrashReport, FaultConfig, FaultReport, Outcome};
 
 /// Flags of `ndpipe-bench faults`.
 #[derive(Debug, Clone, Args)]
@@ -138,4 +139,97 @@ fn print_table(report: &FaultReport) {
         "| jobs neither done nor failed with a message | {} | 0 |",
         report.unresolved
     );
+}
+
+/// Flags of `ndpipe-bench crash`.
+#[derive(Debug, Clone, Args)]
+pub struct CrashArgs {
+    /// Kill-and-restart cycles.
+    #[arg(long, default_value_t = 100)]
+    pub cycles: usize,
+    /// Seed of the photos and the moments.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Concurrent uploaders.
+    #[arg(long, default_value_t = 4)]
+    pub uploaders: usize,
+    /// The latest moment of the kill after the writes start (ms).
+    #[arg(long, default_value_t = 1500)]
+    pub max_kill_ms: u64,
+    /// What runs during the kill: uploads, or uploads with deletes and compactions.
+    #[arg(long, value_enum, default_value_t = CrashMode::Compaction)]
+    pub mode: CrashMode,
+    /// Where the store keeps its data and log (default: a temporary folder).
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// Also write the report as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Runs the crash loop against `ndpipe serve` (the binary), prints the table, writes the JSON;
+/// fails when an acknowledged write was lost.
+pub fn run_crash(args: CrashArgs, ndpipe: PathBuf) -> Result<()> {
+    let tmp = tempfile::tempdir().context("making a work folder")?;
+    let dir = args.work_dir.clone().unwrap_or_else(|| tmp.path().into());
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let config = CrashConfig {
+        cycles: args.cycles,
+        seed: args.seed,
+        uploaders: args.uploaders,
+        max_kill_ms: args.max_kill_ms,
+        mode: args.mode,
+    };
+    let bar = ProgressBar::new(args.cycles as u64).with_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} cycles {msg} [{elapsed}]")
+            .context("progress style")?,
+    );
+    let report = crate::crash(&config, &ndpipe, &dir, |cycle| {
+        bar.set_message(format!("{} acknowledged", cycle.acknowledged));
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    print_crash_table(&report);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if report.lost > 0 || report.resurrected > 0 {
+        bail!("acknowledged writes were lost: {:?}", report.problems);
+    }
+    Ok(())
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn print_crash_table(report: &CrashReport) {
+    let mut restarts: Vec<u64> = report.cycles.iter().map(|c| c.restart_ms).collect();
+    restarts.sort_unstable();
+    println!("| count | value | target |");
+    println!("|---|---|---|");
+    println!("| cycles (kill -9, restart) | {} | |", report.cycles.len());
+    println!("| uploads acknowledged | {} | |", report.acknowledged);
+    println!("| of those, lost or changed | {} | 0 |", report.lost);
+    println!("| deletes acknowledged | {} | |", report.deleted);
+    println!(
+        "| of those, back after a restart | {} | 0 |",
+        report.resurrected
+    );
+    println!(
+        "| restart to /healthz, p50 ms | {} | |",
+        percentile(&restarts, 0.5)
+    );
+    println!(
+        "| restart to /healthz, p99 ms | {} | |",
+        percentile(&restarts, 0.99)
+    );
+    for p in &report.problems {
+        println!("problem: {p}");
+    }
 }

@@ -1,5 +1,11 @@
-//! Fault injection against a real ndpipe cluster.
+//! Fault injection against real ndpipe processes.
 //!
+//! Crash loops ([`crash()`]): one `ndpipe serve` under concurrent uploads (and deletes and
+//! compactions) is killed with SIGKILL at a random moment and restarted; every acknowledged
+//! upload must read back byte for byte with its catalog row, every acknowledged delete must
+//! stay deleted.
+//!
+//! Cluster rounds ([`run`]):
 //! A Tuner and `nodes` PipeStores of the `ndpipe` binary run on loopback (with a cluster
 //! secret, on SQLite or on one PostgreSQL catalog). Each round starts a fine-tune that deploys,
 //! or a deploy of a known version, and at a random moment kills (-9), stops (SIGSTOP) or
@@ -11,11 +17,13 @@
 //! - `cluster`: the processes, their ports and data, the photos imported;
 //! - `api`: the Tuner's HTTP API;
 //! - `rounds`: one round and its judgement;
-//! - `cli`: `ndpipe-bench faults`, its table and JSON.
+//! - `crash`: the crash loops;
+//! - `cli`: `ndpipe-bench faults` and `ndpipe-bench crash`, their tables and JSON.
 
 mod api;
 pub mod cli;
 mod cluster;
+mod crash;
 mod procs;
 mod rounds;
 
@@ -26,7 +34,18 @@ use anyhow::{Context, Result};
 use rand::SeedableRng;
 use serde::Serialize;
 
+pub use crash::{CrashConfig, CrashMode, CrashReport, Cycle};
 pub use rounds::{Fault, Outcome, Round};
+
+/// Runs a crash loop (see [`CrashConfig`]) on an `ndpipe serve` of `exe` in `dir`.
+pub fn crash(
+    config: &CrashConfig,
+    exe: &Path,
+    dir: &Path,
+    progress: impl FnMut(&Cycle),
+) -> Result<CrashReport> {
+    crash::run(config, exe, dir, progress)
+}
 
 /// How a fault-injection run is set up.
 #[derive(Debug, Clone)]

@@ -43,6 +43,9 @@ enum Which {
     /// Fault injection: kill -9, SIGSTOP and restarts of a random process of a real cluster at a
     /// random moment of a fine-tune or deploy; counts hangs, split versions, unresolved jobs.
     Faults(faultbench::cli::FaultArgs),
+    /// Crash loops: kill -9 `ndpipe serve` at a random moment of concurrent uploads, deletes and
+    /// compactions, restart, and check every acknowledged write.
+    Crash(faultbench::cli::CrashArgs),
 }
 
 fn main() -> ExitCode {
@@ -80,6 +83,10 @@ async fn run(which: Which) -> Result<()> {
         Which::Faults(b) => {
             let ndpipe = ndpipe_binary()?;
             tokio::task::spawn_blocking(move || faultbench::cli::run(b, ndpipe)).await?
+        }
+        Which::Crash(b) => {
+            let ndpipe = ndpipe_binary()?;
+            tokio::task::spawn_blocking(move || faultbench::cli::run_crash(b, ndpipe)).await?
         }
     }
 }

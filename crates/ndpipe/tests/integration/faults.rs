@@ -3,6 +3,8 @@
 //! kill -9, SIGSTOP or a restart of a random process, the Tuner included, at a random moment of
 //! a fine-tune or deploy. No job may hang, every job ends done or failed with a message, and
 //! the nodes always settle on one version. `ndpipe-bench faults --rounds 100` is the long run.
+//! And three crash cycles: `ndpipe serve` killed with SIGKILL during concurrent uploads,
+//! deletes and compactions loses no acknowledged write (`ndpipe-bench crash --cycles 100`).
 
 use std::path::PathBuf;
 
@@ -46,5 +48,29 @@ fn five_random_faults_leave_no_hang_no_split_version_and_no_unresolved_job() {
     assert!(
         report.during_job >= 1,
         "at least one fault hits a running job: {table}"
+    );
+}
+
+#[test]
+fn three_kills_during_uploads_deletes_and_compactions_lose_no_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = faultbench::CrashConfig {
+        cycles: 3,
+        seed: 5,
+        uploaders: 3,
+        max_kill_ms: 1200,
+        mode: faultbench::CrashMode::Compaction,
+    };
+    let report = faultbench::crash(&config, &exe(), dir.path(), |_| {}).unwrap();
+    assert_eq!(report.cycles.len(), 3);
+    assert!(
+        report.acknowledged > 0,
+        "uploads were acknowledged before the kills"
+    );
+    assert_eq!(
+        (report.lost, report.resurrected),
+        (0, 0),
+        "{:?}",
+        report.problems
     );
 }
