@@ -48,6 +48,13 @@ pub struct Config {
     pub tls_key: Option<PathBuf>,
     /// The cluster's CA certificate (PEM): peers must present a certificate it signed.
     pub tls_ca: Option<PathBuf>,
+    /// Longest wait, in ms, for a request's headers (a half-sent request cannot hold a
+    /// connection).
+    pub header_timeout_ms: u64,
+    /// Longest wait, in ms, for the next piece of a request body (a stalled upload fails).
+    pub body_idle_timeout_ms: u64,
+    /// HTTP connections served at once; more are closed at once.
+    pub max_connections: usize,
     /// Largest accepted upload, in bytes.
     pub max_upload_bytes: usize,
     /// Largest accepted image, in pixels (width * height), checked before decoding.
@@ -88,6 +95,18 @@ pub struct Config {
     pub fault_fail_commits: u32,
 }
 
+impl Config {
+    /// The HTTP server's limits.
+    pub(crate) fn http_limits(&self) -> ndpipe_util::serve::HttpLimits {
+        ndpipe_util::serve::HttpLimits {
+            header_timeout: std::time::Duration::from_millis(self.header_timeout_ms.max(1)),
+            body_idle_timeout: std::time::Duration::from_millis(self.body_idle_timeout_ms.max(1)),
+            max_connections: self.max_connections,
+            ..ndpipe_util::serve::HttpLimits::default()
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -104,6 +123,9 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
+            header_timeout_ms: 10_000,
+            body_idle_timeout_ms: 30_000,
+            max_connections: 512,
             max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
             max_pixels: ndpipe_model::PreprocessConfig::default().max_pixels,
             max_volume_bytes: 1 << 30,

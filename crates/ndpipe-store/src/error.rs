@@ -109,9 +109,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The HTTP server failed while serving.
-    #[error("the HTTP server failed: {0}")]
-    Http(#[source] std::io::Error),
     /// The gRPC server failed while serving.
     #[error("the gRPC server failed: {0}")]
     Grpc(#[source] tonic::transport::Error),

@@ -100,13 +100,15 @@ impl PipeStore {
         let listener = bind("HTTP", config.listen).await?;
         let http_addr = local_addr("HTTP", &listener, config.listen)?;
         let mut http_stopped = stopped;
-        let http = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = http_stopped.wait_for(|s| *s).await;
-                })
-                .await
-        });
+        let limits = config.http_limits();
+        let http = tokio::spawn(ndpipe_util::serve::serve(
+            listener,
+            app,
+            limits,
+            async move {
+                let _ = http_stopped.wait_for(|s| *s).await;
+            },
+        ));
         info!(%http_addr, "listening");
         let mut running = Running {
             http_addr,
@@ -138,7 +140,7 @@ pub struct Running {
     grpc_url: Option<String>,
     node: Option<Arc<PipeStoreNode>>,
     shutdown: watch::Sender<bool>,
-    http: JoinHandle<std::io::Result<()>>,
+    http: JoinHandle<()>,
     grpc: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     membership: Option<JoinHandle<()>>,
     cluster_secret: Option<ClusterSecret>,
@@ -202,10 +204,7 @@ impl Running {
                 first = Some(e);
             }
         };
-        keep(match self.http.await {
-            Ok(served) => served.map_err(Error::Http),
-            Err(e) => Err(e.into()),
-        });
+        keep(self.http.await.map_err(Into::into));
         if let Some(grpc) = self.grpc {
             keep(match grpc.await {
                 Ok(served) => served.map_err(Error::Grpc),

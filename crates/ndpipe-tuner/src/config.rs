@@ -34,6 +34,12 @@ pub struct Config {
     pub tls_key: Option<PathBuf>,
     /// The cluster's CA certificate (PEM): peers must present a certificate it signed.
     pub tls_ca: Option<PathBuf>,
+    /// Longest wait, in ms, for an HTTP request's headers.
+    pub header_timeout_ms: u64,
+    /// Longest wait, in ms, for the next piece of an HTTP request body.
+    pub body_idle_timeout_ms: u64,
+    /// HTTP connections served at once; more are closed at once.
+    pub max_connections: usize,
     /// A model folder: gives the Tuner its own backbone, for the conventional comparison mode.
     pub model_dir: Option<PathBuf>,
     /// Model threads on the Tuner (0: ONNX Runtime decides).
@@ -45,6 +51,18 @@ pub struct Config {
     /// A PipeStore's lease, in ms: it heartbeats three times per lease, and a node whose lease
     /// ran out is left out of jobs (and reported) instead of waited for.
     pub node_lease_ms: u64,
+}
+
+impl Config {
+    /// The HTTP server's limits.
+    pub(crate) fn http_limits(&self) -> ndpipe_util::serve::HttpLimits {
+        ndpipe_util::serve::HttpLimits {
+            header_timeout: std::time::Duration::from_millis(self.header_timeout_ms.max(1)),
+            body_idle_timeout: std::time::Duration::from_millis(self.body_idle_timeout_ms.max(1)),
+            max_connections: self.max_connections,
+            ..ndpipe_util::serve::HttpLimits::default()
+        }
+    }
 }
 
 impl Default for Config {
@@ -60,6 +78,9 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
+            header_timeout_ms: 10_000,
+            body_idle_timeout_ms: 30_000,
+            max_connections: 512,
             model_dir: None,
             intra_threads: 0,
             node_timeout_ms: 30_000,

@@ -12,7 +12,7 @@ use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 use tracing::info;
 
-use crate::TunerError;
+use crate::{Config, TunerError};
 
 /// A Tuner serving HTTP and gRPC (see [`Tuner::start`](crate::Tuner::start)) until
 /// [`Running::stop`].
@@ -21,18 +21,18 @@ pub struct Running {
     http_addr: SocketAddr,
     grpc_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
-    http: JoinHandle<io::Result<()>>,
+    http: JoinHandle<()>,
     grpc: JoinHandle<Result<(), tonic::transport::Error>>,
 }
 
-/// Binds both addresses (port 0 picks a free one) and serves `http` and `grpc` on them, gRPC
-/// over mutual TLS when `tls` is given.
+/// Binds both addresses of `config` (port 0 picks a free one) and serves `http` (within
+/// `config`'s HTTP limits) and `grpc` on them, gRPC over mutual TLS when `tls` is given.
 pub(crate) async fn serve(
     http: Router,
     (grpc, tls): (Routes, Option<&Tls>),
-    listen: SocketAddr,
-    grpc_listen: SocketAddr,
+    config: &Config,
 ) -> Result<Running, TunerError> {
+    let (listen, grpc_listen) = (config.listen, config.grpc_listen);
     let mut grpc_server = ndpipe_proto::transport::server(tls)
         .map_err(|e| TunerError::InvalidArgument(e.to_string()))?;
     let (grpc_listener, grpc_addr) = bind("gRPC", grpc_listen).await?;
@@ -46,11 +46,12 @@ pub(crate) async fn serve(
             .add_routes(grpc)
             .serve_with_incoming_shutdown(TcpIncoming::from(grpc_listener), stop(stopped.clone())),
     );
-    let http = tokio::spawn(async move {
-        axum::serve(http_listener, http)
-            .with_graceful_shutdown(stop(stopped))
-            .await
-    });
+    let http = tokio::spawn(ndpipe_util::serve::serve(
+        http_listener,
+        http,
+        config.http_limits(),
+        stop(stopped),
+    ));
     info!(grpc = %grpc_addr, http = %http_addr, "tuner listening");
     Ok(Running {
         http_addr,
@@ -93,16 +94,11 @@ impl Running {
             TunerError::Internal(format!("the {server} server task: {e}"))
         };
         let grpc = self.grpc.await.map_err(|e| joined("gRPC", e))?;
-        let http = self.http.await.map_err(|e| joined("HTTP", e))?;
+        self.http.await.map_err(|e| joined("HTTP", e))?;
         grpc.map_err(|e| TunerError::Server {
             server: "gRPC",
             addr: self.grpc_addr,
             source: io::Error::other(e),
-        })?;
-        http.map_err(|source| TunerError::Server {
-            server: "HTTP",
-            addr: self.http_addr,
-            source,
         })
     }
 }

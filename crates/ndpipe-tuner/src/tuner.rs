@@ -190,8 +190,7 @@ impl Tuner {
         server::serve(
             crate::api::http::standalone(self.http_router(), self.clone()),
             (self.grpc_routes(), self.core.tls.as_ref()),
-            config.listen,
-            config.grpc_listen,
+            config,
         )
         .await
     }

@@ -6,7 +6,9 @@
 //!   made safe from version ids;
 //! - [`f16`](mod@f16): the little-endian f16 encoding of feature vectors, on disk and on the wire;
 //! - [`churn`]: how many top-1 labels a new model version changed;
-//! - `http` (feature `http`): the bearer-token check and the JSON error body of the HTTP APIs.
+//! - `http` (feature `http`): the bearer-token check and the JSON error body of the HTTP APIs;
+//! - `serve` (feature `http`): serving a router with header and body deadlines, a connection
+//!   cap and a bounded shutdown.
 //!
 //! Nothing here knows about photos, models or the network protocol.
 #![deny(missing_docs)]
@@ -16,5 +18,7 @@ pub mod f16;
 pub mod fs;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "http")]
+pub mod serve;
 pub mod sync;
 pub mod time;

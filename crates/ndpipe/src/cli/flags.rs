@@ -74,6 +74,20 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_TLS_CA", requires_all = ["tls_cert", "tls_key"])]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) tls_ca: Option<PathBuf>,
+    /// Longest wait for a request's headers, in ms [header_timeout_ms; default: 10000].
+    #[arg(long, env = "NDPIPE_HEADER_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) header_timeout_ms: Option<u64>,
+    /// Longest wait for the next piece of a request body, in ms [body_idle_timeout_ms;
+    /// default: 30000].
+    #[arg(long, env = "NDPIPE_BODY_IDLE_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) body_idle_timeout_ms: Option<u64>,
+    /// HTTP connections served at once; more are closed at once [max_connections; default:
+    /// 512].
+    #[arg(long, env = "NDPIPE_MAX_CONNECTIONS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_connections: Option<usize>,
     /// Largest accepted upload, in bytes [max_upload_bytes; default: 64 MiB].
     #[arg(long, env = "NDPIPE_MAX_UPLOAD_BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -197,6 +211,20 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_TLS_CA", requires_all = ["tls_cert", "tls_key"])]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) tls_ca: Option<PathBuf>,
+    /// Longest wait for a request's headers, in ms [header_timeout_ms; default: 10000].
+    #[arg(long, env = "NDPIPE_HEADER_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) header_timeout_ms: Option<u64>,
+    /// Longest wait for the next piece of a request body, in ms [body_idle_timeout_ms;
+    /// default: 30000].
+    #[arg(long, env = "NDPIPE_BODY_IDLE_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) body_idle_timeout_ms: Option<u64>,
+    /// HTTP connections served at once; more are closed at once [max_connections; default:
+    /// 512].
+    #[arg(long, env = "NDPIPE_MAX_CONNECTIONS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_connections: Option<usize>,
     /// A model folder: gives the Tuner its own backbone, for the conventional comparison mode
     /// [model_dir].
     #[arg(long, env = "NDPIPE_TUNER_MODEL_DIR")]

@@ -13,6 +13,7 @@
 //! - `cluster`: the control plane: a stopped node, a Tuner restart, a node gone for good, a
 //!   client going away, a node that missed a commit.
 //! - `faults`: five rounds of random kill -9, SIGSTOP and restarts during jobs (`faultbench`).
+//! - `limits`: stalled headers and bodies cut off, connections over the cap closed.
 //! - `postgres`: a Tuner and three PipeStores on one PostgreSQL catalog: cluster-wide ids,
 //!   search and versions.
 
@@ -26,6 +27,7 @@ mod disk;
 mod durability;
 mod faults;
 mod inference;
+mod limits;
 mod postgres;
 mod tls;
 mod tuner;

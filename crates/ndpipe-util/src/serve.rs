@@ -1,0 +1,116 @@
+//! Serving an axum router over HTTP/1 and HTTP/2 with limits a public server needs, which
+//! `axum::serve` does not offer: a deadline on reading a request's headers (a half-sent request
+//! line cannot hold a connection), an idle deadline on request bodies (a body that stops
+//! arriving fails), a cap on open connections, and a bounded graceful shutdown (a stalled
+//! upload cannot hold the process).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+use tower_http::timeout::RequestBodyTimeoutLayer;
+use tracing::{debug, warn};
+
+/// The limits of an HTTP server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// Longest wait for a request's headers once a connection is open or idle between requests.
+    pub header_timeout: Duration,
+    /// Longest wait for the next piece of a request body.
+    pub body_idle_timeout: Duration,
+    /// Connections served at once; more are accepted and closed at once.
+    pub max_connections: usize,
+    /// How long shutdown waits for open requests before it closes their connections.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for HttpLimits {
+    /// Headers within 10 s, body pieces within 30 s, 512 connections, 5 s of grace.
+    fn default() -> Self {
+        HttpLimits {
+            header_timeout: Duration::from_secs(10),
+            body_idle_timeout: Duration::from_secs(30),
+            max_connections: 512,
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Serves `app` on `listener` within `limits` until `shutdown` completes, then waits at most
+/// `limits.shutdown_grace` for open requests. Handlers can extract the client's address as
+/// `ConnectInfo<SocketAddr>`.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: HttpLimits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let app = app.layer(RequestBodyTimeoutLayer::new(limits.body_idle_timeout));
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(limits.header_timeout)
+        .keep_alive_timeout(limits.header_timeout);
+    let mut shutdown = pin!(shutdown);
+    loop {
+        let (stream, remote) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Out of descriptors, most likely: let open connections finish first.
+                    warn!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            debug!(%remote, "too many connections: closed");
+            continue;
+        };
+        let service = app
+            .clone()
+            .map_request(move |mut req: axum::http::Request<Incoming>| {
+                req.extensions_mut()
+                    .insert(ConnectInfo::<SocketAddr>(remote));
+                req.map(axum::body::Body::new)
+            });
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                debug!(%remote, error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        warn!(grace = ?limits.shutdown_grace, "requests still open at shutdown were cut off");
+    }
+}

@@ -1,0 +1,87 @@
+//! Slow and greedy clients: a request whose headers stall is cut off, a body that stops
+//! arriving fails, and connections beyond the cap are closed while the store keeps serving.
+//! Time limits are hang guards.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::common::Instance;
+
+fn connect(inst: &Instance) -> TcpStream {
+    let addr = inst.url.trim_start_matches("http://");
+    let stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+}
+
+/// Reads until the server closes the connection; what it sent.
+fn read_to_close(mut stream: TcpStream) -> String {
+    let mut out = Vec::new();
+    let started = Instant::now();
+    let result = stream.read_to_end(&mut out);
+    assert!(
+        result.is_ok() || started.elapsed() < Duration::from_secs(20),
+        "the server held the connection: {result:?}"
+    );
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn stalled_headers_and_bodies_are_cut_off_and_extra_connections_closed() {
+    let inst = Instance::start_with(&[
+        "--header-timeout-ms",
+        "500",
+        "--body-idle-timeout-ms",
+        "500",
+        "--max-connections",
+        "4",
+    ]);
+    // Half a request line: the connection is closed, with no answer.
+    let mut half = connect(&inst);
+    half.write_all(b"GET /heal").unwrap();
+    let answer = read_to_close(half);
+    assert!(!answer.contains("200 OK"), "{answer}");
+
+    // A body that stops arriving: the upload fails with a 4xx, and nothing is stored.
+    let mut slow = connect(&inst);
+    slow.write_all(
+        b"POST /v1/photos HTTP/1.1\r\nHost: x\r\nContent-Type: image/png\r\nContent-Length: 100000\r\n\r\n\x89PNG",
+    )
+    .unwrap();
+    let answer = read_to_close(slow);
+    let status: u16 = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    assert!((400..500).contains(&status), "{answer}");
+
+    // Four idle connections take every slot: a fifth gets no answer; once they go, it does.
+    let held: Vec<TcpStream> = (0..4).map(|_| connect(&inst)).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut extra = connect(&inst);
+    let _ = extra.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let answer = read_to_close(extra);
+    assert!(
+        !answer.contains("200 OK"),
+        "a fifth connection is served: {answer}"
+    );
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut again = connect(&inst);
+        let _ = again.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        if read_to_close(again).contains("200 OK") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the store never served again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (photos, _) = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(inst.counts());
+    assert_eq!(photos, 0, "the stalled upload stored nothing");
+}
