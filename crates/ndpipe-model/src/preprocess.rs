@@ -177,6 +177,35 @@ impl Preprocessor {
         })
     }
 
+    /// Bytes of memory decoding `bytes` will take at most (the decoded pixels at their own
+    /// depth, and one conversion copy), read from the header alone; an error for bytes that
+    /// [`Preprocessor::decode`] would refuse before decoding.
+    pub fn decode_cost(&self, bytes: &[u8]) -> Result<u64, PreprocessError> {
+        if bytes.is_empty() {
+            return Err(PreprocessError::Empty);
+        }
+        let format =
+            PhotoFormat::sniff(bytes).ok_or_else(|| PreprocessError::UnsupportedFormat {
+                detected: image::guess_format(bytes).ok().map(format_name),
+            })?;
+        let mut reader = ImageReader::with_format(Cursor::new(bytes), format.image_format());
+        reader.limits(self.limits());
+        let decoder = reader.into_decoder().map_err(|e| classify(format, e))?;
+        let (width, height) = decoder.dimensions();
+        let pixels = u64::from(width) * u64::from(height);
+        if pixels > self.config.max_pixels {
+            return Err(PreprocessError::TooManyPixels {
+                width,
+                height,
+                pixels,
+                limit: self.config.max_pixels,
+            });
+        }
+        let depth = u64::from(decoder.color_type().bytes_per_pixel());
+        // The decoded image at its depth, then 8-bit RGB for resizing.
+        Ok(pixels * (depth + 3))
+    }
+
     /// Decodes `bytes` into an oriented image, enforcing the pixel limit before decoding.
     pub fn decode(&self, bytes: &[u8]) -> Result<(PhotoFormat, DynamicImage), PreprocessError> {
         if bytes.is_empty() {
@@ -307,6 +336,30 @@ mod tests {
         let mut out = Vec::new();
         img.write_to(&mut Cursor::new(&mut out), format).unwrap();
         out
+    }
+
+    #[test]
+    fn the_decode_cost_comes_from_the_header_and_the_pixel_depth() {
+        let pre = Preprocessor::new(PreprocessConfig::default());
+        let rgb = DynamicImage::ImageRgb8(image::RgbImage::new(64, 48));
+        assert_eq!(
+            pre.decode_cost(&encode(&rgb, ImageFormat::Png)).unwrap(),
+            64 * 48 * 6
+        );
+        let deep = DynamicImage::ImageRgba16(image::ImageBuffer::new(64, 48));
+        assert_eq!(
+            pre.decode_cost(&encode(&deep, ImageFormat::Png)).unwrap(),
+            64 * 48 * 11
+        );
+        let small = Preprocessor::new(PreprocessConfig {
+            max_pixels: 100,
+            ..PreprocessConfig::default()
+        });
+        assert!(matches!(
+            small.decode_cost(&encode(&rgb, ImageFormat::Png)),
+            Err(PreprocessError::TooManyPixels { .. })
+        ));
+        assert!(matches!(pre.decode_cost(b""), Err(PreprocessError::Empty)));
     }
 
     #[test]

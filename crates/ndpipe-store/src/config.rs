@@ -72,6 +72,9 @@ pub struct Config {
     pub tensor_level: i32,
     /// Photos decoded at once (default: one per CPU core).
     pub decode_threads: Option<usize>,
+    /// Bytes of memory the decodes in flight may take together, judged from each photo's
+    /// header before it is decoded (a photo larger than the budget decodes alone).
+    pub decode_budget_bytes: u64,
     /// Folder with the model: `model.json`, the ONNX file and the class names (made by `make
     /// setup`).
     pub model_dir: PathBuf,
@@ -133,6 +136,7 @@ impl Default for Config {
             tensor_codec: CodecKind::Zstd,
             tensor_level: 3,
             decode_threads: None,
+            decode_budget_bytes: 1 << 30,
             model_dir: PathBuf::from(".cache/model"),
             ort_lib: None,
             no_model: false,

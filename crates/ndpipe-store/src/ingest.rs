@@ -28,6 +28,14 @@ use crate::inference::labeler::Labeler;
 use crate::metrics::StoreMetrics;
 use crate::storage::{FeatureStore, NewPhoto, PhotoStore, StoreError};
 
+/// The default decode memory budget: 1 GiB.
+pub(crate) const DEFAULT_DECODE_BUDGET: u64 = 1 << 30;
+
+/// `bytes` in whole MiB, at least 1 (a semaphore's permits).
+fn mib(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(1 << 20).max(1)).unwrap_or(u32::MAX >> 3)
+}
+
 /// Longest accepted ground-truth label, in bytes.
 const MAX_LABEL_BYTES: usize = 200;
 
@@ -40,6 +48,9 @@ pub(crate) struct IngestConfig {
     pub(crate) tensor_codec: Codec,
     /// Photos decoded at the same time (CPU-bound work).
     pub(crate) max_parallel_decodes: usize,
+    /// Bytes that decodes in flight may take together (see [`Preprocessor::decode_cost`]); a
+    /// photo larger than the whole budget decodes alone.
+    pub(crate) decode_budget_bytes: u64,
 }
 
 impl Default for IngestConfig {
@@ -48,6 +59,7 @@ impl Default for IngestConfig {
             preprocess: PreprocessConfig::default(),
             tensor_codec: Codec::Zstd { level: 3 },
             max_parallel_decodes: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            decode_budget_bytes: DEFAULT_DECODE_BUDGET,
         }
     }
 }
@@ -105,6 +117,9 @@ pub(crate) struct Ingestor {
     preprocessor: Preprocessor,
     codec: Codec,
     decode_slots: Semaphore,
+    /// The decode memory budget, in MiB permits.
+    decode_budget: Semaphore,
+    decode_budget_mib: u32,
     /// Photos gone from the store whose catalog row or features are not removed yet.
     unfinished_deletes: Mutex<BTreeSet<u64>>,
 }
@@ -127,6 +142,8 @@ impl Ingestor {
             preprocessor: Preprocessor::new(config.preprocess),
             codec: config.tensor_codec,
             decode_slots: Semaphore::new(config.max_parallel_decodes.max(1)),
+            decode_budget: Semaphore::new(mib(config.decode_budget_bytes) as usize),
+            decode_budget_mib: mib(config.decode_budget_bytes),
             unfinished_deletes: Mutex::default(),
         }
     }
@@ -157,7 +174,13 @@ impl Ingestor {
         }
         self.store.check_space(bytes.len() as u64)?;
         self.finish_deletes().await;
+        let cost = self.preprocessor.decode_cost(&bytes)?;
         let (prepared, tensor) = {
+            let _memory = self
+                .decode_budget
+                .acquire_many(mib(cost).min(self.decode_budget_mib))
+                .await
+                .expect("the decode budget is never closed; this is a bug");
             let _slot = self
                 .decode_slots
                 .acquire()

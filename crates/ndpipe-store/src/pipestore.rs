@@ -120,6 +120,7 @@ impl PipeStore {
             max_parallel_decodes: config
                 .decode_threads
                 .unwrap_or_else(|| IngestConfig::default().max_parallel_decodes),
+            decode_budget_bytes: config.decode_budget_bytes,
         };
         let mut ingestor = Ingestor::new(
             store.clone(),

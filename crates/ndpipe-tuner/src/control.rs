@@ -213,16 +213,17 @@ impl Core {
         Ok((view, rx))
     }
 
-    /// Records a job's outcome, releases the job lock, and wakes the syncer (a deploy may have
-    /// left nodes behind).
+    /// Releases the job lock, records the job's outcome, and wakes the syncer (a deploy may
+    /// have left nodes behind). The lock goes first: a client that sees the job ended can start
+    /// the next one at once.
     fn ended(
         self: &Arc<Self>,
         guard: OwnedMutexGuard<()>,
         progress: Progress,
         outcome: Result<JobResult, &TunerError>,
     ) {
-        progress.finish(outcome);
         drop(guard);
+        progress.finish(outcome);
         self.wake_sync();
     }
 }

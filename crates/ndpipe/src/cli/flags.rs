@@ -118,6 +118,11 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_DECODE_THREADS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) decode_threads: Option<usize>,
+    /// Bytes of memory decodes in flight may take together, judged from each header
+    /// [decode_budget_bytes; default: 1 GiB].
+    #[arg(long, env = "NDPIPE_DECODE_BUDGET_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) decode_budget_bytes: Option<u64>,
     /// Folder with the model: model.json, the ONNX file, the class names [model_dir; default:
     /// .cache/model].
     #[arg(long, env = "NDPIPE_MODEL_DIR")]

@@ -85,3 +85,13 @@ fn stalled_headers_and_bodies_are_cut_off_and_extra_connections_closed() {
         .block_on(inst.counts());
     assert_eq!(photos, 0, "the stalled upload stored nothing");
 }
+
+#[tokio::test]
+async fn a_photo_larger_than_the_decode_budget_is_decoded_alone_not_refused() {
+    let inst = Instance::start_with(&["--decode-budget-bytes", "1"]);
+    let uploads = (0..4).map(|seed| inst.upload(crate::common::jpeg(640, 480, seed), ""));
+    for (status, body) in futures::future::join_all(uploads).await {
+        assert_eq!(status, 201, "{body}");
+    }
+    assert_eq!(inst.counts().await, (4, 4));
+}
