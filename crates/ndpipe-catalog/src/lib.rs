@@ -12,7 +12,8 @@
 //!   and HTTP API);
 //! - [`ModelRegistry`]: model versions and which one serves (PipeStores and the Tuner);
 //! - [`JobLog`]: long-running jobs and their resumable state;
-//! - [`Catalog`]: all three, as one PipeStore uses them;
+//! - [`Catalog`]: all four, as one PipeStore uses them;
+//! - [`ObjectCatalog`]: buckets and objects of the S3 API, each object a photo or a plain blob;
 //! - [`NodeRegistry`]: the PipeStores registered with a Tuner and their leases (the Tuner's
 //!   registry; not part of [`Catalog`]).
 //!
@@ -23,6 +24,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod objects;
 mod pg;
 mod sqlite;
 #[cfg(any(test, feature = "testing"))]
@@ -30,6 +32,7 @@ pub mod test_suite;
 mod types;
 
 pub use error::CatalogError;
+pub use objects::{Bucket, ObjectBody, ObjectRecord};
 pub use pg::{OpenedCatalog, PgCatalog, PgOptions, PhotoIdBlocks, is_postgres_url, open};
 pub use sqlite::SqliteCatalog;
 pub use types::{
@@ -171,7 +174,49 @@ pub trait NodeRegistry: Send + Sync {
     fn remove_node(&self, name: &str) -> Result<bool, CatalogError>;
 }
 
-/// Everything a PipeStore keeps in its catalog: photos, the model registry and the job log.
-pub trait Catalog: PhotoCatalog + ModelRegistry + JobLog {}
+/// Buckets and objects of the S3 API. Keys are compared as bytes (UTF-8 order). Every method is
+/// one transaction.
+pub trait ObjectCatalog: Send + Sync {
+    /// Creates a bucket. Fails with [`CatalogError::Conflict`] if it exists.
+    fn create_bucket(&self, bucket: &Bucket) -> Result<(), CatalogError>;
 
-impl<T: PhotoCatalog + ModelRegistry + JobLog> Catalog for T {}
+    /// One bucket.
+    fn bucket(&self, name: &str) -> Result<Option<Bucket>, CatalogError>;
+
+    /// Every bucket, in name order.
+    fn buckets(&self) -> Result<Vec<Bucket>, CatalogError>;
+
+    /// Removes an empty bucket. Fails with [`CatalogError::NotFound`] if unknown and
+    /// [`CatalogError::NotEmpty`] if it holds objects.
+    fn delete_bucket(&self, name: &str) -> Result<(), CatalogError>;
+
+    /// Records an object, replacing the one of the same bucket and key; returns the replaced
+    /// one (whose bytes the caller then removes). Fails with [`CatalogError::NotFound`] if
+    /// the bucket does not exist.
+    fn put_object(&self, object: &ObjectRecord) -> Result<Option<ObjectRecord>, CatalogError>;
+
+    /// One object.
+    fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, CatalogError>;
+
+    /// The object that is photo `id`, if any.
+    fn object_of_photo(&self, id: PhotoId) -> Result<Option<ObjectRecord>, CatalogError>;
+
+    /// Removes an object; returns it when it existed.
+    fn delete_object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, CatalogError>;
+
+    /// Objects of `bucket` whose key starts with `prefix` and comes after `after` (all of them
+    /// when `None`), in key order, at most `limit`.
+    fn list_objects(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, CatalogError>;
+}
+
+/// Everything a PipeStore keeps in its catalog: photos, the model registry, the job log and
+/// the S3 objects.
+pub trait Catalog: PhotoCatalog + ModelRegistry + JobLog + ObjectCatalog {}
+
+impl<T: PhotoCatalog + ModelRegistry + JobLog + ObjectCatalog> Catalog for T {}

@@ -49,6 +49,15 @@ pub enum Error {
         #[source]
         source: StoreError,
     },
+    /// A folder of the data directory could not be created or opened.
+    #[error("opening {}: {source}", path.display())]
+    Io {
+        /// The folder.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The catalog could not be opened.
     #[error("opening the catalog {}: {source}", path.display())]
     Catalog {
@@ -112,6 +121,9 @@ pub enum Error {
     /// The HTTP server failed while serving.
     #[error("the HTTP server failed: {0}")]
     Http(#[source] std::io::Error),
+    /// The S3 server failed while serving.
+    #[error("the S3 server failed: {0}")]
+    S3(#[source] std::io::Error),
     /// The gRPC server failed while serving.
     #[error("the gRPC server failed: {0}")]
     Grpc(#[source] tonic::transport::Error),

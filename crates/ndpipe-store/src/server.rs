@@ -12,6 +12,7 @@ use tracing::{info, warn};
 
 use crate::api::grpc::PipeStoreService;
 use crate::api::http::{self, AppState};
+use crate::api::s3;
 use crate::error::Error;
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
@@ -72,6 +73,12 @@ impl PipeStore {
             }
             None => {}
         }
+        let s3 = match config.s3_listen {
+            Some(addr) => {
+                Some(start_s3(&config, addr, &ingestor, &store, &catalog, &stopped).await?)
+            }
+            None => None,
+        };
         let state = AppState::new(
             ingestor.clone(),
             store.clone(),
@@ -95,8 +102,11 @@ impl PipeStore {
                 .await
         });
         info!(%http_addr, "listening");
+        let (s3_addr, s3) = s3.unzip();
         let mut running = Running {
             http_addr,
+            s3_addr,
+            s3,
             name,
             grpc_url,
             node,
@@ -119,6 +129,8 @@ impl PipeStore {
 /// A PipeStore serving in this process.
 pub struct Running {
     http_addr: SocketAddr,
+    s3_addr: Option<SocketAddr>,
+    s3: Option<JoinHandle<std::io::Result<()>>>,
     name: String,
     grpc_url: Option<String>,
     node: Option<Arc<PipeStoreNode>>,
@@ -136,6 +148,11 @@ impl Running {
     /// The bound HTTP address (the real port when `config.listen` asked for port 0).
     pub fn http_addr(&self) -> SocketAddr {
         self.http_addr
+    }
+
+    /// The bound address of the S3 API (`None` when `config.s3_listen` is unset).
+    pub fn s3_addr(&self) -> Option<SocketAddr> {
+        self.s3_addr
     }
 
     /// The URL the Tuner reaches this node's gRPC service at (`config.advertise_url`, else
@@ -185,6 +202,12 @@ impl Running {
             Ok(served) => served.map_err(Error::Http),
             Err(e) => Err(e.into()),
         });
+        if let Some(s3) = self.s3 {
+            keep(match s3.await {
+                Ok(served) => served.map_err(Error::S3),
+                Err(e) => Err(e.into()),
+            });
+        }
         if let Some(grpc) = self.grpc {
             keep(match grpc.await {
                 Ok(served) => served.map_err(Error::Grpc),
@@ -207,6 +230,40 @@ impl Running {
         info!("PipeStore stopped");
         first.map_or(Ok(()), Err)
     }
+}
+
+/// Opens the S3 API's state (`DATA/objects` for plain objects, `DATA/s3-uploads` for
+/// multipart uploads), binds `addr` and serves it until `stopped`.
+async fn start_s3(
+    config: &crate::Config,
+    addr: SocketAddr,
+    ingestor: &Arc<Ingestor>,
+    store: &Arc<PhotoStore>,
+    catalog: &Arc<dyn ndpipe_catalog::Catalog>,
+    stopped: &watch::Receiver<bool>,
+) -> Result<(SocketAddr, JoinHandle<std::io::Result<()>>), Error> {
+    let io = |name: &str| {
+        let path = config.data.join(name);
+        move |source| Error::Io { path, source }
+    };
+    let blobs = s3::Blobs::open(config.data.join("objects")).map_err(io("objects"))?;
+    let uploads = s3::Uploads::open(config.data.join("s3-uploads")).map_err(io("s3-uploads"))?;
+    let state = Arc::new(s3::S3State {
+        ingestor: ingestor.clone(),
+        store: store.clone(),
+        catalog: catalog.clone(),
+        blobs: Arc::new(blobs),
+        uploads: Arc::new(uploads),
+        max_upload_bytes: config.max_upload_bytes,
+    });
+    let listener = bind("S3", addr).await?;
+    let bound = local_addr("S3", &listener, addr)?;
+    let service = s3::service(state, &config.s3_domain);
+    info!(s3_addr = %bound, "S3 API listening");
+    Ok((
+        bound,
+        tokio::spawn(s3::serve(listener, service, stopped.clone())),
+    ))
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Error> {

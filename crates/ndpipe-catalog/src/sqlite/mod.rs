@@ -5,11 +5,13 @@
 //! - `photos`: photos, ground truth, predictions and search ([`PhotoCatalog`](crate::PhotoCatalog));
 //! - `models`: the model registry ([`ModelRegistry`](crate::ModelRegistry));
 //! - `jobs`: the job log ([`JobLog`](crate::JobLog));
+//! - `objects`: buckets and objects of the S3 API ([`ObjectCatalog`](crate::ObjectCatalog));
 //! - `nodes`: the Tuner's node registry ([`NodeRegistry`](crate::NodeRegistry)).
 
 mod jobs;
 mod models;
 mod nodes;
+mod objects;
 mod photos;
 mod schema;
 

@@ -9,6 +9,7 @@
 //! - `inference`: labels at ingest with the real model, search, re-labelling jobs, model faults.
 //! - `cache`: the cache policies on a real training run reading a PipeStore (quick mode).
 //! - `tuner`: a Tuner and two PipeStore processes: fine-tuning, deploy, rollback, faults.
+//! - `s3`: the S3 API with real clients (awscli, boto3, rclone, s5cmd).
 //! - `cluster`: the control plane: a stopped node, a Tuner restart, a node gone for good, a
 //!   client going away, a node that missed a commit.
 
@@ -21,4 +22,5 @@ mod config;
 mod disk;
 mod durability;
 mod inference;
+mod s3;
 mod tuner;

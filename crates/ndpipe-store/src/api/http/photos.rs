@@ -167,17 +167,38 @@ pub(super) async fn get_tensor(
         .into_response())
 }
 
-/// `GET /v1/photos/{id}/meta`: the photo's catalog row.
+/// A photo's catalog row, with the S3 bucket and key it is stored under (when it came
+/// through the S3 API).
+#[derive(Debug, Serialize)]
+pub(super) struct MetaReply {
+    #[serde(flatten)]
+    record: PhotoRecord,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bucket: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+}
+
+/// `GET /v1/photos/{id}/meta`: the photo's catalog row, with its bucket and key.
 pub(super) async fn get_meta(
     State(state): State<AppState>,
     Path(raw): Path<String>,
-) -> Result<Json<PhotoRecord>, ApiError> {
+) -> Result<Json<MetaReply>, ApiError> {
     let id = parse_id(&raw).map_err(|e| count(&state, e))?;
     let catalog = state.catalog.clone();
-    let row = blocking(&state, move || catalog.photo(id)).await?;
-    row.filter(|_| !state.ingestor.is_deleted(id))
-        .map(Json)
-        .ok_or_else(|| count(&state, ApiError::photo_not_found(id)))
+    let (row, object) = blocking(&state, move || {
+        Ok::<_, CatalogError>((catalog.photo(id)?, catalog.object_of_photo(id)?))
+    })
+    .await?;
+    let record = row
+        .filter(|_| !state.ingestor.is_deleted(id))
+        .ok_or_else(|| count(&state, ApiError::photo_not_found(id)))?;
+    let (bucket, key) = object.map(|o| (o.bucket, o.key)).unzip();
+    Ok(Json(MetaReply {
+        record,
+        bucket,
+        key,
+    }))
 }
 
 #[derive(Debug, Deserialize)]
