@@ -74,9 +74,18 @@ impl PipeStore {
             None => {}
         }
         let s3 = match config.s3_listen {
-            Some(addr) => {
-                Some(start_s3(&config, addr, &ingestor, &store, &catalog, &stopped).await?)
-            }
+            Some(addr) => Some(
+                start_s3(
+                    &config,
+                    addr,
+                    token.clone(),
+                    &ingestor,
+                    &store,
+                    &catalog,
+                    &stopped,
+                )
+                .await?,
+            ),
             None => None,
         };
         let state = AppState::new(
@@ -233,10 +242,12 @@ impl Running {
 }
 
 /// Opens the S3 API's state (`DATA/objects` for plain objects, `DATA/s3-uploads` for
-/// multipart uploads), binds `addr` and serves it until `stopped`.
+/// multipart uploads), binds `addr` and serves it until `stopped`; with `token`, requests must
+/// be signed with the admin access key, whose secret it is.
 async fn start_s3(
     config: &crate::Config,
     addr: SocketAddr,
+    token: Option<String>,
     ingestor: &Arc<Ingestor>,
     store: &Arc<PhotoStore>,
     catalog: &Arc<dyn ndpipe_catalog::Catalog>,
@@ -258,8 +269,9 @@ async fn start_s3(
     });
     let listener = bind("S3", addr).await?;
     let bound = local_addr("S3", &listener, addr)?;
-    let service = s3::service(state, &config.s3_domain);
-    info!(s3_addr = %bound, "S3 API listening");
+    let signed = token.is_some();
+    let service = s3::service(state, &config.s3_domain, token);
+    info!(s3_addr = %bound, signed, admin_key = s3::ADMIN_ACCESS_KEY, "S3 API listening");
     Ok((
         bound,
         tokio::spawn(s3::serve(listener, service, stopped.clone())),

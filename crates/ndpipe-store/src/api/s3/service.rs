@@ -7,15 +7,20 @@ use s3s::dto::*;
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{S3, S3Request, S3Response, S3Result};
 
+use super::auth::TokenAuth;
 use super::{S3State, buckets, labels, listing, multipart, objects};
 
 /// The S3 operations over one PipeStore.
 struct PipeStoreS3(Arc<S3State>);
 
 /// The `s3s` service over `state`: virtual-host-style requests for buckets under `domain`
-/// (`BUCKET.DOMAIN`), path-style for every other host.
-pub(crate) fn service(state: Arc<S3State>, domain: &str) -> S3Service {
+/// (`BUCKET.DOMAIN`), path-style for every other host; with `token`, every request must be
+/// signed with the admin key (see `auth`).
+pub(crate) fn service(state: Arc<S3State>, domain: &str, token: Option<String>) -> S3Service {
     let mut builder = S3ServiceBuilder::new(PipeStoreS3(state));
+    if let Some(token) = token {
+        builder.set_auth(TokenAuth::new(token));
+    }
     if let Ok(host) = s3s::host::SingleDomain::new(domain) {
         builder.set_host(host);
     }

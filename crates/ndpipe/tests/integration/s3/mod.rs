@@ -3,10 +3,14 @@
 //!
 //! - `cli`: `aws s3` and `aws s3api`: buckets, cp up and down, ls, sync both ways, rm,
 //!   a "directory" HEAD;
+//! - `auth`: with a token, SigV4 with the admin key: each refusal (anonymous, unknown key,
+//!   wrong secret, skewed clock, expired presigned URL) changes nothing; presigned GET and PUT
+//!   with curl;
 //! - `boto`: boto3: Range, paginated listing over 1000 keys, copy, batch delete;
 //! - `photos`: photos through S3: a large JPEG in parts (aws and boto3) and parts that do not
 //!   match, labels as tags and metadata with the real model, bad images refused.
 
+mod auth;
 mod boto;
 mod cli;
 mod photos;
@@ -63,14 +67,18 @@ impl S3Store {
     }
 
     /// Runs a boto3 `script` with `s3` bound to an unsigned path-style client of this store
-    /// (and `ENDPOINT`, `json`, `sys` in scope); its stdout parsed as JSON. Panics when it fails.
+    /// (and `client(key, secret)` for a signed one, `ENDPOINT`, `json`, `sys` in scope); its
+    /// stdout parsed as JSON. Panics when it fails.
     pub(crate) fn boto3(&self, script: &str) -> serde_json::Value {
         let prelude = "import json, sys, boto3, botocore\n\
                        from botocore.config import Config\n\
                        ENDPOINT = sys.argv[1]\n\
-                       s3 = boto3.client('s3', endpoint_url=ENDPOINT, region_name='us-east-1',\n\
-                       config=Config(signature_version=botocore.UNSIGNED,\n\
-                       s3={'addressing_style': 'path'}, retries={'max_attempts': 1}))\n";
+                       def client(key=None, secret=None):\n\
+                       \x20   return boto3.client('s3', endpoint_url=ENDPOINT, region_name='us-east-1',\n\
+                       \x20       aws_access_key_id=key, aws_secret_access_key=secret,\n\
+                       \x20       config=Config(signature_version='s3v4' if key else botocore.UNSIGNED,\n\
+                       \x20       s3={'addressing_style': 'path'}, retries={'max_attempts': 1}))\n\
+                       s3 = client()\n";
         let out = clean_env(Command::new("python3"))
             .arg("-c")
             .arg(format!("{prelude}{script}"))
