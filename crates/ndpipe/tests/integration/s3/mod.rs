@@ -8,12 +8,14 @@
 //!   with curl;
 //! - `boto`: boto3: Range, paginated listing over 1000 keys, copy, batch delete;
 //! - `photos`: photos through S3: a large JPEG in parts (aws and boto3) and parts that do not
-//!   match, labels as tags and metadata with the real model, bad images refused.
+//!   match, labels as tags and metadata with the real model, bad images refused;
+//! - `tools`: `rclone sync`/`check` of a photo folder, `s5cmd cp` of many files in parallel.
 
 mod auth;
 mod boto;
 mod cli;
 mod photos;
+mod tools;
 
 use std::path::Path;
 use std::process::Command;
