@@ -12,8 +12,9 @@
 //!   and HTTP API);
 //! - [`ModelRegistry`]: model versions and which one serves (PipeStores and the Tuner);
 //! - [`JobLog`]: long-running jobs and their resumable state;
-//! - [`Catalog`]: all four, as one PipeStore uses them;
+//! - [`Catalog`]: all five, as one PipeStore uses them;
 //! - [`ObjectCatalog`]: buckets and objects of the S3 API, each object a photo or a plain blob;
+//! - [`AccessKeys`]: the access keys of a PipeStore's APIs, with their roles;
 //! - [`NodeRegistry`]: the PipeStores registered with a Tuner and their leases (the Tuner's
 //!   registry; not part of [`Catalog`]).
 //!
@@ -24,6 +25,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod keys;
 mod objects;
 mod pg;
 mod sqlite;
@@ -32,6 +34,7 @@ pub mod test_suite;
 mod types;
 
 pub use error::CatalogError;
+pub use keys::{AccessKeyRecord, Role};
 pub use objects::{Bucket, ObjectBody, ObjectRecord};
 pub use pg::{OpenedCatalog, PgCatalog, PgOptions, PhotoIdBlocks, is_postgres_url, open};
 pub use sqlite::SqliteCatalog;
@@ -215,8 +218,29 @@ pub trait ObjectCatalog: Send + Sync {
     ) -> Result<Vec<ObjectRecord>, CatalogError>;
 }
 
-/// Everything a PipeStore keeps in its catalog: photos, the model registry, the job log and
-/// the S3 objects.
-pub trait Catalog: PhotoCatalog + ModelRegistry + JobLog + ObjectCatalog {}
+/// The access keys of a PipeStore's APIs. Every method is one transaction.
+pub trait AccessKeys: Send + Sync {
+    /// Records a key. Fails with [`CatalogError::Conflict`] if its name or access key exists.
+    fn create_key(&self, key: &AccessKeyRecord) -> Result<(), CatalogError>;
 
-impl<T: PhotoCatalog + ModelRegistry + JobLog + ObjectCatalog> Catalog for T {}
+    /// The key with this access key id.
+    fn key(&self, access_key: &str) -> Result<Option<AccessKeyRecord>, CatalogError>;
+
+    /// The key whose secret has this hex SHA-256.
+    fn key_by_secret(&self, secret_sha256: &str) -> Result<Option<AccessKeyRecord>, CatalogError>;
+
+    /// Every key, in name order.
+    fn keys(&self) -> Result<Vec<AccessKeyRecord>, CatalogError>;
+
+    /// Removes the key named `name`; returns whether it existed.
+    fn delete_key(&self, name: &str) -> Result<bool, CatalogError>;
+
+    /// How many keys there are (none: the APIs are open, as before keys existed).
+    fn count_keys(&self) -> Result<u64, CatalogError>;
+}
+
+/// Everything a PipeStore keeps in its catalog: photos, the model registry, the job log, the
+/// S3 objects and the access keys.
+pub trait Catalog: PhotoCatalog + ModelRegistry + JobLog + ObjectCatalog + AccessKeys {}
+
+impl<T: PhotoCatalog + ModelRegistry + JobLog + ObjectCatalog + AccessKeys> Catalog for T {}

@@ -2,8 +2,9 @@
 //! ([`run`]), and every [`NodeRegistry`] ([`run_nodes`]).
 
 use crate::{
-    Bucket, Catalog, CatalogError, GroundTruth, JobRecord, ModelVersion, NodeRegistry, NodeState,
-    ObjectBody, ObjectRecord, PhotoMeta, PhotoRecord, Prediction, Split,
+    AccessKeyRecord, Bucket, Catalog, CatalogError, GroundTruth, JobRecord, ModelVersion,
+    NodeRegistry, NodeState, ObjectBody, ObjectRecord, PhotoMeta, PhotoRecord, Prediction, Role,
+    Split,
 };
 
 /// A photo record with predictable fields, for tests.
@@ -47,6 +48,7 @@ pub fn run(c: &dyn Catalog) {
     jobs_round_trip(c);
     buckets_create_list_and_delete_only_when_empty(c);
     objects_replace_list_by_prefix_and_follow_their_photo(c);
+    access_keys_are_unique_by_name_id_and_secret(c);
 }
 
 fn search_matches_class_names(c: &dyn Catalog) {
@@ -415,4 +417,44 @@ fn objects_replace_list_by_prefix_and_follow_their_photo(c: &dyn Catalog) {
         None,
         "deleting a photo deletes its object"
     );
+}
+
+fn access_keys_are_unique_by_name_id_and_secret(c: &dyn Catalog) {
+    let key = |id: &str, name: &str, role| AccessKeyRecord {
+        access_key: id.into(),
+        name: name.into(),
+        role,
+        secret_sha256: format!("{id:0>64}"),
+        sealed_secret: vec![0, 1, 2, 255],
+        created_ms: 9,
+    };
+    assert_eq!(c.count_keys().unwrap(), 0);
+    c.create_key(&key("AK2", "uploader", Role::Write)).unwrap();
+    c.create_key(&key("AK1", "reader", Role::Read)).unwrap();
+    for dup in [
+        key("AK3", "reader", Role::Admin),
+        key("AK1", "other", Role::Admin),
+    ] {
+        assert!(matches!(
+            c.create_key(&dup),
+            Err(CatalogError::Conflict { .. })
+        ));
+    }
+    assert_eq!(c.count_keys().unwrap(), 2);
+    assert_eq!(
+        c.key("AK2").unwrap(),
+        Some(key("AK2", "uploader", Role::Write))
+    );
+    assert_eq!(
+        c.key_by_secret(&format!("{:0>64}", "AK1"))
+            .unwrap()
+            .map(|k| k.name),
+        Some("reader".into())
+    );
+    assert_eq!(c.key("nope").unwrap(), None);
+    let names: Vec<String> = c.keys().unwrap().into_iter().map(|k| k.name).collect();
+    assert_eq!(names, vec!["reader", "uploader"]);
+    assert!(c.delete_key("reader").unwrap());
+    assert!(!c.delete_key("reader").unwrap());
+    assert_eq!(c.count_keys().unwrap(), 1);
 }

@@ -38,6 +38,9 @@ pub struct Config {
     pub token: Option<String>,
     /// File whose first line is the bearer token (used when `token` is unset).
     pub token_file: Option<PathBuf>,
+    /// Serve `/metrics` without credentials even when access keys exist (by default it needs
+    /// a `read` key then).
+    pub metrics_open: bool,
     /// File whose first line is the cluster secret: every gRPC call to this node must carry it,
     /// and the node sends it to the Tuner and other nodes (unset: no secret, calls are open).
     pub cluster_secret_file: Option<PathBuf>,
@@ -94,6 +97,7 @@ impl Default for Config {
             tuner: None,
             token: None,
             token_file: None,
+            metrics_open: false,
             cluster_secret_file: None,
             max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
             max_pixels: ndpipe_model::PreprocessConfig::default().max_pixels,

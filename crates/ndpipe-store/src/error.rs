@@ -49,6 +49,9 @@ pub enum Error {
         #[source]
         source: StoreError,
     },
+    /// The access keys could not be opened (their master key file).
+    #[error("opening the access keys: {0}")]
+    Keys(#[from] crate::keys::KeyError),
     /// A folder of the data directory could not be created or opened.
     #[error("opening {}: {source}", path.display())]
     Io {

@@ -17,6 +17,7 @@ use crate::inference::model::Models;
 use crate::inference::{ActiveModel, RelabelOptions};
 use crate::ingest::{IngestConfig, Ingestor};
 use crate::jobs::Jobs;
+use crate::keys::KeyStore;
 use crate::metrics::StoreMetrics;
 use crate::node::PipeStoreNode;
 use crate::storage::{FeatureStore, PhotoStore, StoreConfig};
@@ -26,7 +27,6 @@ use crate::storage::{FeatureStore, PhotoStore, StoreConfig};
 pub struct PipeStore {
     pub(crate) config: Config,
     pub(crate) name: String,
-    pub(crate) token: Option<String>,
     pub(crate) cluster_secret: Option<ClusterSecret>,
     pub(crate) store: Arc<PhotoStore>,
     pub(crate) catalog: Arc<dyn Catalog>,
@@ -34,6 +34,7 @@ pub struct PipeStore {
     pub(crate) ingestor: Arc<Ingestor>,
     pub(crate) jobs: Arc<Jobs>,
     pub(crate) node: Option<Arc<PipeStoreNode>>,
+    pub(crate) keys: Arc<KeyStore>,
 }
 
 impl PipeStore {
@@ -78,6 +79,11 @@ impl PipeStore {
             },
         )?);
         info!(path = %catalog_path.display(), "catalog open");
+        let keys = Arc::new(KeyStore::with_catalog(
+            catalog.clone(),
+            &config.data,
+            token.clone(),
+        )?);
         let metrics = Arc::new(StoreMetrics::default());
         let models = match backend {
             Some(backend) => Some(open_models(&config, backend, catalog.clone()).await?),
@@ -166,7 +172,6 @@ impl PipeStore {
         Ok(PipeStore {
             config,
             name,
-            token,
             cluster_secret,
             store,
             catalog,
@@ -174,6 +179,7 @@ impl PipeStore {
             ingestor,
             jobs,
             node,
+            keys,
         })
     }
 

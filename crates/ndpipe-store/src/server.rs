@@ -16,14 +16,17 @@ use crate::api::s3;
 use crate::error::Error;
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
+use crate::keys::KeyStore;
 use crate::membership::{self, Member};
 use crate::node::PipeStoreNode;
 use crate::pipestore::PipeStore;
 use crate::storage::PhotoStore;
 
 impl PipeStore {
-    /// Binds `config.listen` (HTTP) and, when a model is loaded, `config.grpc_listen` (gRPC),
-    /// and serves both until [`Running::stop`].
+    /// Binds `config.listen` (HTTP), `config.s3_listen` (S3) when set and, when a model is
+    /// loaded, `config.grpc_listen` (gRPC), and serves them until [`Running::stop`]. Every
+    /// HTTP call (the merged routes included) and every S3 call is checked against the access
+    /// keys and the token.
     ///
     /// `extra_http` is merged into the HTTP router (an embedded Tuner's `/v1/tuner` routes), and
     /// `extra_grpc` is served next to the node's service (an embedded Tuner's service). Without
@@ -38,7 +41,6 @@ impl PipeStore {
         let PipeStore {
             config,
             name,
-            token,
             cluster_secret,
             store,
             catalog,
@@ -46,6 +48,7 @@ impl PipeStore {
             ingestor,
             jobs,
             node,
+            keys,
         } = self;
         let (shutdown, stopped) = watch::channel(false);
         let mut grpc = None;
@@ -78,7 +81,7 @@ impl PipeStore {
                 start_s3(
                     &config,
                     addr,
-                    token.clone(),
+                    keys.clone(),
                     &ingestor,
                     &store,
                     &catalog,
@@ -93,13 +96,19 @@ impl PipeStore {
             store.clone(),
             catalog,
             jobs.clone(),
-            metrics,
-            token,
+            metrics.clone(),
+            keys.clone(),
         );
         let mut app = http::router(state, config.max_upload_bytes);
         if let Some(extra) = extra_http {
             app = app.merge(extra);
         }
+        let guard = http::Guard {
+            keys: keys.clone(),
+            metrics,
+            metrics_open: config.metrics_open,
+        };
+        let app = app.layer(axum::middleware::from_fn_with_state(guard, http::authorize));
         let listener = bind("HTTP", config.listen).await?;
         let http_addr = local_addr("HTTP", &listener, config.listen)?;
         let mut http_stopped = stopped;
@@ -242,12 +251,12 @@ impl Running {
 }
 
 /// Opens the S3 API's state (`DATA/objects` for plain objects, `DATA/s3-uploads` for
-/// multipart uploads), binds `addr` and serves it until `stopped`; with `token`, requests must
-/// be signed with the admin access key, whose secret it is.
+/// multipart uploads), binds `addr` and serves it until `stopped`; signatures and roles are
+/// checked against `keys`.
 async fn start_s3(
     config: &crate::Config,
     addr: SocketAddr,
-    token: Option<String>,
+    keys: Arc<KeyStore>,
     ingestor: &Arc<Ingestor>,
     store: &Arc<PhotoStore>,
     catalog: &Arc<dyn ndpipe_catalog::Catalog>,
@@ -269,9 +278,8 @@ async fn start_s3(
     });
     let listener = bind("S3", addr).await?;
     let bound = local_addr("S3", &listener, addr)?;
-    let signed = token.is_some();
-    let service = s3::service(state, &config.s3_domain, token);
-    info!(s3_addr = %bound, signed, admin_key = s3::ADMIN_ACCESS_KEY, "S3 API listening");
+    let service = s3::service(state, &config.s3_domain, keys);
+    info!(s3_addr = %bound, "S3 API listening");
     Ok((
         bound,
         tokio::spawn(s3::serve(listener, service, stopped.clone())),

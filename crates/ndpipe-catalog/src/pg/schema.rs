@@ -102,6 +102,16 @@ CREATE TABLE objects (
     CHECK ((photo_id IS NULL) <> (blob IS NULL))
 );
 "#,
+    r#"
+CREATE TABLE access_keys (
+    access_key     TEXT COLLATE "C" PRIMARY KEY,
+    name           TEXT COLLATE "C" NOT NULL UNIQUE,
+    role           TEXT   NOT NULL CHECK (role IN ('read', 'write', 'admin')),
+    secret_sha256  TEXT   NOT NULL UNIQUE,
+    sealed_secret  BYTEA  NOT NULL,
+    created_ms     BIGINT NOT NULL
+);
+"#,
 ];
 
 /// Applies the migrations this database lacks, all in one transaction, under an advisory lock

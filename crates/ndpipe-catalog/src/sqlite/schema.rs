@@ -80,4 +80,14 @@ CREATE TABLE objects (
     CHECK ((photo_id IS NULL) <> (blob IS NULL))
 );
 "#,
+    r#"
+CREATE TABLE access_keys (
+    access_key     TEXT    PRIMARY KEY,
+    name           TEXT    NOT NULL UNIQUE,
+    role           TEXT    NOT NULL CHECK (role IN ('read', 'write', 'admin')),
+    secret_sha256  TEXT    NOT NULL UNIQUE,
+    sealed_secret  BLOB    NOT NULL,
+    created_ms     INTEGER NOT NULL
+);
+"#,
 ];

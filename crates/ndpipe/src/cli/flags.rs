@@ -60,6 +60,10 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_TOKEN_FILE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) token_file: Option<PathBuf>,
+    /// Serve /metrics without credentials even when access keys exist [metrics_open].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) metrics_open: bool,
     /// File whose first line is the cluster secret, required of every gRPC call between nodes
     /// and the Tuner [cluster_secret_file].
     #[arg(long, env = "NDPIPE_CLUSTER_SECRET_FILE")]

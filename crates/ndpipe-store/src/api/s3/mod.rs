@@ -10,7 +10,7 @@
 //! - `service`: the `s3s::S3` implementation, one line per operation;
 //! - `buckets`, `objects` (put, get with range, head, delete, copy), `listing`
 //!   (ListObjectsV2 and V1), `multipart`, `labels` (tags and the labels header);
-//! - `auth`: the bearer token as the admin access key's secret (SigV4 required when set);
+//! - `auth`: SigV4 with access keys and a role check for every operation;
 //! - `body`: reading a body whole under the upload limit, with its checksums verified;
 //! - `blobs`: the plain objects' files; `errors`: internal errors as S3 errors;
 //! - `serve`: the listener.
@@ -35,7 +35,6 @@ use s3s::S3Error;
 use crate::ingest::Ingestor;
 use crate::storage::PhotoStore;
 
-pub(crate) use auth::ADMIN_ACCESS_KEY;
 pub(crate) use blobs::Blobs;
 pub(crate) use multipart::Uploads;
 pub(crate) use serve::serve;

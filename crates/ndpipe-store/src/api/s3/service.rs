@@ -7,20 +7,20 @@ use s3s::dto::*;
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{S3, S3Request, S3Response, S3Result};
 
-use super::auth::TokenAuth;
+use super::auth::{KeyAccess, KeyAuth};
 use super::{S3State, buckets, labels, listing, multipart, objects};
+use crate::keys::KeyStore;
 
 /// The S3 operations over one PipeStore.
 struct PipeStoreS3(Arc<S3State>);
 
 /// The `s3s` service over `state`: virtual-host-style requests for buckets under `domain`
-/// (`BUCKET.DOMAIN`), path-style for every other host; with `token`, every request must be
-/// signed with the admin key (see `auth`).
-pub(crate) fn service(state: Arc<S3State>, domain: &str, token: Option<String>) -> S3Service {
+/// (`BUCKET.DOMAIN`), path-style for every other host; signatures and roles checked against
+/// `keys` (see `auth`).
+pub(crate) fn service(state: Arc<S3State>, domain: &str, keys: Arc<KeyStore>) -> S3Service {
     let mut builder = S3ServiceBuilder::new(PipeStoreS3(state));
-    if let Some(token) = token {
-        builder.set_auth(TokenAuth::new(token));
-    }
+    builder.set_auth(KeyAuth(keys.clone()));
+    builder.set_access(KeyAccess(keys));
     if let Ok(host) = s3s::host::SingleDomain::new(domain) {
         builder.set_host(host);
     }

@@ -6,6 +6,8 @@
 //! - `auth`: with a token, SigV4 with the admin key: each refusal (anonymous, unknown key,
 //!   wrong secret, skewed clock, expired presigned URL) changes nothing; presigned GET and PUT
 //!   with curl;
+//! - `keys`: access keys (`ndpipe keys`, online and offline): roles on `/v1` and S3, refusals
+//!   that change nothing, a deleted key;
 //! - `boto`: boto3: Range, paginated listing over 1000 keys, copy, batch delete;
 //! - `photos`: photos through S3: a large JPEG in parts (aws and boto3) and parts that do not
 //!   match, labels as tags and metadata with the real model, bad images refused;
@@ -14,6 +16,7 @@
 mod auth;
 mod boto;
 mod cli;
+mod keys;
 mod photos;
 mod tools;
 
