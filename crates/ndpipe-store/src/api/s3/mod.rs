@@ -12,7 +12,8 @@
 //!   (ListObjectsV2 and V1), `multipart`, `labels` (tags and the labels header);
 //! - `auth`: SigV4 with access keys and a role check for every operation;
 //! - `body`: reading a body whole under the upload limit, with its checksums verified;
-//! - `blobs`: the plain objects' files; `errors`: internal errors as S3 errors;
+//! - `blobs`: the plain objects' files; `errors`: internal errors as S3 errors; `host`:
+//!   virtual-host-style bucket names;
 //! - `serve`: the listener.
 
 mod auth;
@@ -20,6 +21,7 @@ mod blobs;
 mod body;
 mod buckets;
 mod errors;
+mod host;
 mod labels;
 mod listing;
 mod multipart;

@@ -8,6 +8,7 @@ use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::{S3, S3Request, S3Response, S3Result};
 
 use super::auth::{KeyAccess, KeyAuth};
+use super::host::BucketDomain;
 use super::{S3State, buckets, labels, listing, multipart, objects};
 use crate::keys::KeyStore;
 
@@ -21,9 +22,7 @@ pub(crate) fn service(state: Arc<S3State>, domain: &str, keys: Arc<KeyStore>) ->
     let mut builder = S3ServiceBuilder::new(PipeStoreS3(state));
     builder.set_auth(KeyAuth(keys.clone()));
     builder.set_access(KeyAccess(keys));
-    if let Ok(host) = s3s::host::SingleDomain::new(domain) {
-        builder.set_host(host);
-    }
+    builder.set_host(BucketDomain::new(domain));
     builder.build()
 }
 

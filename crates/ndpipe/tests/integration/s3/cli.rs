@@ -46,6 +46,20 @@ async fn aws_cli_copies_lists_syncs_and_removes_photos_and_sidecars() {
 
     let (ok, out, err) = s3.aws(&["s3", "ls", "s3://photos/"]);
     assert!(ok && out.contains("PRE cats/"), "ls: {out}{err}");
+    let port = s3.endpoint.rsplit(':').next().unwrap();
+    let by_name = format!("http://localhost:{port}");
+    let (ok, out, err) = s3.aws_at(&by_name, &["s3", "ls", "s3://photos/cats/"]);
+    assert!(
+        ok && out.contains("chelsea.png"),
+        "path-style by host name: {out}{err}"
+    );
+    let vhost = std::process::Command::new("curl")
+        .args(["-sf", "-H", &format!("Host: photos.localhost:{port}")])
+        .arg(format!("{}/cats/chelsea.png", s3.endpoint))
+        .output()
+        .unwrap();
+    assert!(vhost.status.success(), "virtual-host-style GET failed");
+    assert_eq!(sha256(&vhost.stdout), sha256(&sample("chelsea.png")));
     let (ok, _, err) = s3.aws(&[
         "s3api",
         "head-object",

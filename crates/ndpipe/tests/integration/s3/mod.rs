@@ -59,8 +59,13 @@ impl S3Store {
 
     /// Runs `aws` (unsigned: the store has no keys) with `args`; (success, stdout, stderr).
     pub(crate) fn aws(&self, args: &[&str]) -> (bool, String, String) {
+        self.aws_at(&self.endpoint, args)
+    }
+
+    /// [`S3Store::aws`] with another endpoint URL for the same store.
+    pub(crate) fn aws_at(&self, endpoint: &str, args: &[&str]) -> (bool, String, String) {
         let out = clean_env(Command::new("aws"))
-            .args(["--endpoint-url", &self.endpoint, "--no-sign-request"])
+            .args(["--endpoint-url", endpoint, "--no-sign-request"])
             .args(args)
             .output()
             .expect("running aws (tools/setup.sh installs awscli)");

@@ -131,8 +131,8 @@ print(json.dumps({{
 }
 
 #[tokio::test]
-async fn bad_images_are_refused_with_s3_errors_and_nothing_is_stored() {
-    let s3 = S3Store::start(&[]);
+async fn bad_uploads_are_refused_with_s3_errors_and_nothing_is_stored() {
+    let s3 = S3Store::start(&["--max-upload-bytes", "200000"]);
     let work = tempfile::tempdir().unwrap();
     let good = jpeg(64, 48, 3);
     let truncated = write(work.path(), "cut.jpg", &good[..good.len() / 2]);
@@ -146,11 +146,22 @@ def put(body, **kw):
         return 'stored'
     except botocore.exceptions.ClientError as e:
         return [e.response['Error']['Code'], e.response['ResponseMetadata']['HTTPStatusCode']]
+def part_too_large():
+    up = s3.create_multipart_upload(Bucket='bad', Key='big')['UploadId']
+    try:
+        s3.upload_part(Bucket='bad', Key='big', UploadId=up, PartNumber=1, Body=b'x' * 300000)
+        return 'stored'
+    except botocore.exceptions.ClientError as e:
+        return [e.response['Error']['Code'], e.response['ResponseMetadata']['HTTPStatusCode']]
+    finally:
+        s3.abort_multipart_upload(Bucket='bad', Key='big', UploadId=up)
 print(json.dumps({{
     'text_as_jpeg': put(b'this is not a photo', ContentType='image/jpeg'),
     'truncated': put(open({truncated:?}, 'rb').read()),
     'bomb': put(open({bomb:?}, 'rb').read()),
     'label_on_text': put(b'{{}}', Metadata={{'ndpipe-label': 'cat'}}),
+    'too_large': put(b'x' * 300000),
+    'part_too_large': part_too_large(),
     'left': s3.list_objects_v2(Bucket='bad')['KeyCount'],
 }}))
 "#
@@ -165,6 +176,9 @@ print(json.dumps({{
         out["label_on_text"],
         serde_json::json!(["InvalidArgument", 400])
     );
+    let too_large = serde_json::json!(["EntityTooLarge", 413]);
+    assert_eq!(out["too_large"], too_large, "over --max-upload-bytes");
+    assert_eq!(out["part_too_large"], too_large);
     assert_eq!(out["left"], 0);
     assert_eq!(s3.inst.json("/healthz").await["photos"], 0);
     let blobs = std::fs::read_dir(s3.inst.data.join("objects"))
