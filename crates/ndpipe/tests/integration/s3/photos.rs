@@ -146,6 +146,12 @@ def put(body, **kw):
         return 'stored'
     except botocore.exceptions.ClientError as e:
         return [e.response['Error']['Code'], e.response['ResponseMetadata']['HTTPStatusCode']]
+def wrong_crc32():
+    import subprocess
+    out = subprocess.run(['curl', '-s', '-X', 'PUT', '-H', 'x-amz-checksum-crc32: AAAAAA==',
+                          '--data-binary', 'sidecar', ENDPOINT + '/bad/k.json'],
+                         capture_output=True).stdout.decode()
+    return '<Code>BadDigest</Code>' in out
 def part_too_large():
     up = s3.create_multipart_upload(Bucket='bad', Key='big')['UploadId']
     try:
@@ -162,6 +168,7 @@ print(json.dumps({{
     'label_on_text': put(b'{{}}', Metadata={{'ndpipe-label': 'cat'}}),
     'too_large': put(b'x' * 300000),
     'part_too_large': part_too_large(),
+    'wrong_crc32': wrong_crc32(),
     'left': s3.list_objects_v2(Bucket='bad')['KeyCount'],
 }}))
 "#
@@ -179,6 +186,10 @@ print(json.dumps({{
     let too_large = serde_json::json!(["EntityTooLarge", 413]);
     assert_eq!(out["too_large"], too_large, "over --max-upload-bytes");
     assert_eq!(out["part_too_large"], too_large);
+    assert_eq!(
+        out["wrong_crc32"], true,
+        "a body that fails its checksum is BadDigest"
+    );
     assert_eq!(out["left"], 0);
     assert_eq!(s3.inst.json("/healthz").await["photos"], 0);
     let blobs = std::fs::read_dir(s3.inst.data.join("objects"))
