@@ -5,7 +5,7 @@ export NDPIPE_MODEL_DIR := $(CACHE)/model
 export NDPIPE_SAMPLES_DIR := $(CACHE)/model/samples
 export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 
-.PHONY: setup build build-bench demo test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache
+.PHONY: setup build build-bench demo test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-s3
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -52,3 +52,7 @@ bench-drift: build-bench
 ## SpiderCache vs its peers on a real training run reading a PipeStore (about 15 minutes).
 bench-cache: build-bench
 	target/release/ndpipe-bench cache run --out $(CACHE)/bench-cache
+
+## S3 throughput: the same large JPEGs up and down through aws s3 cp, s5cmd, boto3 and /v1.
+bench-s3: build-bench
+	target/release/ndpipe-bench s3 --json $(CACHE)/bench-s3.json

@@ -70,10 +70,29 @@ pub(crate) async fn put(
     }))
 }
 
-/// Whether bytes of `content_type` are a photo: an image type, or image magic bytes.
-fn is_image(content_type: Option<&str>, bytes: &[u8]) -> bool {
-    content_type.is_some_and(|t| t.trim().to_ascii_lowercase().starts_with("image/"))
-        || PhotoFormat::sniff(bytes).is_some()
+/// Content types of the formats ingest decodes: bytes sent as one of these must be one.
+const PHOTO_TYPES: &[&str] = &[
+    "image/jpeg",
+    "image/jpg",
+    "image/pjpeg",
+    "image/png",
+    "image/webp",
+];
+
+/// Whether bytes of `content_type` go through ingest: JPEG, PNG or WebP magic bytes, or a
+/// JPEG/PNG/WebP content type (ingest then refuses bytes that are not one). Other images
+/// (HEIC, RAW, GIF, ...) and everything else are plain objects, so a photo folder syncs whole.
+fn is_photo(content_type: Option<&str>, bytes: &[u8]) -> bool {
+    let claimed = content_type.is_some_and(|t| {
+        let t = t
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        PHOTO_TYPES.contains(&t.as_str())
+    });
+    claimed || PhotoFormat::sniff(bytes).is_some()
 }
 
 /// The ground truth given as `x-amz-meta-ndpipe-label`/`-split`, taken out of `metadata`.
@@ -109,7 +128,7 @@ pub(crate) async fn store(
 ) -> S3Result<ObjectRecord> {
     let truth = ground_truth(&mut object.metadata)?;
     let bytes = object.body.bytes.clone();
-    let (body, content_type) = if is_image(object.content_type.as_deref(), &bytes) {
+    let (body, content_type) = if is_photo(object.content_type.as_deref(), &bytes) {
         let photo = state
             .ingestor
             .ingest(bytes, truth)
@@ -391,4 +410,25 @@ pub(crate) async fn copy(
         }),
         ..CopyObjectOutput::default()
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jpeg_png_and_webp_are_photos_other_files_plain_objects() {
+        let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+        assert!(is_photo(None, png));
+        assert!(is_photo(Some("binary/octet-stream"), png));
+        assert!(
+            is_photo(Some("image/jpeg"), b"not a photo"),
+            "ingest refuses it"
+        );
+        assert!(is_photo(Some("Image/PNG; charset=binary"), b"x"));
+        assert!(!is_photo(Some("image/heic"), b"\0\0\0\x18ftypheic"));
+        assert!(!is_photo(Some("image/gif"), b"GIF89a"));
+        assert!(!is_photo(Some("application/json"), b"{}"));
+        assert!(!is_photo(None, b""));
+    }
 }

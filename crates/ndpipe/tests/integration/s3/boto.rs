@@ -30,6 +30,9 @@ for page in s3.get_paginator('list_objects_v2').paginate(Bucket='bkt', Prefix='m
     keys += [o['Key'] for o in page.get('Contents', [])]
 small = s3.list_objects_v2(Bucket='bkt', Prefix='many/', MaxKeys=7)
 top = s3.list_objects_v2(Bucket='bkt', Delimiter='/')
+heic = b'\0\0\0\x18ftypheic' + bytes(100)
+s3.put_object(Bucket='bkt', Key='IMG_0001.HEIC', Body=heic, ContentType='image/heic')
+heic_back = s3.get_object(Bucket='bkt', Key='IMG_0001.HEIC')
 s3.copy_object(Bucket='bkt', Key='copy.bin', CopySource={'Bucket': 'bkt', 'Key': 'blob.bin'})
 copied = s3.get_object(Bucket='bkt', Key='copy.bin')['Body'].read()
 gone = s3.delete_objects(Bucket='bkt', Delete={'Objects': [{'Key': k} for k in keys[:500]]})
@@ -44,7 +47,8 @@ print(json.dumps({
     'small': [small['KeyCount'], small['IsTruncated']],
     'top': [p['Prefix'] for p in top.get('CommonPrefixes', [])],
     'top_keys': [o['Key'] for o in top.get('Contents', [])],
-    'copied': copied == body, 'deleted': len(gone['Deleted']), 'left': left, 'missing': missing,
+    'copied': copied == body,
+    'heic': [heic_back['Body'].read() == heic, heic_back['ContentType']], 'deleted': len(gone['Deleted']), 'left': left, 'missing': missing,
 }))
 "#,
     );
@@ -58,6 +62,13 @@ print(json.dumps({
     assert_eq!(out["top"], serde_json::json!(["many/"]));
     assert_eq!(out["top_keys"], serde_json::json!(["blob.bin"]));
     assert_eq!(out["copied"], true);
+    assert_eq!(
+        out["heic"],
+        serde_json::json!([true, "image/heic"]),
+        "an image format ingest does not decode is kept as a plain object"
+    );
+    let photos = s3.inst.json("/v1/photos").await;
+    assert_eq!(photos["photos"], serde_json::json!([]), "no photo was made");
     assert_eq!(
         (out["deleted"].as_u64(), out["left"].as_u64()),
         (Some(500), Some(501))
