@@ -30,6 +30,25 @@ pub(crate) struct Expected {
     pub(crate) checksum: Checksum,
 }
 
+/// Refuses an aws-chunked body that is not signed: `s3s` decodes (and checks) the chunks of
+/// signed requests only, so an anonymous one would be stored with its chunk framing.
+pub(crate) fn refuse_unsigned_chunks(
+    headers: &hyper::HeaderMap,
+    signed: bool,
+) -> Result<(), S3Error> {
+    let streaming = headers
+        .get("x-amz-content-sha256")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("STREAMING-"));
+    if streaming && !signed {
+        return Err(s3_error!(
+            InvalidRequest,
+            "an aws-chunked body must come with a signed request"
+        ));
+    }
+    Ok(())
+}
+
 /// `EntityTooLarge` for a body over `max` bytes.
 pub(crate) fn too_large(len: u64, max: usize) -> S3Error {
     let mut e = s3_error!(

@@ -164,6 +164,7 @@ pub(crate) async fn upload_part(
     state: &S3State,
     mut req: S3Request<UploadPartInput>,
 ) -> S3Result<S3Response<UploadPartOutput>> {
+    body::refuse_unsigned_chunks(&req.headers, req.credentials.is_some())?;
     let trailers = req.trailing_headers.take();
     let input = req.input;
     if !(1..=MAX_PART_NUMBER).contains(&input.part_number) {

@@ -34,6 +34,7 @@ pub(crate) async fn put(
     state: &S3State,
     mut req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
+    body::refuse_unsigned_chunks(&req.headers, req.credentials.is_some())?;
     let trailers = req.trailing_headers.take();
     let input = req.input;
     require(state, &input.bucket).await?;

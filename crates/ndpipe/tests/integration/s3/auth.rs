@@ -12,8 +12,28 @@ async fn only_requests_signed_with_the_admin_key_are_served() {
     std::fs::write(&upload, br#"{"sidecar": true}"#).unwrap();
     let out = s3.boto3(&format!(
         r#"
-import datetime, subprocess, time
+import base64, datetime, subprocess, time, urllib.request, zlib
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 admin = client('ndpipe-admin', 's3cret')
+def chunked_put(key, data, crc, sign=True):
+    body = b'%x\r\n' % len(data) + data + b'\r\n0\r\nx-amz-checksum-crc32:' + crc + b'\r\n\r\n'
+    url = ENDPOINT + '/safe/' + key
+    headers = {{'x-amz-content-sha256': 'STREAMING-UNSIGNED-PAYLOAD-TRAILER',
+               'content-encoding': 'aws-chunked', 'x-amz-trailer': 'x-amz-checksum-crc32',
+               'x-amz-decoded-content-length': str(len(data)), 'content-length': str(len(body))}}
+    req = AWSRequest(method='PUT', url=url, data=body, headers=headers)
+    if sign:
+        SigV4Auth(Credentials('ndpipe-admin', 's3cret'), 's3', 'us-east-1').add_auth(req)
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, data=body, method='PUT',
+                                                      headers=dict(req.headers.items())))
+        return 'ok'
+    except urllib.error.HTTPError as e:
+        return e.read().decode().split('<Code>')[1].split('</Code>')[0]
+def crc32(data):
+    return base64.b64encode(zlib.crc32(data).to_bytes(4, 'big'))
 def code(f):
     try:
         f()
@@ -30,6 +50,11 @@ refused = {{
     'wrong_secret': code(put(client('ndpipe-admin', 'guess'))),
     'anonymous_mb': code(lambda: s3.create_bucket(Bucket='other')),
 }}
+trailer = {{
+    'good': chunked_put('chunked.bin', b'hello trailer', crc32(b'hello trailer')),
+    'bad': chunked_put('bad.bin', b'hello trailer', crc32(b'something else')),
+}}
+trailer['stored'] = admin.get_object(Bucket='safe', Key='chunked.bin')['Body'].read().decode()
 real_now = botocore.auth.get_current_datetime
 botocore.auth.get_current_datetime = lambda: real_now() - datetime.timedelta(minutes=20)
 refused['skewed'] = code(put(admin))
@@ -44,7 +69,7 @@ short = admin.generate_presigned_url('put_object', Params={{'Bucket': 'safe', 'K
 time.sleep(2)
 late = subprocess.run(['curl', '-s', '-T', {upload:?}, short], capture_output=True).stdout.decode()
 print(json.dumps({{
-    'refused': refused, 'presigned_get': got.decode(), 'presigned_put': status,
+    'refused': refused, 'trailer': trailer, 'presigned_get': got.decode(), 'presigned_put': status,
     'late': 'AccessDenied' in late and 'expired' in late,
     'kept': admin.get_object(Bucket='safe', Key='a.txt')['Body'].read().decode(),
     'keys': [o['Key'] for o in admin.list_objects_v2(Bucket='safe')['Contents']],
@@ -68,10 +93,18 @@ print(json.dumps({{
         out["refused"]["skewed"],
         serde_json::json!(["RequestTimeTooSkewed", 403])
     );
+    assert_eq!(
+        out["trailer"],
+        serde_json::json!({"good": "ok", "bad": "BadDigest", "stored": "hello trailer"}),
+        "an aws-chunked body is decoded and its trailing checksum verified"
+    );
     assert_eq!(out["presigned_get"], "kept");
     assert_eq!(out["presigned_put"], "200");
     assert_eq!(out["late"], true, "an expired presigned URL is refused");
     assert_eq!(out["kept"], "kept", "no refused write changed the object");
-    assert_eq!(out["keys"], serde_json::json!(["a.txt", "b.json"]));
+    assert_eq!(
+        out["keys"],
+        serde_json::json!(["a.txt", "b.json", "chunked.bin"])
+    );
     assert_eq!(out["buckets"], serde_json::json!(["safe"]));
 }

@@ -139,6 +139,7 @@ async fn bad_uploads_are_refused_with_s3_errors_and_nothing_is_stored() {
     let bomb = write(work.path(), "bomb.png", &png_bomb(60_000, 60_000));
     let out = s3.boto3(&format!(
         r#"
+import urllib.request
 s3.create_bucket(Bucket='bad')
 def put(body, **kw):
     try:
@@ -152,6 +153,16 @@ def wrong_crc32():
                           '--data-binary', 'sidecar', ENDPOINT + '/bad/k.json'],
                          capture_output=True).stdout.decode()
     return '<Code>BadDigest</Code>' in out
+def unsigned_chunks():
+    body = b'5\r\nhello\r\n0\r\n\r\n'
+    req = urllib.request.Request(ENDPOINT + '/bad/c.bin', data=body, method='PUT', headers={{
+        'x-amz-content-sha256': 'STREAMING-UNSIGNED-PAYLOAD-TRAILER',
+        'content-encoding': 'aws-chunked', 'x-amz-decoded-content-length': '5'}})
+    try:
+        urllib.request.urlopen(req)
+        return 'stored'
+    except urllib.error.HTTPError as e:
+        return e.code
 def part_too_large():
     up = s3.create_multipart_upload(Bucket='bad', Key='big')['UploadId']
     try:
@@ -169,6 +180,7 @@ print(json.dumps({{
     'too_large': put(b'x' * 300000),
     'part_too_large': part_too_large(),
     'wrong_crc32': wrong_crc32(),
+    'unsigned_chunks': unsigned_chunks(),
     'left': s3.list_objects_v2(Bucket='bad')['KeyCount'],
 }}))
 "#
