@@ -8,7 +8,7 @@ use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use ndpipe_catalog::{CatalogError, GroundTruth, PhotoRecord, Split};
+use ndpipe_catalog::{Catalog, CatalogError, GroundTruth, PhotoRecord, Split};
 use serde::{Deserialize, Serialize};
 
 use super::error::{ApiError, MAX_PHOTO_ID, blocking, count, parse_id};
@@ -193,12 +193,32 @@ pub(super) async fn get_meta(
     let record = row
         .filter(|_| !state.ingestor.is_deleted(id))
         .ok_or_else(|| count(&state, ApiError::photo_not_found(id)))?;
-    let (bucket, key) = object.map(|o| (o.bucket, o.key)).unzip();
-    Ok(Json(MetaReply {
-        record,
-        bucket,
-        key,
-    }))
+    Ok(Json(MetaReply::new(record, object)))
+}
+
+impl MetaReply {
+    fn new(record: PhotoRecord, object: Option<ndpipe_catalog::ObjectRecord>) -> Self {
+        let (bucket, key) = object.map(|o| (o.bucket, o.key)).unzip();
+        MetaReply {
+            record,
+            bucket,
+            key,
+        }
+    }
+}
+
+/// Each photo with the bucket and key it has in the S3 API, if any.
+fn with_objects(
+    catalog: &dyn Catalog,
+    photos: Vec<PhotoRecord>,
+) -> Result<Vec<MetaReply>, CatalogError> {
+    photos
+        .into_iter()
+        .map(|p| {
+            let object = catalog.object_of_photo(p.id)?;
+            Ok(MetaReply::new(p, object))
+        })
+        .collect()
 }
 
 #[derive(Debug, Deserialize)]
@@ -209,12 +229,13 @@ pub(super) struct PageParams {
 
 #[derive(Debug, Serialize)]
 pub(super) struct Page {
-    photos: Vec<PhotoRecord>,
+    photos: Vec<MetaReply>,
     /// Pass as `after` to get the next page; absent on the last page.
     next_after: Option<u64>,
 }
 
-/// `GET /v1/photos?after=&limit=`: catalog rows in id order, a page at a time.
+/// `GET /v1/photos?after=&limit=`: catalog rows in id order (with their bucket and key), a
+/// page at a time.
 pub(super) async fn list(
     State(state): State<AppState>,
     query: Result<Query<PageParams>, QueryRejection>,
@@ -237,6 +258,8 @@ pub(super) async fn list(
     let more = more || photos.len() > limit;
     photos.truncate(limit);
     let next_after = more.then(|| photos.last().map(|p| p.id)).flatten();
+    let catalog = state.catalog.clone();
+    let photos = blocking(&state, move || with_objects(&*catalog, photos)).await?;
     Ok(Json(Page { photos, next_after }))
 }
 
