@@ -315,8 +315,8 @@ pub(crate) async fn abort(
     Ok(S3Response::new(AbortMultipartUploadOutput::default()))
 }
 
-/// `ListMultipartUploads`: the uploads in progress in a bucket under a prefix, in key order
-/// (one page of at most 1000).
+/// `ListMultipartUploads`: the uploads in progress in a bucket under a prefix, in (key, upload
+/// id) order after the markers, a page of at most `max-uploads` (1000).
 pub(crate) async fn list_uploads(
     state: &S3State,
     input: ListMultipartUploadsInput,
@@ -325,11 +325,23 @@ pub(crate) async fn list_uploads(
     let uploads = state.uploads.clone();
     let mut all = blocking(move || uploads.all().map_err(internal)).await?;
     let prefix = input.prefix.clone().unwrap_or_default();
-    all.retain(|(_, u)| u.bucket == input.bucket && u.key.starts_with(&prefix));
+    let marker = (
+        input.key_marker.clone().unwrap_or_default(),
+        input.upload_id_marker.clone().unwrap_or_default(),
+    );
+    all.retain(|(id, u)| {
+        u.bucket == input.bucket
+            && u.key.starts_with(&prefix)
+            && (input.key_marker.is_none() || (&u.key, id) > (&marker.0, &marker.1))
+    });
     all.sort_by(|a, b| (&a.1.key, &a.0).cmp(&(&b.1.key, &b.0)));
     let max = usize::try_from(input.max_uploads.unwrap_or(1000).clamp(0, 1000)).unwrap_or(1000);
     let truncated = all.len() > max;
     all.truncate(max);
+    let (next_key_marker, next_upload_id_marker) = match all.last() {
+        Some((id, u)) if truncated => (Some(u.key.clone()), Some(id.clone())),
+        _ => (None, None),
+    };
     let list = all
         .into_iter()
         .map(|(id, u)| MultipartUpload {
@@ -343,6 +355,10 @@ pub(crate) async fn list_uploads(
         bucket: Some(input.bucket),
         prefix: input.prefix,
         is_truncated: Some(truncated),
+        key_marker: input.key_marker,
+        upload_id_marker: input.upload_id_marker,
+        next_key_marker,
+        next_upload_id_marker,
         max_uploads: i32::try_from(max).ok(),
         uploads: Some(list),
         ..ListMultipartUploadsOutput::default()

@@ -75,7 +75,14 @@ chunks = [data[:5 * MiB], data[5 * MiB:10 * MiB], data[10 * MiB:]]
 etags = [s3.upload_part(Bucket='big', Key='boto.jpg', UploadId=up, PartNumber=i + 1, Body=c)['ETag']
          for i, c in enumerate(chunks)]
 listed = s3.list_parts(Bucket='big', Key='boto.jpg', UploadId=up)['Parts']
+extra = [s3.create_multipart_upload(Bucket='big', Key=f'z{{i}}')['UploadId'] for i in range(2)]
 uploads = [u['Key'] for u in s3.list_multipart_uploads(Bucket='big').get('Uploads', [])]
+first = s3.list_multipart_uploads(Bucket='big', MaxUploads=2)
+rest = s3.list_multipart_uploads(Bucket='big', KeyMarker=first['NextKeyMarker'],
+                                 UploadIdMarker=first['NextUploadIdMarker'])
+paged = [[u['Key'] for u in p.get('Uploads', [])] for p in (first, rest)] + [first['IsTruncated']]
+for i, e in enumerate(extra):
+    s3.abort_multipart_upload(Bucket='big', Key=f'z{{i}}', UploadId=e)
 parts = lambda pairs: {{'Parts': [{{'PartNumber': n, 'ETag': e}} for n, e in pairs]}}
 done = lambda pairs: s3.complete_multipart_upload(Bucket='big', Key='boto.jpg', UploadId=up,
                                                   MultipartUpload=parts(pairs))
@@ -93,7 +100,7 @@ s3.abort_multipart_upload(Bucket='big', Key='gone.bin', UploadId=gone)
 aborted = error(lambda: s3.list_parts(Bucket='big', Key='gone.bin', UploadId=gone))
 print(json.dumps({{
     'listed': [[p['PartNumber'], p['Size'], p['ETag'] == etags[i]] for i, p in enumerate(listed)],
-    'uploads': uploads, 'refused': [wrong_etag, wrong_order, missing, small_first],
+    'uploads': uploads, 'paged': paged, 'refused': [wrong_etag, wrong_order, missing, small_first],
     'after_refusals': after_refusals, 'etag': etag == '"%s"' % want, 'same': got == data,
     'aborted': aborted,
 }}))
@@ -104,7 +111,11 @@ print(json.dumps({{
         out["listed"],
         serde_json::json!([[1, 5 << 20, true], [2, 5 << 20, true], [3, tail, true]])
     );
-    assert_eq!(out["uploads"], serde_json::json!(["boto.jpg"]));
+    assert_eq!(out["uploads"], serde_json::json!(["boto.jpg", "z0", "z1"]));
+    assert_eq!(
+        out["paged"],
+        serde_json::json!([["boto.jpg", "z0"], ["z1"], true])
+    );
     assert_eq!(
         out["refused"],
         serde_json::json!([
