@@ -16,7 +16,7 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 use serde::{Deserialize, Serialize};
 
-use super::body::{self, Expected, ReadBody, too_large};
+use super::body::{self, Expected, too_large};
 use super::buckets::{require, timestamp};
 use super::errors::internal;
 use super::objects::{NewObject, store};
@@ -282,11 +282,8 @@ pub(crate) async fn complete(
     let staged = dir.clone();
     let (bytes, etag) = blocking(move || join(&staged, &listed, max)).await?;
     let object = NewObject {
-        body: ReadBody {
-            md5: Md5::checksum(&bytes),
-            sha256: hex::encode(Sha256::checksum(&bytes)),
-            bytes,
-        },
+        sha256: hex::encode(Sha256::checksum(&bytes)),
+        bytes,
         etag,
         content_type: info.content_type,
         metadata: info.metadata,

@@ -11,7 +11,7 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 use tracing::warn;
 
-use super::body::{self, Expected, ReadBody};
+use super::body::{self, Expected};
 use super::buckets::{require, timestamp};
 use super::errors::{self, catalog as catalog_error, no_such_key};
 use super::{S3State, blocking, labels};
@@ -22,7 +22,9 @@ const SPLIT_META: &str = "ndpipe-split";
 
 /// What a write stores: the bytes with their digests, the type and the user metadata.
 pub(crate) struct NewObject {
-    pub(crate) body: ReadBody,
+    pub(crate) bytes: Bytes,
+    /// Hex SHA-256 of the bytes.
+    pub(crate) sha256: String,
     /// The ETag without quotes (multipart: `md5-of-md5s-N`).
     pub(crate) etag: String,
     pub(crate) content_type: Option<String>,
@@ -59,7 +61,8 @@ pub(crate) async fn put(
     .await?;
     let object = NewObject {
         etag: hex::encode(body.md5),
-        body,
+        bytes: body.bytes,
+        sha256: body.sha256,
         content_type: input.content_type,
         metadata: input.metadata.unwrap_or_default().into_iter().collect(),
     };
@@ -128,7 +131,7 @@ pub(crate) async fn store(
     mut object: NewObject,
 ) -> S3Result<ObjectRecord> {
     let truth = ground_truth(&mut object.metadata)?;
-    let bytes = object.body.bytes.clone();
+    let bytes = object.bytes.clone();
     let (body, content_type) = if is_photo(object.content_type.as_deref(), &bytes) {
         let photo = state
             .ingestor
@@ -143,7 +146,7 @@ pub(crate) async fn store(
                 "ground truth can only be given for an image"
             ));
         }
-        let name = write_blob(state, &object.body).await?;
+        let name = write_blob(state, &object.bytes, &object.sha256).await?;
         let content_type = object
             .content_type
             .clone()
@@ -154,9 +157,9 @@ pub(crate) async fn store(
         bucket: bucket.to_string(),
         key: key.to_string(),
         body,
-        bytes: object.body.bytes.len() as u64,
+        bytes: object.bytes.len() as u64,
         etag: object.etag,
-        sha256: object.body.sha256,
+        sha256: object.sha256,
         content_type,
         modified_ms: ndpipe_util::time::now_ms(),
         metadata: object.metadata,
@@ -175,13 +178,13 @@ pub(crate) async fn store(
 }
 
 /// Writes a plain object's bytes to a new blob (refused below the free-space reserve).
-async fn write_blob(state: &S3State, body: &ReadBody) -> S3Result<String> {
+async fn write_blob(state: &S3State, bytes: &Bytes, sha256: &str) -> S3Result<String> {
     state
         .store
-        .check_space(body.bytes.len() as u64)
+        .check_space(bytes.len() as u64)
         .map_err(errors::store)?;
-    let name = state.blobs.new_name(&body.sha256);
-    let (blobs, bytes, blob) = (state.blobs.clone(), body.bytes.clone(), name.clone());
+    let name = state.blobs.new_name(sha256);
+    let (blobs, bytes, blob) = (state.blobs.clone(), bytes.clone(), name.clone());
     blocking(move || blobs.write(&blob, &bytes).map_err(errors::internal)).await?;
     Ok(name)
 }
@@ -393,11 +396,8 @@ pub(crate) async fn copy(
         (Some(source.content_type.clone()), source.metadata.clone())
     };
     let object = NewObject {
-        body: ReadBody {
-            bytes,
-            md5: [0; 16],
-            sha256: source.sha256.clone(),
-        },
+        bytes,
+        sha256: source.sha256.clone(),
         etag: source.etag.clone(),
         content_type,
         metadata,
