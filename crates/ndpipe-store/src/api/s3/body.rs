@@ -1,7 +1,7 @@
 //! Request bodies: read whole up to `max_upload_bytes` (refused from its declared length before
-//! any byte is read), with the digests every upload needs (MD5 for the ETag, SHA-256 for the
-//! store) and the checksums the client sent verified: `Content-MD5` and `x-amz-checksum-*`,
-//! as headers or as trailers of an aws-chunked body.
+//! any byte is read), with the MD5 every upload needs for its ETag (hashed chunk by chunk as
+//! the body arrives) and the checksums the client sent verified: `Content-MD5` and
+//! `x-amz-checksum-*`, as headers or as trailers of an aws-chunked body.
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
@@ -13,14 +13,12 @@ use s3s::{S3Error, TrailingHeaders, s3_error};
 
 use super::errors::custom;
 
-/// A body read whole, with its digests.
+/// A body read whole, with its MD5.
 pub(crate) struct ReadBody {
     /// The bytes.
     pub(crate) bytes: Bytes,
     /// The MD5 digest (the ETag of a single-part object).
     pub(crate) md5: [u8; 16],
-    /// Hex SHA-256.
-    pub(crate) sha256: String,
 }
 
 /// What the client said the body's checksums are (any may be absent).
@@ -73,18 +71,25 @@ pub(crate) async fn read(
     {
         return Err(too_large(len, max));
     }
-    let mut buf = BytesMut::new();
+    let mut buf = BytesMut::with_capacity(
+        declared
+            .and_then(|l| usize::try_from(l).ok())
+            .unwrap_or(0)
+            .min(max),
+    );
+    let mut hasher = Md5::new();
     if let Some(mut body) = body {
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| s3_error!(IncompleteBody, "reading the body: {e}"))?;
             if buf.len() + chunk.len() > max {
                 return Err(too_large((buf.len() + chunk.len()) as u64, max));
             }
+            hasher.update(&chunk);
             buf.extend_from_slice(&chunk);
         }
     }
     let bytes = buf.freeze();
-    let md5 = Md5::checksum(&bytes);
+    let md5 = hasher.finalize();
     verify_md5(expected.content_md5.as_deref(), &md5)?;
     let mut wanted = expected.checksum;
     if let Some(trailers) = trailers.and_then(|t| t.take()) {
@@ -103,8 +108,7 @@ pub(crate) async fn read(
             .or(get("x-amz-checksum-crc64nvme"));
     }
     verify_checksums(&wanted, &bytes)?;
-    let sha256 = hex::encode(Sha256::checksum(&bytes));
-    Ok(ReadBody { bytes, md5, sha256 })
+    Ok(ReadBody { bytes, md5 })
 }
 
 /// `BadDigest` unless `content_md5` (base64) is absent or the MD5 of the body.
@@ -175,10 +179,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(hex::encode(read_ok.md5), "5d41402abc4b2a76b9719d911017c592");
-        assert_eq!(
-            read_ok.sha256,
-            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
-        );
+        assert_eq!(&read_ok.bytes[..], b"hello");
         let declared = read(blob(b"hello"), Some(11), 10, Expected::default(), None).await;
         assert_eq!(
             declared.err().unwrap().code(),

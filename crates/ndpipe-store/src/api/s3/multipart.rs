@@ -282,7 +282,6 @@ pub(crate) async fn complete(
     let staged = dir.clone();
     let (bytes, etag) = blocking(move || join(&staged, &listed, max)).await?;
     let object = NewObject {
-        sha256: hex::encode(Sha256::checksum(&bytes)),
         bytes,
         etag,
         content_type: info.content_type,

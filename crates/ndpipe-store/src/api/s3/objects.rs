@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use ndpipe_catalog::{GroundTruth, ObjectBody, ObjectRecord, Split};
 use ndpipe_model::PhotoFormat;
+use s3s::crypto::{Checksum as _, Sha256};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 use tracing::warn;
@@ -20,11 +21,9 @@ use super::{S3State, blocking, labels};
 const LABEL_META: &str = "ndpipe-label";
 const SPLIT_META: &str = "ndpipe-split";
 
-/// What a write stores: the bytes with their digests, the type and the user metadata.
+/// What a write stores: the bytes, their ETag, the type and the user metadata.
 pub(crate) struct NewObject {
     pub(crate) bytes: Bytes,
-    /// Hex SHA-256 of the bytes.
-    pub(crate) sha256: String,
     /// The ETag without quotes (multipart: `md5-of-md5s-N`).
     pub(crate) etag: String,
     pub(crate) content_type: Option<String>,
@@ -62,7 +61,6 @@ pub(crate) async fn put(
     let object = NewObject {
         etag: hex::encode(body.md5),
         bytes: body.bytes,
-        sha256: body.sha256,
         content_type: input.content_type,
         metadata: input.metadata.unwrap_or_default().into_iter().collect(),
     };
@@ -132,13 +130,17 @@ pub(crate) async fn store(
 ) -> S3Result<ObjectRecord> {
     let truth = ground_truth(&mut object.metadata)?;
     let bytes = object.bytes.clone();
-    let (body, content_type) = if is_photo(object.content_type.as_deref(), &bytes) {
+    let (body, content_type, sha256) = if is_photo(object.content_type.as_deref(), &bytes) {
         let photo = state
             .ingestor
             .ingest(bytes, truth)
             .await
             .map_err(errors::ingest)?;
-        (ObjectBody::Photo(photo.id), photo.meta.content_type)
+        (
+            ObjectBody::Photo(photo.id),
+            photo.meta.content_type,
+            photo.meta.sha256,
+        )
     } else {
         if truth.is_some() {
             return Err(s3_error!(
@@ -146,12 +148,12 @@ pub(crate) async fn store(
                 "ground truth can only be given for an image"
             ));
         }
-        let name = write_blob(state, &object.bytes, &object.sha256).await?;
+        let (name, sha256) = write_blob(state, &object.bytes).await?;
         let content_type = object
             .content_type
             .clone()
             .unwrap_or_else(|| "binary/octet-stream".into());
-        (ObjectBody::Blob(name), content_type)
+        (ObjectBody::Blob(name), content_type, sha256)
     };
     let record = ObjectRecord {
         bucket: bucket.to_string(),
@@ -159,7 +161,7 @@ pub(crate) async fn store(
         body,
         bytes: object.bytes.len() as u64,
         etag: object.etag,
-        sha256: object.sha256,
+        sha256,
         content_type,
         modified_ms: ndpipe_util::time::now_ms(),
         metadata: object.metadata,
@@ -177,16 +179,21 @@ pub(crate) async fn store(
     Ok(record)
 }
 
-/// Writes a plain object's bytes to a new blob (refused below the free-space reserve).
-async fn write_blob(state: &S3State, bytes: &Bytes, sha256: &str) -> S3Result<String> {
+/// Writes a plain object's bytes to a new blob (refused below the free-space reserve);
+/// returns its name and the bytes' hex SHA-256.
+async fn write_blob(state: &S3State, bytes: &Bytes) -> S3Result<(String, String)> {
     state
         .store
         .check_space(bytes.len() as u64)
         .map_err(errors::store)?;
-    let name = state.blobs.new_name(sha256);
-    let (blobs, bytes, blob) = (state.blobs.clone(), bytes.clone(), name.clone());
-    blocking(move || blobs.write(&blob, &bytes).map_err(errors::internal)).await?;
-    Ok(name)
+    let (blobs, bytes) = (state.blobs.clone(), bytes.clone());
+    blocking(move || {
+        let sha256 = hex::encode(Sha256::checksum(&bytes));
+        let name = blobs.new_name(&sha256);
+        blobs.write(&name, &bytes).map_err(errors::internal)?;
+        Ok((name, sha256))
+    })
+    .await
 }
 
 /// Removes the photo or blob an object no longer names; a failure is logged (a photo that
@@ -397,7 +404,6 @@ pub(crate) async fn copy(
     };
     let object = NewObject {
         bytes,
-        sha256: source.sha256.clone(),
         etag: source.etag.clone(),
         content_type,
         metadata,
