@@ -6,7 +6,8 @@
 //! SHA-256 (a bearer token is found and checked by it) and sealed with ChaCha20-Poly1305 under
 //! the data directory's master key (`DATA/keys.master`, 32 random bytes, mode 0600, made at
 //! the first start), the access key id as associated data. The catalog, its backups and a
-//! shared PostgreSQL database hold no usable secret without that file. Secrets are 192 random
+//! shared PostgreSQL database hold no usable secret without that file (so the nodes of a
+//! cluster on one PostgreSQL catalog need the same `keys.master`). Secrets are 192 random
 //! bits, so an unsalted hash of one cannot be searched. Comparisons of secrets and hashes are
 //! constant-time. The old bearer token (`--token`) is an admin key: access key
 //! `ndpipe-admin` on S3, `Bearer TOKEN` on `/v1`.

@@ -1,7 +1,8 @@
 //! Who may call `/v1` (and the routes merged beside it, an embedded Tuner's `/v1/tuner`).
 //!
 //! Every call needs a role: `GET`/`HEAD` need `read`, `/v1/admin/...` needs `admin`, any other
-//! method `write`; `/healthz` is open, and `/metrics` is open with `metrics_open`. The role
+//! method `write`; the probes `/healthz` and `/readyz` are open, and `/metrics` is open with
+//! `metrics_open`. The role
 //! comes from `Authorization: Bearer SECRET`: the admin token, or an access key's secret.
 //! While no access key exists, only writes need a role, and only when a token is set (as
 //! before keys existed); once one exists, every call needs one. No credentials, or unknown
@@ -30,7 +31,7 @@ pub(crate) struct Guard {
 /// The role a call needs; `None`: open to anyone.
 fn required(method: &Method, path: &str, metrics_open: bool) -> Option<Role> {
     match path {
-        "/healthz" => None,
+        "/healthz" | "/readyz" => None,
         "/metrics" if metrics_open => None,
         p if p.starts_with("/v1/admin/") || p == "/v1/admin" => Some(Role::Admin),
         _ if method == Method::GET || method == Method::HEAD => Some(Role::Read),
@@ -96,6 +97,7 @@ mod tests {
     fn every_call_needs_a_role_but_health() {
         let get = |p| required(&Method::GET, p, false);
         assert_eq!(get("/healthz"), None);
+        assert_eq!(get("/readyz"), None);
         assert_eq!(get("/metrics"), Some(Role::Read));
         assert_eq!(required(&Method::GET, "/metrics", true), None);
         assert_eq!(get("/v1/photos/1/tensor"), Some(Role::Read));
