@@ -5,7 +5,7 @@ export NDPIPE_MODEL_DIR := $(CACHE)/model
 export NDPIPE_SAMPLES_DIR := $(CACHE)/model/samples
 export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 
-.PHONY: setup build build-bench demo test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash
+.PHONY: setup build build-bench demo test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -60,3 +60,7 @@ bench-faults: build-bench
 ## Crash loops: 100 kill -9 cycles during uploads, deletes and compactions; every acknowledged write checked.
 bench-crash: build-bench
 	target/release/ndpipe-bench crash --cycles 100 --json $(CACHE)/bench-crash.json
+
+## S3 throughput: the same large JPEGs up and down through aws s3 cp, s5cmd, boto3 and /v1.
+bench-s3: build-bench
+	target/release/ndpipe-bench s3 --json $(CACHE)/bench-s3.json

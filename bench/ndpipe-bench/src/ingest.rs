@@ -143,7 +143,7 @@ fn load_sets(args: &IngestBench) -> Result<Vec<(String, Vec<Vec<u8>>)>> {
     Ok(sets)
 }
 
-fn read_photos(dir: &Path) -> Result<Vec<Vec<u8>>> {
+pub(crate) fn read_photos(dir: &Path) -> Result<Vec<Vec<u8>>> {
     if !dir.is_dir() {
         return Ok(Vec::new());
     }
@@ -166,7 +166,7 @@ fn read_photos(dir: &Path) -> Result<Vec<Vec<u8>>> {
         .collect()
 }
 
-fn repeat_to(photos: &[Vec<u8>], min: usize) -> Vec<Vec<u8>> {
+pub(crate) fn repeat_to(photos: &[Vec<u8>], min: usize) -> Vec<Vec<u8>> {
     let rounds = min.div_ceil(photos.len()).max(1);
     (0..rounds).flat_map(|_| photos.iter().cloned()).collect()
 }

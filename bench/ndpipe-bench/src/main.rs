@@ -11,6 +11,7 @@ mod drift;
 mod finetune;
 mod infer;
 mod ingest;
+mod s3;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,6 +37,8 @@ enum Which {
     /// Fine-tuning across PipeStores: near-data vs conventional under bandwidth caps, r = 1, 2,
     /// 4, and 1, 2, 4 PipeStores, load balancing.
     Finetune(finetune::FinetuneBench),
+    /// S3 throughput: the same large JPEGs up and down through aws s3 cp, s5cmd, boto3 and /v1.
+    S3(s3::S3Bench),
     /// Drift: classes arrive in stages; stale vs fine-tuned accuracy at each stage.
     Drift(drift::DriftBench),
     /// SpiderCache and its peers on a real training run reading a PipeStore (or a replay).
@@ -76,6 +79,7 @@ async fn run(which: Which) -> Result<()> {
         Which::Infer(b) => infer::run(b).await,
         Which::Finetune(b) => finetune::run(b).await,
         Which::Drift(b) => drift::run(b).await,
+        Which::S3(b) => s3::run(b).await,
         Which::Cache(b) => {
             let ndpipe = ndpipe_binary()?;
             tokio::task::spawn_blocking(move || cachebench::cli::run(b, ndpipe)).await?

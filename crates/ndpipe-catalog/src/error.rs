@@ -23,6 +23,12 @@ pub enum CatalogError {
         /// The duplicate thing.
         what: String,
     },
+    /// The thing still holds others (a bucket with objects).
+    #[error("{what} is not empty")]
+    NotEmpty {
+        /// The thing, e.g. "bucket photos".
+        what: String,
+    },
     /// The database holds a value this code cannot interpret.
     #[error("catalog holds an invalid value: {0}")]
     Invalid(String),

@@ -12,7 +12,9 @@
 //!   and HTTP API);
 //! - [`ModelRegistry`]: model versions and which one serves (PipeStores and the Tuner);
 //! - [`JobLog`]: long-running jobs and their resumable state;
-//! - [`Catalog`]: all three, as one PipeStore uses them;
+//! - [`Catalog`]: all five, as one PipeStore uses them;
+//! - [`ObjectCatalog`]: buckets and objects of the S3 API, each object a photo or a plain blob;
+//! - [`AccessKeys`]: the access keys of a PipeStore's APIs, with their roles;
 //! - [`NodeRegistry`]: the PipeStores registered with a Tuner and their leases (the Tuner's
 //!   registry; not part of [`Catalog`]).
 //!
@@ -23,6 +25,8 @@
 #![deny(missing_docs)]
 
 mod error;
+mod keys;
+mod objects;
 mod pg;
 mod sqlite;
 #[cfg(any(test, feature = "testing"))]
@@ -32,6 +36,8 @@ pub mod test_suite;
 mod types;
 
 pub use error::CatalogError;
+pub use keys::{AccessKeyRecord, Role};
+pub use objects::{Bucket, ObjectBody, ObjectRecord};
 pub use pg::{OpenedCatalog, PgCatalog, PgOptions, PhotoIdBlocks, describe, is_postgres_url, open};
 pub use sqlite::SqliteCatalog;
 pub use types::{
@@ -198,7 +204,70 @@ pub trait NodeRegistry: Send + Sync {
     fn remove_node(&self, name: &str) -> Result<bool, CatalogError>;
 }
 
-/// Everything a PipeStore keeps in its catalog: photos, the model registry and the job log.
-pub trait Catalog: PhotoCatalog + ModelRegistry + JobLog {}
+/// Buckets and objects of the S3 API. Keys are compared as bytes (UTF-8 order). Every method is
+/// one transaction.
+pub trait ObjectCatalog: Send + Sync {
+    /// Creates a bucket. Fails with [`CatalogError::Conflict`] if it exists.
+    fn create_bucket(&self, bucket: &Bucket) -> Result<(), CatalogError>;
 
-impl<T: PhotoCatalog + ModelRegistry + JobLog> Catalog for T {}
+    /// One bucket.
+    fn bucket(&self, name: &str) -> Result<Option<Bucket>, CatalogError>;
+
+    /// Every bucket, in name order.
+    fn buckets(&self) -> Result<Vec<Bucket>, CatalogError>;
+
+    /// Removes an empty bucket. Fails with [`CatalogError::NotFound`] if unknown and
+    /// [`CatalogError::NotEmpty`] if it holds objects.
+    fn delete_bucket(&self, name: &str) -> Result<(), CatalogError>;
+
+    /// Records an object, replacing the one of the same bucket and key; returns the replaced
+    /// one (whose bytes the caller then removes). Fails with [`CatalogError::NotFound`] if
+    /// the bucket does not exist.
+    fn put_object(&self, object: &ObjectRecord) -> Result<Option<ObjectRecord>, CatalogError>;
+
+    /// One object.
+    fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, CatalogError>;
+
+    /// The object that is photo `id`, if any.
+    fn object_of_photo(&self, id: PhotoId) -> Result<Option<ObjectRecord>, CatalogError>;
+
+    /// Removes an object; returns it when it existed.
+    fn delete_object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, CatalogError>;
+
+    /// Objects of `bucket` whose key starts with `prefix` and comes after `after` (all of them
+    /// when `None`), in key order, at most `limit`.
+    fn list_objects(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ObjectRecord>, CatalogError>;
+}
+
+/// The access keys of a PipeStore's APIs. Every method is one transaction.
+pub trait AccessKeys: Send + Sync {
+    /// Records a key. Fails with [`CatalogError::Conflict`] if its name or access key exists.
+    fn create_key(&self, key: &AccessKeyRecord) -> Result<(), CatalogError>;
+
+    /// The key with this access key id.
+    fn key(&self, access_key: &str) -> Result<Option<AccessKeyRecord>, CatalogError>;
+
+    /// The key whose secret has this hex SHA-256.
+    fn key_by_secret(&self, secret_sha256: &str) -> Result<Option<AccessKeyRecord>, CatalogError>;
+
+    /// Every key, in name order.
+    fn keys(&self) -> Result<Vec<AccessKeyRecord>, CatalogError>;
+
+    /// Removes the key named `name`; returns whether it existed.
+    fn delete_key(&self, name: &str) -> Result<bool, CatalogError>;
+
+    /// How many keys there are (none: the APIs are open, as before keys existed).
+    fn count_keys(&self) -> Result<u64, CatalogError>;
+}
+
+/// Everything a PipeStore keeps in its catalog: photos, the model registry, the job log, the
+/// S3 objects and the access keys.
+pub trait Catalog: PhotoCatalog + ModelRegistry + JobLog + ObjectCatalog + AccessKeys {}
+
+impl<T: PhotoCatalog + ModelRegistry + JobLog + ObjectCatalog + AccessKeys> Catalog for T {}

@@ -2,8 +2,9 @@
 //! ([`run`]), and every [`NodeRegistry`] ([`run_nodes`]).
 
 use crate::{
-    Catalog, CatalogError, GroundTruth, JobRecord, ModelVersion, NodeRegistry, NodeState,
-    PhotoMeta, PhotoRecord, Prediction, Split,
+    AccessKeyRecord, Bucket, Catalog, CatalogError, GroundTruth, JobRecord, ModelVersion,
+    NodeRegistry, NodeState, ObjectBody, ObjectRecord, PhotoMeta, PhotoRecord, Prediction, Role,
+    Split,
 };
 
 /// A photo record with predictable fields, for tests.
@@ -45,6 +46,9 @@ pub fn run(c: &dyn Catalog) {
     search_matches_class_names(c);
     search_treats_wildcards_literally(c);
     jobs_round_trip(c);
+    buckets_create_list_and_delete_only_when_empty(c);
+    objects_replace_list_by_prefix_and_follow_their_photo(c);
+    access_keys_are_unique_by_name_id_and_secret(c);
 }
 
 fn search_matches_class_names(c: &dyn Catalog) {
@@ -332,4 +336,142 @@ pub fn run_nodes(c: &dyn NodeRegistry) {
     assert!(back.id > b.id, "ids are never reused");
     assert_eq!(back.registered_ms, 600);
     assert_eq!(c.nodes().unwrap().len(), 2);
+}
+
+/// An object of `bucket` named `key`: a photo when `photo` is given, else a blob.
+pub fn object(bucket: &str, key: &str, photo: Option<u64>) -> ObjectRecord {
+    ObjectRecord {
+        bucket: bucket.into(),
+        key: key.into(),
+        body: match photo {
+            Some(id) => ObjectBody::Photo(id),
+            None => ObjectBody::Blob(format!("blob-{key}")),
+        },
+        bytes: 42,
+        etag: "0".repeat(32),
+        sha256: "1".repeat(64),
+        content_type: "application/json".into(),
+        modified_ms: 1_700_000_000_000,
+        metadata: [("mtime".to_string(), "12".to_string())].into(),
+    }
+}
+
+fn buckets_create_list_and_delete_only_when_empty(c: &dyn Catalog) {
+    let b = |name: &str| Bucket {
+        name: name.into(),
+        created_ms: 7,
+    };
+    c.create_bucket(&b("zeta")).unwrap();
+    c.create_bucket(&b("alpha")).unwrap();
+    assert!(matches!(
+        c.create_bucket(&b("alpha")),
+        Err(CatalogError::Conflict { .. })
+    ));
+    let names: Vec<String> = c.buckets().unwrap().into_iter().map(|b| b.name).collect();
+    assert_eq!(names, vec!["alpha", "zeta"]);
+    assert_eq!(c.bucket("zeta").unwrap(), Some(b("zeta")));
+    assert_eq!(c.bucket("nope").unwrap(), None);
+    assert!(matches!(
+        c.put_object(&object("nope", "k", None)),
+        Err(CatalogError::NotFound { .. })
+    ));
+    c.put_object(&object("zeta", "k", None)).unwrap();
+    assert!(matches!(
+        c.delete_bucket("zeta"),
+        Err(CatalogError::NotEmpty { .. })
+    ));
+    assert!(c.delete_object("zeta", "k").unwrap().is_some());
+    assert!(c.delete_object("zeta", "k").unwrap().is_none());
+    c.delete_bucket("zeta").unwrap();
+    assert!(matches!(
+        c.delete_bucket("zeta"),
+        Err(CatalogError::NotFound { .. })
+    ));
+}
+
+fn objects_replace_list_by_prefix_and_follow_their_photo(c: &dyn Catalog) {
+    c.upsert_photo(&photo(30, None)).unwrap();
+    c.upsert_photo(&photo(31, None)).unwrap();
+    assert_eq!(
+        c.put_object(&object("alpha", "a/1.jpg", Some(30))).unwrap(),
+        None
+    );
+    let replaced = c
+        .put_object(&object("alpha", "a/1.jpg", Some(31)))
+        .unwrap()
+        .expect("the first object is returned when replaced");
+    assert_eq!(replaced.photo_id(), Some(30));
+    assert_eq!(
+        c.object_of_photo(31).unwrap().map(|o| o.key),
+        Some("a/1.jpg".into())
+    );
+    assert_eq!(c.object_of_photo(30).unwrap(), None);
+    for key in ["a/2.xmp", "a/b/3.json", "b/4.json", "a", "a0", "\u{e9}"] {
+        c.put_object(&object("alpha", key, None)).unwrap();
+    }
+    let keys = |prefix: &str, after: Option<&str>, limit: usize| -> Vec<String> {
+        c.list_objects("alpha", prefix, after, limit)
+            .unwrap()
+            .into_iter()
+            .map(|o| o.key)
+            .collect()
+    };
+    assert_eq!(
+        keys("a/", None, 100),
+        vec!["a/1.jpg", "a/2.xmp", "a/b/3.json"]
+    );
+    assert_eq!(keys("a/", Some("a/1.jpg"), 1), vec!["a/2.xmp"]);
+    assert_eq!(keys("", Some("a0"), 100), vec!["b/4.json", "\u{e9}"]);
+    assert_eq!(keys("", None, 2), vec!["a", "a/1.jpg"]);
+    assert!(keys("c", None, 10).is_empty());
+    assert_eq!(
+        c.object("alpha", "a/2.xmp").unwrap(),
+        Some(object("alpha", "a/2.xmp", None))
+    );
+    c.delete_photo(31).unwrap();
+    assert_eq!(
+        c.object("alpha", "a/1.jpg").unwrap(),
+        None,
+        "deleting a photo deletes its object"
+    );
+}
+
+fn access_keys_are_unique_by_name_id_and_secret(c: &dyn Catalog) {
+    let key = |id: &str, name: &str, role| AccessKeyRecord {
+        access_key: id.into(),
+        name: name.into(),
+        role,
+        secret_sha256: format!("{id:0>64}"),
+        sealed_secret: vec![0, 1, 2, 255],
+        created_ms: 9,
+    };
+    assert_eq!(c.count_keys().unwrap(), 0);
+    c.create_key(&key("AK2", "uploader", Role::Write)).unwrap();
+    c.create_key(&key("AK1", "reader", Role::Read)).unwrap();
+    for dup in [
+        key("AK3", "reader", Role::Admin),
+        key("AK1", "other", Role::Admin),
+    ] {
+        assert!(matches!(
+            c.create_key(&dup),
+            Err(CatalogError::Conflict { .. })
+        ));
+    }
+    assert_eq!(c.count_keys().unwrap(), 2);
+    assert_eq!(
+        c.key("AK2").unwrap(),
+        Some(key("AK2", "uploader", Role::Write))
+    );
+    assert_eq!(
+        c.key_by_secret(&format!("{:0>64}", "AK1"))
+            .unwrap()
+            .map(|k| k.name),
+        Some("reader".into())
+    );
+    assert_eq!(c.key("nope").unwrap(), None);
+    let names: Vec<String> = c.keys().unwrap().into_iter().map(|k| k.name).collect();
+    assert_eq!(names, vec!["reader", "uploader"]);
+    assert!(c.delete_key("reader").unwrap());
+    assert!(!c.delete_key("reader").unwrap());
+    assert_eq!(c.count_keys().unwrap(), 1);
 }

@@ -181,13 +181,7 @@ impl Preprocessor {
     /// depth, and one conversion copy), read from the header alone; an error for bytes that
     /// [`Preprocessor::decode`] would refuse before decoding.
     pub fn decode_cost(&self, bytes: &[u8]) -> Result<u64, PreprocessError> {
-        if bytes.is_empty() {
-            return Err(PreprocessError::Empty);
-        }
-        let format =
-            PhotoFormat::sniff(bytes).ok_or_else(|| PreprocessError::UnsupportedFormat {
-                detected: image::guess_format(bytes).ok().map(format_name),
-            })?;
+        let format = checked_format(bytes)?;
         let mut reader = ImageReader::with_format(Cursor::new(bytes), format.image_format());
         reader.limits(self.limits());
         let decoder = reader.into_decoder().map_err(|e| classify(format, e))?;
@@ -208,16 +202,7 @@ impl Preprocessor {
 
     /// Decodes `bytes` into an oriented image, enforcing the pixel limit before decoding.
     pub fn decode(&self, bytes: &[u8]) -> Result<(PhotoFormat, DynamicImage), PreprocessError> {
-        if bytes.is_empty() {
-            return Err(PreprocessError::Empty);
-        }
-        let format =
-            PhotoFormat::sniff(bytes).ok_or_else(|| PreprocessError::UnsupportedFormat {
-                detected: image::guess_format(bytes).ok().map(format_name),
-            })?;
-        if format == PhotoFormat::Jpeg && !jpeg_has_end_marker(bytes) {
-            return Err(PreprocessError::Truncated { format });
-        }
+        let format = checked_format(bytes)?;
         let mut reader = ImageReader::with_format(Cursor::new(bytes), format.image_format());
         reader.limits(self.limits());
         let decode_err = |e: image::ImageError| classify(format, e);
@@ -302,6 +287,21 @@ fn centre_crop_region(width: u32, height: u32, shorter: u32, crop: u32) -> (f64,
         (side / sx).min(f64::from(width)),
         (side / sy).min(f64::from(height)),
     )
+}
+
+/// The format of `bytes`, refusing what no decode should start on: nothing, a format not
+/// accepted, or a JPEG cut short (no end marker).
+fn checked_format(bytes: &[u8]) -> Result<PhotoFormat, PreprocessError> {
+    if bytes.is_empty() {
+        return Err(PreprocessError::Empty);
+    }
+    let format = PhotoFormat::sniff(bytes).ok_or_else(|| PreprocessError::UnsupportedFormat {
+        detected: image::guess_format(bytes).ok().map(format_name),
+    })?;
+    if format == PhotoFormat::Jpeg && !jpeg_has_end_marker(bytes) {
+        return Err(PreprocessError::Truncated { format });
+    }
+    Ok(format)
 }
 
 /// A complete JPEG ends with the EOI marker (FF D9); some writers append a few padding bytes.

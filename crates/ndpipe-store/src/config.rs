@@ -20,6 +20,11 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Address of this node's gRPC service for the Tuner (port 0 picks a free one).
     pub grpc_listen: SocketAddr,
+    /// Address of the S3-compatible API (unset: off; `ndpipe serve` uses 127.0.0.1:9000).
+    pub s3_listen: Option<SocketAddr>,
+    /// Domain of virtual-host-style S3 requests: a request to `BUCKET.DOMAIN` names the bucket
+    /// by its host; any other host is path-style (`/BUCKET/KEY`).
+    pub s3_domain: String,
     /// URL the Tuner uses to reach this node's gRPC service (default: `http://` and the bound
     /// gRPC address).
     pub advertise_url: Option<String>,
@@ -37,6 +42,9 @@ pub struct Config {
     pub token: Option<String>,
     /// File whose first line is the bearer token (used when `token` is unset).
     pub token_file: Option<PathBuf>,
+    /// Serve `/metrics` without credentials even when access keys exist (by default it needs
+    /// a `read` key then).
+    pub metrics_open: bool,
     /// File whose first line is the cluster secret: every gRPC call to this node must carry it,
     /// and the node sends it to the Tuner and other nodes (unset: no secret, calls are open).
     pub cluster_secret_file: Option<PathBuf>,
@@ -116,12 +124,15 @@ impl Default for Config {
             data: PathBuf::from("data"),
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             grpc_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            s3_listen: None,
+            s3_domain: "localhost".into(),
             advertise_url: None,
             name: None,
             tuner: None,
             catalog: None,
             token: None,
             token_file: None,
+            metrics_open: false,
             cluster_secret_file: None,
             tls_cert: None,
             tls_key: None,

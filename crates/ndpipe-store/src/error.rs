@@ -49,6 +49,18 @@ pub enum Error {
         #[source]
         source: StoreError,
     },
+    /// The access keys could not be opened (their master key file).
+    #[error("opening the access keys: {0}")]
+    Keys(#[from] crate::keys::KeyError),
+    /// A folder of the data directory could not be created or opened.
+    #[error("opening {}: {source}", path.display())]
+    Io {
+        /// The folder.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The catalog could not be opened.
     #[error("opening the catalog {what}: {source}")]
     Catalog {

@@ -4,7 +4,8 @@
 //! # Public API
 //!
 //! A binary runs a node with [`PipeStore::open`] (from a [`Config`]), [`PipeStore::start`] and
-//! [`Running::stop`]; every failure is an [`Error`]. The building blocks a benchmark needs are
+//! [`Running::stop`]; every failure is an [`Error`]. [`KeyStore`] manages a data directory's
+//! access keys without a server. The building blocks a benchmark needs are
 //! public too: the [`PhotoStore`] ([`StoreConfig`], [`NewPhoto`], [`RecoveryReport`],
 //! [`CompactionReport`], [`StoreError`]), the [`FeatureStore`], and a full re-labelling with a
 //! [`Relabeler`] ([`ActiveModel`], [`RelabelOptions`], [`RelabelReport`], [`InferenceError`]).
@@ -18,11 +19,14 @@
 //!   [`Running`]) and `membership` (registration with a Tuner and the heartbeat that renews
 //!   the node's lease);
 //! - `api`: the thin adapters. `api::http` is the client API (`/v1`, `/healthz`, `/metrics`;
-//!   photos, labels, jobs and ops route groups, JSON errors, bearer token on writes);
+//!   photos, labels, jobs, keys and ops route groups, JSON errors, a role for every call);
+//!   `api::s3` is the S3-compatible API (SigV4 with access keys);
 //!   `api::grpc` is the Tuner protocol over `node`;
 //! - `ingest`: validates and preprocesses each upload once (`ndpipe-model`), writes it to the
 //!   store, catalogs it (`ndpipe-catalog`) and hands it to online labelling; deletes; reconciles
 //!   catalog and store at start;
+//! - `keys`: access keys ([`KeyStore`]): secrets sealed under the data directory's master key,
+//!   roles, the bearer token as an admin key;
 //! - `jobs`: long-running re-labellings, one at a time, resumed after a restart;
 //! - `node`: the PipeStore side of the Tuner protocol (extraction plans, feature extraction,
 //!   take-over of a slow node's tail, two-phase head deploys, re-labelling after a deploy),
@@ -45,6 +49,7 @@ mod error;
 mod inference;
 mod ingest;
 mod jobs;
+mod keys;
 mod membership;
 mod metrics;
 mod node;
@@ -57,6 +62,7 @@ mod testing;
 pub use config::{Config, DEFAULT_MAX_UPLOAD_BYTES};
 pub use error::Error;
 pub use inference::{ActiveModel, InferenceError, RelabelOptions, RelabelReport, Relabeler};
+pub use keys::{ADMIN_ACCESS_KEY, KeyError, KeyInfo, KeyStore, NewKey};
 pub use pipestore::PipeStore;
 pub use server::Running;
 pub use storage::{

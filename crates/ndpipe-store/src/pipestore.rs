@@ -17,6 +17,7 @@ use crate::inference::model::Models;
 use crate::inference::{ActiveModel, RelabelOptions};
 use crate::ingest::{IngestConfig, Ingestor};
 use crate::jobs::Jobs;
+use crate::keys::KeyStore;
 use crate::metrics::StoreMetrics;
 use crate::node::PipeStoreNode;
 use crate::storage::{FeatureStore, PhotoIds, PhotoStore, StoreConfig, StoreError};
@@ -26,7 +27,6 @@ use crate::storage::{FeatureStore, PhotoIds, PhotoStore, StoreConfig, StoreError
 pub struct PipeStore {
     pub(crate) config: Config,
     pub(crate) name: String,
-    pub(crate) token: Option<String>,
     pub(crate) cluster_secret: Option<ClusterSecret>,
     pub(crate) tls: Option<Tls>,
     pub(crate) store: Arc<PhotoStore>,
@@ -35,6 +35,7 @@ pub struct PipeStore {
     pub(crate) ingestor: Arc<Ingestor>,
     pub(crate) jobs: Arc<Jobs>,
     pub(crate) node: Option<Arc<PipeStoreNode>>,
+    pub(crate) keys: Arc<KeyStore>,
 }
 
 impl PipeStore {
@@ -81,6 +82,11 @@ impl PipeStore {
         let name = node_name(config.name.as_deref(), &config.data);
         let (catalog, ids) = open_catalog(&config, &name).await?;
         let (store, features) = open_stores(&config, ids).await?;
+        let keys = Arc::new(KeyStore::with_catalog(
+            catalog.clone(),
+            &config.data,
+            token.clone(),
+        )?);
         let metrics = Arc::new(StoreMetrics::default());
         let models = match backend {
             Some(backend) => Some(open_models(&config, backend, catalog.clone()).await?),
@@ -171,7 +177,6 @@ impl PipeStore {
         Ok(PipeStore {
             config,
             name,
-            token,
             cluster_secret,
             tls,
             store,
@@ -180,6 +185,7 @@ impl PipeStore {
             ingestor,
             jobs,
             node,
+            keys,
         })
     }
 

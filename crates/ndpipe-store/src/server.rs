@@ -12,17 +12,21 @@ use tracing::{info, warn};
 
 use crate::api::grpc::PipeStoreService;
 use crate::api::http::{self, AppState};
+use crate::api::s3;
 use crate::error::Error;
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
+use crate::keys::KeyStore;
 use crate::membership::{self, Member, Readiness};
 use crate::node::PipeStoreNode;
 use crate::pipestore::PipeStore;
 use crate::storage::PhotoStore;
 
 impl PipeStore {
-    /// Binds `config.listen` (HTTP) and, when a model is loaded, `config.grpc_listen` (gRPC),
-    /// and serves both until [`Running::stop`].
+    /// Binds `config.listen` (HTTP), `config.s3_listen` (S3) when set and, when a model is
+    /// loaded, `config.grpc_listen` (gRPC), and serves them until [`Running::stop`]. Every
+    /// HTTP call (the merged routes included) and every S3 call is checked against the access
+    /// keys and the token.
     ///
     /// `extra_http` is merged into the HTTP router (an embedded Tuner's `/v1/tuner` routes), and
     /// `extra_grpc` is served next to the node's service (an embedded Tuner's service). Without
@@ -37,7 +41,6 @@ impl PipeStore {
         let PipeStore {
             config,
             name,
-            token,
             cluster_secret,
             tls,
             store,
@@ -46,6 +49,7 @@ impl PipeStore {
             ingestor,
             jobs,
             node,
+            keys,
         } = self;
         let (shutdown, stopped) = watch::channel(false);
         let mut grpc = None;
@@ -83,13 +87,28 @@ impl PipeStore {
             None => {}
         }
         let readiness = Arc::new(Readiness::default());
+        let s3 = match config.s3_listen {
+            Some(addr) => Some(
+                start_s3(
+                    &config,
+                    addr,
+                    keys.clone(),
+                    &ingestor,
+                    &store,
+                    &catalog,
+                    &stopped,
+                )
+                .await?,
+            ),
+            None => None,
+        };
         let state = AppState::new(
             ingestor.clone(),
             store.clone(),
             catalog,
             jobs.clone(),
-            metrics,
-            token,
+            metrics.clone(),
+            keys.clone(),
         )
         .named(&name)
         .with_readiness(readiness.clone(), node.is_some());
@@ -97,6 +116,12 @@ impl PipeStore {
         if let Some(extra) = extra_http {
             app = app.merge(extra);
         }
+        let guard = http::Guard {
+            keys: keys.clone(),
+            metrics,
+            metrics_open: config.metrics_open,
+        };
+        let app = app.layer(axum::middleware::from_fn_with_state(guard, http::authorize));
         let listener = bind("HTTP", config.listen).await?;
         let http_addr = local_addr("HTTP", &listener, config.listen)?;
         let mut http_stopped = stopped;
@@ -110,8 +135,11 @@ impl PipeStore {
             },
         ));
         info!(%http_addr, "listening");
+        let (s3_addr, s3) = s3.unzip();
         let mut running = Running {
             http_addr,
+            s3_addr,
+            s3,
             name,
             grpc_url,
             node,
@@ -136,6 +164,8 @@ impl PipeStore {
 /// A PipeStore serving in this process.
 pub struct Running {
     http_addr: SocketAddr,
+    s3_addr: Option<SocketAddr>,
+    s3: Option<JoinHandle<()>>,
     name: String,
     grpc_url: Option<String>,
     node: Option<Arc<PipeStoreNode>>,
@@ -155,6 +185,11 @@ impl Running {
     /// The bound HTTP address (the real port when `config.listen` asked for port 0).
     pub fn http_addr(&self) -> SocketAddr {
         self.http_addr
+    }
+
+    /// The bound address of the S3 API (`None` when `config.s3_listen` is unset).
+    pub fn s3_addr(&self) -> Option<SocketAddr> {
+        self.s3_addr
     }
 
     /// The URL the Tuner reaches this node's gRPC service at (`config.advertise_url`, else
@@ -205,6 +240,9 @@ impl Running {
             }
         };
         keep(self.http.await.map_err(Into::into));
+        if let Some(s3) = self.s3 {
+            keep(s3.await.map_err(Into::into));
+        }
         if let Some(grpc) = self.grpc {
             keep(match grpc.await {
                 Ok(served) => served.map_err(Error::Grpc),
@@ -227,6 +265,47 @@ impl Running {
         info!("PipeStore stopped");
         first.map_or(Ok(()), Err)
     }
+}
+
+/// Opens the S3 API's state (`DATA/objects` for plain objects, `DATA/s3-uploads` for
+/// multipart uploads), binds `addr` and serves it until `stopped`; signatures and roles are
+/// checked against `keys`.
+async fn start_s3(
+    config: &crate::Config,
+    addr: SocketAddr,
+    keys: Arc<KeyStore>,
+    ingestor: &Arc<Ingestor>,
+    store: &Arc<PhotoStore>,
+    catalog: &Arc<dyn ndpipe_catalog::Catalog>,
+    stopped: &watch::Receiver<bool>,
+) -> Result<(SocketAddr, JoinHandle<()>), Error> {
+    let io = |name: &str| {
+        let path = config.data.join(name);
+        move |source| Error::Io { path, source }
+    };
+    let blobs = s3::Blobs::open(config.data.join("objects")).map_err(io("objects"))?;
+    let uploads = s3::Uploads::open(config.data.join("s3-uploads")).map_err(io("s3-uploads"))?;
+    let state = Arc::new(s3::S3State {
+        ingestor: ingestor.clone(),
+        store: store.clone(),
+        catalog: catalog.clone(),
+        blobs: Arc::new(blobs),
+        uploads: Arc::new(uploads),
+        max_upload_bytes: config.max_upload_bytes,
+    });
+    let listener = bind("S3", addr).await?;
+    let bound = local_addr("S3", &listener, addr)?;
+    let service = s3::service(state, &config.s3_domain, keys);
+    info!(s3_addr = %bound, "S3 API listening");
+    Ok((
+        bound,
+        tokio::spawn(s3::serve(
+            listener,
+            service,
+            config.http_limits(),
+            stopped.clone(),
+        )),
+    ))
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Error> {

@@ -58,6 +58,36 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let app = app.layer(RequestBodyTimeoutLayer::new(limits.body_idle_timeout));
+    let service = move |remote: SocketAddr| {
+        TowerToHyperService::new(app.clone().map_request(
+            move |mut req: axum::http::Request<Incoming>| {
+                req.extensions_mut()
+                    .insert(ConnectInfo::<SocketAddr>(remote));
+                req.map(axum::body::Body::new)
+            },
+        ))
+    };
+    serve_hyper(listener, service, limits, shutdown).await;
+}
+
+/// [`serve`] for any hyper service: `service(remote)` serves the connection from `remote`.
+/// The header deadline, connection cap and bounded shutdown of `limits` apply; the body
+/// deadline is the service's concern.
+pub async fn serve_hyper<S, B>(
+    listener: TcpListener,
+    service: impl Fn(SocketAddr) -> S,
+    limits: HttpLimits,
+    shutdown: impl Future<Output = ()>,
+) where
+    S: hyper::service::Service<hyper::Request<Incoming>, Response = hyper::Response<B>>
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     let mut builder = Builder::new(TokioExecutor::new());
@@ -88,15 +118,8 @@ pub async fn serve(
             debug!(%remote, "too many connections: closed");
             continue;
         };
-        let service = app
-            .clone()
-            .map_request(move |mut req: axum::http::Request<Incoming>| {
-                req.extensions_mut()
-                    .insert(ConnectInfo::<SocketAddr>(remote));
-                req.map(axum::body::Body::new)
-            });
         let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
+            .serve_connection_with_upgrades(TokioIo::new(stream), service(remote))
             .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {

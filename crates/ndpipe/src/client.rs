@@ -11,7 +11,7 @@ pub struct ServerArgs {
     /// Base URL of the store.
     #[arg(long, env = "NDPIPE_SERVER", default_value = "http://127.0.0.1:8080")]
     pub server: String,
-    /// Bearer token for writes.
+    /// Bearer token: the admin token, or an access key's secret (`ndpipe keys create`).
     #[arg(long, env = "NDPIPE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 }
@@ -113,8 +113,7 @@ impl Client {
     /// GET a JSON document.
     pub async fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
         let resp = self
-            .http
-            .get(self.url(path))
+            .authed(self.http.get(self.url(path)))
             .send()
             .await
             .with_context(|| format!("GET {path}"))?;
@@ -124,8 +123,7 @@ impl Client {
     /// GET raw bytes.
     pub async fn get_bytes(&self, path: &str) -> Result<Vec<u8>> {
         let resp = self
-            .http
-            .get(self.url(path))
+            .authed(self.http.get(self.url(path)))
             .send()
             .await
             .with_context(|| format!("GET {path}"))?;

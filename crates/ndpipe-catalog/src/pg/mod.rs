@@ -23,6 +23,9 @@
 //! - `models`: [`ModelRegistry`](crate::ModelRegistry);
 //! - `jobs`: [`JobLog`](crate::JobLog);
 //! - `nodes`: [`NodeRegistry`](crate::NodeRegistry), the cluster's PipeStores and their leases;
+//! - `objects`: [`ObjectCatalog`](crate::ObjectCatalog), the S3 buckets and objects, shared by
+//!   the cluster (one key names one object cluster-wide);
+//! - `keys`: [`AccessKeys`](crate::AccessKeys), the cluster's access keys;
 //! - `ids`: [`PhotoIdBlocks`](crate::PhotoIdBlocks);
 //! - `open`: [`open`](crate::open), SQLite or PostgreSQL from one `--catalog` value;
 //! - `error`: driver errors as [`CatalogError`]s.
@@ -31,8 +34,10 @@ mod connect;
 mod error;
 mod ids;
 mod jobs;
+mod keys;
 mod models;
 mod nodes;
+mod objects;
 mod open;
 mod photos;
 mod schema;

@@ -84,6 +84,36 @@ CREATE TABLE nodes (
     last_seen_ms      BIGINT NOT NULL
 );
 "#,
+    r#"
+CREATE TABLE buckets (
+    name        TEXT COLLATE "C" PRIMARY KEY,
+    created_ms  BIGINT NOT NULL
+);
+CREATE TABLE objects (
+    bucket        TEXT COLLATE "C" NOT NULL REFERENCES buckets (name),
+    key           TEXT COLLATE "C" NOT NULL,
+    photo_id      BIGINT UNIQUE REFERENCES photos (id) ON DELETE CASCADE,
+    blob          TEXT,
+    bytes         BIGINT NOT NULL,
+    etag          TEXT   NOT NULL,
+    sha256        TEXT   NOT NULL,
+    content_type  TEXT   NOT NULL,
+    modified_ms   BIGINT NOT NULL,
+    metadata      JSONB  NOT NULL,
+    PRIMARY KEY (bucket, key),
+    CHECK ((photo_id IS NULL) <> (blob IS NULL))
+);
+"#,
+    r#"
+CREATE TABLE access_keys (
+    access_key     TEXT COLLATE "C" PRIMARY KEY,
+    name           TEXT COLLATE "C" NOT NULL UNIQUE,
+    role           TEXT   NOT NULL CHECK (role IN ('read', 'write', 'admin')),
+    secret_sha256  TEXT   NOT NULL UNIQUE,
+    sealed_secret  BYTEA  NOT NULL,
+    created_ms     BIGINT NOT NULL
+);
+"#,
 ];
 
 /// Applies the migrations this database lacks, all in one transaction, under an advisory lock

@@ -5,11 +5,15 @@
 //! - `photos`: photos, ground truth, predictions and search ([`PhotoCatalog`](crate::PhotoCatalog));
 //! - `models`: the model registry ([`ModelRegistry`](crate::ModelRegistry));
 //! - `jobs`: the job log ([`JobLog`](crate::JobLog));
+//! - `objects`: buckets and objects of the S3 API ([`ObjectCatalog`](crate::ObjectCatalog));
+//! - `keys`: access keys ([`AccessKeys`](crate::AccessKeys));
 //! - `nodes`: the Tuner's node registry ([`NodeRegistry`](crate::NodeRegistry)).
 
 mod jobs;
+mod keys;
 mod models;
 mod nodes;
+mod objects;
 mod photos;
 mod schema;
 

@@ -60,4 +60,34 @@ CREATE TABLE nodes (
     last_seen_ms      INTEGER NOT NULL
 );
 "#,
+    r#"
+CREATE TABLE buckets (
+    name        TEXT    PRIMARY KEY,
+    created_ms  INTEGER NOT NULL
+);
+CREATE TABLE objects (
+    bucket        TEXT    NOT NULL REFERENCES buckets(name),
+    key           TEXT    NOT NULL,
+    photo_id      INTEGER UNIQUE REFERENCES photos(id) ON DELETE CASCADE,
+    blob          TEXT,
+    bytes         INTEGER NOT NULL,
+    etag          TEXT    NOT NULL,
+    sha256        TEXT    NOT NULL,
+    content_type  TEXT    NOT NULL,
+    modified_ms   INTEGER NOT NULL,
+    metadata      TEXT    NOT NULL,
+    PRIMARY KEY (bucket, key),
+    CHECK ((photo_id IS NULL) <> (blob IS NULL))
+);
+"#,
+    r#"
+CREATE TABLE access_keys (
+    access_key     TEXT    PRIMARY KEY,
+    name           TEXT    NOT NULL UNIQUE,
+    role           TEXT    NOT NULL CHECK (role IN ('read', 'write', 'admin')),
+    secret_sha256  TEXT    NOT NULL UNIQUE,
+    sealed_secret  BLOB    NOT NULL,
+    created_ms     INTEGER NOT NULL
+);
+"#,
 ];

@@ -1,5 +1,7 @@
-//! The node's two APIs: [`http`] for clients (`/v1`, `/healthz`, `/metrics`) and [`grpc`] for the
-//! Tuner. Both are thin adapters over ingest, the catalog, jobs and the node.
+//! The node's APIs: [`http`] for clients (`/v1`, `/healthz`, `/metrics`), [`s3`] for S3 clients
+//! (`--s3-listen`) and [`grpc`] for the Tuner. All are thin adapters over ingest, the catalog,
+//! jobs and the node.
 
 pub(crate) mod grpc;
 pub(crate) mod http;
+pub(crate) mod s3;

@@ -24,6 +24,16 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_GRPC_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) grpc_listen: Option<SocketAddr>,
+    /// Address of the S3-compatible API [s3_listen; default: 127.0.0.1:9000 for serve, off
+    /// for pipestore].
+    #[arg(long, env = "NDPIPE_S3_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) s3_listen: Option<SocketAddr>,
+    /// Domain of virtual-host-style S3 requests (BUCKET.DOMAIN) [s3_domain; default:
+    /// localhost].
+    #[arg(long, env = "NDPIPE_S3_DOMAIN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) s3_domain: Option<String>,
     /// URL the Tuner uses to reach this node's gRPC service [advertise_url; default:
     /// http://GRPC_LISTEN].
     #[arg(long, env = "NDPIPE_ADVERTISE_URL")]
@@ -55,6 +65,10 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_TOKEN_FILE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) token_file: Option<PathBuf>,
+    /// Serve /metrics without credentials even when access keys exist [metrics_open].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) metrics_open: bool,
     /// File whose first line is the cluster secret, required of every gRPC call between nodes
     /// and the Tuner [cluster_secret_file].
     #[arg(long, env = "NDPIPE_CLUSTER_SECRET_FILE")]

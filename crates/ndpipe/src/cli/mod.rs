@@ -5,6 +5,7 @@ mod config;
 mod finetune;
 mod flags;
 mod import;
+mod keys;
 mod nodes;
 mod photos;
 mod relabel;
@@ -45,6 +46,8 @@ enum Command {
     Photos(photos::PhotosArgs),
     /// Re-label every stored photo with the model, on the store, and report label churn.
     Relabel(relabel::RelabelArgs),
+    /// Access keys of a store (S3 SigV4 and /v1 bearer tokens): create, list, delete.
+    Keys(keys::KeysArgs),
     /// Reclaim the space of deleted photos in a running store.
     Compact(ServerArgs),
     /// The configuration file: print a commented example, or check a file.
@@ -65,6 +68,7 @@ impl Cli {
             Command::Import(args) => import::run(args).await,
             Command::Photos(args) => photos::run(args).await,
             Command::Compact(args) => photos::compact(args).await,
+            Command::Keys(args) => keys::run(args).await,
             Command::Relabel(args) => relabel::run(args).await,
             Command::Config(args) => config::run(args),
         }

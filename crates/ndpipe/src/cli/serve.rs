@@ -1,6 +1,7 @@
 //! `ndpipe serve` and `ndpipe pipestore`: boot a PipeStore (with its own Tuner when embedded),
 //! serve until Ctrl-C or SIGTERM, stop cleanly.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
@@ -11,6 +12,9 @@ use tracing::info;
 
 use super::config::ConfigFlag;
 use super::flags::PipeStoreFlags;
+
+/// Where `ndpipe serve` answers S3 unless told otherwise (MinIO's port).
+const DEFAULT_S3_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9000);
 
 /// Flags of `ndpipe serve` and `ndpipe pipestore`.
 #[derive(Debug, Args)]
@@ -23,7 +27,8 @@ pub(crate) struct ServeArgs {
 
 /// `ndpipe serve`: one PipeStore and its own Tuner in one process, on one data directory.
 pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
-    let config = args.config.resolve("pipestore", &args.flags)?.pipestore;
+    let mut config = args.config.resolve("pipestore", &args.flags)?.pipestore;
+    config.s3_listen = config.s3_listen.or(Some(DEFAULT_S3_LISTEN));
     super::server_preflight();
     if config.tuner.is_some() {
         bail!("ndpipe serve runs its own Tuner; use ndpipe pipestore to register with another");
@@ -72,6 +77,9 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
         info!(%name, "joining the embedded Tuner");
     }
     println!("ndpipe listening on http://{}", running.http_addr());
+    if let Some(s3) = running.s3_addr() {
+        println!("ndpipe S3 API on http://{s3}");
+    }
     super::wait_for_signal().await;
     info!("shutting down");
     running.stop().await.context("stopping the PipeStore")

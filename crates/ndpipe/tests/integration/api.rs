@@ -230,7 +230,7 @@ async fn bad_uploads_are_refused_and_leave_nothing() {
 }
 
 /// A PNG whose header declares `w` x `h` pixels, with almost no data: a decompression bomb.
-fn png_bomb(w: u32, h: u32) -> Vec<u8> {
+pub(crate) fn png_bomb(w: u32, h: u32) -> Vec<u8> {
     fn chunk(out: &mut Vec<u8>, kind: &[u8], data: &[u8]) {
         out.extend_from_slice(&(data.len() as u32).to_be_bytes());
         let mut c = kind.to_vec();

@@ -10,6 +10,7 @@
 //! - `cache`: the cache policies on a real training run reading a PipeStore (quick mode).
 //! - `tls`: gRPC between the Tuner and the PipeStores over mutual TLS.
 //! - `tuner`: a Tuner and two PipeStore processes: fine-tuning, deploy, rollback, faults.
+//! - `s3`: the S3 API with real clients (awscli, boto3, rclone, s5cmd).
 //! - `cluster`: the control plane: a stopped node, a Tuner restart, a node gone for good, a
 //!   client going away, a node that missed a commit.
 //! - `faults`: five rounds of random kill -9, SIGSTOP and restarts during jobs (`faultbench`).
@@ -29,5 +30,6 @@ mod faults;
 mod inference;
 mod limits;
 mod postgres;
+mod s3;
 mod tls;
 mod tuner;

@@ -2,14 +2,17 @@
 //! `/metrics`.
 //!
 //! Route groups: [`photos`] (upload, read, list, delete, ground truth), [`labels`] (labels,
-//! search, models), [`jobs`] (re-labelling jobs), [`ops`] (health, metrics, compaction). Writes
-//! and admin calls need the bearer token when one is set. Every error is a JSON body
+//! search, models), [`jobs`] (re-labelling jobs), [`ops`] (health, metrics, compaction),
+//! [`keys`] (access keys). [`auth`] gives every call the role it needs (bearer token or an
+//! access key's secret). Every error is a JSON body
 //! (`{"error": kind, "message": ...}`) and is counted by kind ([`error`]): handlers answer
 //! [`ApiError`]s, and a layer gives one to any error that comes without a body (405 from the
 //! router, 431 for oversized headers, ...).
 
+mod auth;
 mod error;
 mod jobs;
+mod keys;
 mod labels;
 mod ops;
 mod photos;
@@ -27,9 +30,11 @@ use ndpipe_catalog::Catalog;
 
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
+use crate::keys::KeyStore;
 use crate::membership::Readiness;
 use crate::metrics::StoreMetrics;
 use crate::storage::PhotoStore;
+pub(crate) use auth::{Guard, authorize};
 use error::ApiError;
 
 /// Largest page of `GET /v1/photos` and `GET /v1/search`.
@@ -38,7 +43,7 @@ const MAX_PAGE: usize = 1000;
 const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// What the handlers work with: ingest for adding and deleting photos, the store for reading
-/// them, the catalog for what is known about them, jobs, metrics and the token.
+/// them, the catalog for what is known about them, jobs, metrics and the access keys.
 #[derive(Clone)]
 pub(crate) struct AppState {
     ingestor: Arc<Ingestor>,
@@ -46,7 +51,7 @@ pub(crate) struct AppState {
     catalog: Arc<dyn Catalog>,
     jobs: Arc<Jobs>,
     metrics: Arc<StoreMetrics>,
-    token: Option<Arc<str>>,
+    keys: Arc<KeyStore>,
     /// This node's name, given to its own search hits.
     node: Arc<str>,
     /// Whether the node is in its cluster, for `/readyz`.
@@ -56,14 +61,14 @@ pub(crate) struct AppState {
 }
 
 impl AppState {
-    /// The state of a node's API; `token`, when set, guards writes and admin calls.
+    /// The state of a node's API (who may call it is [`authorize`]'s concern).
     pub(crate) fn new(
         ingestor: Arc<Ingestor>,
         store: Arc<PhotoStore>,
         catalog: Arc<dyn Catalog>,
         jobs: Arc<Jobs>,
         metrics: Arc<StoreMetrics>,
-        token: Option<String>,
+        keys: Arc<KeyStore>,
     ) -> Self {
         AppState {
             ingestor,
@@ -71,7 +76,7 @@ impl AppState {
             catalog,
             jobs,
             metrics,
-            token: token.map(Arc::from),
+            keys,
             node: Arc::from("local"),
             readiness: Arc::new(Readiness::default()),
             model_loaded: false,
@@ -107,7 +112,8 @@ pub(crate) fn router(state: AppState, max_upload_bytes: usize) -> Router {
         )
         .route("/v1/admin/compact", post(ops::compact))
         .route("/v1/jobs/relabel", post(jobs::start_relabel))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+        .route("/v1/admin/keys", post(keys::create).get(keys::list))
+        .route("/v1/admin/keys/{name}", delete(keys::delete));
     let reads = Router::new()
         .route("/v1/photos", get(photos::list))
         .route("/v1/photos/{id}", get(photos::get_photo))
@@ -178,17 +184,6 @@ async fn json_errors(State(state): State<AppState>, response: Response) -> Respo
     json
 }
 
-/// Answers 401 (counted as `unauthorized`) unless the token is unset or presented.
-async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(token) = &state.token
-        && !ndpipe_util::http::has_bearer(req.headers(), token)
-    {
-        state.metrics.error("unauthorized");
-        return ndpipe_util::http::unauthorized();
-    }
-    next.run(req).await
-}
-
 /// A query parameter `limit` checked against [`MAX_PAGE`].
 fn page_limit(limit: Option<usize>, default: usize) -> Result<usize, ApiError> {
     let limit = limit.unwrap_or(default);
@@ -226,7 +221,10 @@ impl AppState {
             s.catalog.clone(),
             Arc::new(jobs),
             metrics,
-            None,
+            Arc::new(
+                KeyStore::with_catalog(s.catalog.clone(), s._dir.path(), None)
+                    .expect("a test key store"),
+            ),
         )
     }
 }

@@ -8,7 +8,7 @@ use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use ndpipe_catalog::{CatalogError, GroundTruth, PhotoRecord, Split};
+use ndpipe_catalog::{Catalog, CatalogError, GroundTruth, PhotoRecord, Split};
 use serde::{Deserialize, Serialize};
 
 use super::error::{ApiError, MAX_PHOTO_ID, blocking, count, parse_id};
@@ -167,17 +167,58 @@ pub(super) async fn get_tensor(
         .into_response())
 }
 
-/// `GET /v1/photos/{id}/meta`: the photo's catalog row.
+/// A photo's catalog row, with the S3 bucket and key it is stored under (when it came
+/// through the S3 API).
+#[derive(Debug, Serialize)]
+pub(super) struct MetaReply {
+    #[serde(flatten)]
+    record: PhotoRecord,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bucket: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+}
+
+/// `GET /v1/photos/{id}/meta`: the photo's catalog row, with its bucket and key.
 pub(super) async fn get_meta(
     State(state): State<AppState>,
     Path(raw): Path<String>,
-) -> Result<Json<PhotoRecord>, ApiError> {
+) -> Result<Json<MetaReply>, ApiError> {
     let id = parse_id(&raw).map_err(|e| count(&state, e))?;
     let catalog = state.catalog.clone();
-    let row = blocking(&state, move || catalog.photo(id)).await?;
-    row.filter(|_| !state.ingestor.is_deleted(id))
-        .map(Json)
-        .ok_or_else(|| count(&state, ApiError::photo_not_found(id)))
+    let (row, object) = blocking(&state, move || {
+        Ok::<_, CatalogError>((catalog.photo(id)?, catalog.object_of_photo(id)?))
+    })
+    .await?;
+    let record = row
+        .filter(|_| !state.ingestor.is_deleted(id))
+        .ok_or_else(|| count(&state, ApiError::photo_not_found(id)))?;
+    Ok(Json(MetaReply::new(record, object)))
+}
+
+impl MetaReply {
+    fn new(record: PhotoRecord, object: Option<ndpipe_catalog::ObjectRecord>) -> Self {
+        let (bucket, key) = object.map(|o| (o.bucket, o.key)).unzip();
+        MetaReply {
+            record,
+            bucket,
+            key,
+        }
+    }
+}
+
+/// Each photo with the bucket and key it has in the S3 API, if any.
+fn with_objects(
+    catalog: &dyn Catalog,
+    photos: Vec<PhotoRecord>,
+) -> Result<Vec<MetaReply>, CatalogError> {
+    photos
+        .into_iter()
+        .map(|p| {
+            let object = catalog.object_of_photo(p.id)?;
+            Ok(MetaReply::new(p, object))
+        })
+        .collect()
 }
 
 #[derive(Debug, Deserialize)]
@@ -188,12 +229,13 @@ pub(super) struct PageParams {
 
 #[derive(Debug, Serialize)]
 pub(super) struct Page {
-    photos: Vec<PhotoRecord>,
+    photos: Vec<MetaReply>,
     /// Pass as `after` to get the next page; absent on the last page.
     next_after: Option<u64>,
 }
 
-/// `GET /v1/photos?after=&limit=`: catalog rows in id order, a page at a time.
+/// `GET /v1/photos?after=&limit=`: catalog rows in id order (with their bucket and key), a
+/// page at a time.
 pub(super) async fn list(
     State(state): State<AppState>,
     query: Result<Query<PageParams>, QueryRejection>,
@@ -216,6 +258,8 @@ pub(super) async fn list(
     let more = more || photos.len() > limit;
     photos.truncate(limit);
     let next_after = more.then(|| photos.last().map(|p| p.id)).flatten();
+    let catalog = state.catalog.clone();
+    let photos = blocking(&state, move || with_objects(&*catalog, photos)).await?;
     Ok(Json(Page { photos, next_after }))
 }
 

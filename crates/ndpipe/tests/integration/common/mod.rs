@@ -186,6 +186,9 @@ impl Instance {
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
             .args(&self.extra)
+            // `ndpipe serve` answers S3 on 127.0.0.1:9000 by default; tests in parallel take
+            // any free port unless they ask for one (a flag beats the variable).
+            .env("NDPIPE_S3_LISTEN", "127.0.0.1:0")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -393,6 +396,7 @@ fn free_port() -> u16 {
 /// Runs the CLI with `args`; returns (exit success, stdout, stderr).
 pub(crate) fn cli(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(exe())
+        .env("NDPIPE_S3_LISTEN", "127.0.0.1:0")
         .args(args)
         .output()
         .expect("running ndpipe");

@@ -1,0 +1,70 @@
+//! The S3 side of the catalog: buckets, and objects named by bucket and key. An object is
+//! either a photo of the store (an image that went through ingest) or a plain object whose
+//! bytes the PipeStore keeps in a blob file (a sidecar such as `.xmp` or `.json`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::PhotoId;
+
+/// A bucket of the S3 API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bucket {
+    /// The bucket's name (unique).
+    pub name: String,
+    /// Creation time, ms since the Unix epoch.
+    pub created_ms: i64,
+}
+
+/// Where an object's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ObjectBody {
+    /// A photo of the store: an image with its tensor, labels and features.
+    Photo(PhotoId),
+    /// A plain object: the name of its blob file in the PipeStore's blob folder.
+    Blob(String),
+}
+
+/// An object of the S3 API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectRecord {
+    /// Its bucket.
+    pub bucket: String,
+    /// Its key (unique within the bucket).
+    pub key: String,
+    /// Where its bytes are.
+    pub body: ObjectBody,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// The S3 ETag without quotes: the hex MD5 of the bytes, or for a multipart upload the MD5
+    /// of the parts' MD5s followed by `-` and the number of parts.
+    pub etag: String,
+    /// Hex SHA-256 of the bytes (the store's checksum).
+    pub sha256: String,
+    /// MIME type given at upload (or found by decoding, for a photo).
+    pub content_type: String,
+    /// Last write, ms since the Unix epoch.
+    pub modified_ms: i64,
+    /// User metadata (`x-amz-meta-*` headers without the prefix), lowercase names.
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl ObjectRecord {
+    /// The photo this object is, if it is one.
+    pub fn photo_id(&self) -> Option<PhotoId> {
+        match self.body {
+            ObjectBody::Photo(id) => Some(id),
+            ObjectBody::Blob(_) => None,
+        }
+    }
+}
+
+/// Keeps the rows of a key-ordered listing that start with `prefix`: the query asked for keys
+/// from `prefix` on, so the first key without it ends the range.
+pub(crate) fn within_prefix(rows: Vec<ObjectRecord>, prefix: &str) -> Vec<ObjectRecord> {
+    rows.into_iter()
+        .take_while(|o| o.key.starts_with(prefix))
+        .collect()
+}

@@ -1,0 +1,119 @@
+//! Who may call `/v1` (and the routes merged beside it, an embedded Tuner's `/v1/tuner`).
+//!
+//! Every call needs a role: `GET`/`HEAD` need `read`, `/v1/admin/...` needs `admin`, any other
+//! method `write`; the probes `/healthz` and `/readyz` are open, and `/metrics` is open with
+//! `metrics_open`. The role
+//! comes from `Authorization: Bearer SECRET`: the admin token, or an access key's secret.
+//! While no access key exists, only writes need a role, and only when a token is set (as
+//! before keys existed); once one exists, every call needs one. No credentials, or unknown
+//! ones: 401; a role too low: 403.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use ndpipe_catalog::Role;
+
+use super::error::{ApiError, internal};
+use crate::keys::KeyStore;
+use crate::metrics::StoreMetrics;
+
+/// What the guard needs.
+#[derive(Clone)]
+pub(crate) struct Guard {
+    pub(crate) keys: Arc<KeyStore>,
+    pub(crate) metrics: Arc<StoreMetrics>,
+    pub(crate) metrics_open: bool,
+}
+
+/// The role a call needs; `None`: open to anyone.
+fn required(method: &Method, path: &str, metrics_open: bool) -> Option<Role> {
+    match path {
+        "/healthz" | "/readyz" => None,
+        "/metrics" if metrics_open => None,
+        p if p.starts_with("/v1/admin/") || p == "/v1/admin" => Some(Role::Admin),
+        _ if method == Method::GET || method == Method::HEAD => Some(Role::Read),
+        _ => Some(Role::Write),
+    }
+}
+
+fn bearer(req: &Request) -> Option<String> {
+    req.headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string)
+}
+
+/// Answers 401 or 403 (counted as `unauthorized`, `forbidden`) unless the caller's role
+/// allows the call.
+pub(crate) async fn authorize(State(guard): State<Guard>, req: Request, next: Next) -> Response {
+    let Some(needed) = required(req.method(), req.uri().path(), guard.metrics_open) else {
+        return next.run(req).await;
+    };
+    let token = bearer(&req);
+    let keys = guard.keys.clone();
+    let decided = tokio::task::spawn_blocking(move || {
+        let any = keys.any()?;
+        let role = match &token {
+            Some(t) => keys.role_of_bearer(t)?,
+            None => None,
+        };
+        Ok::<_, crate::keys::KeyError>((any, role))
+    })
+    .await;
+    let (any, role) = match decided {
+        Ok(Ok(decided)) => decided,
+        Ok(Err(e)) => return internal(e).into_response(),
+        Err(e) => return internal(e).into_response(),
+    };
+    let open = !any && (needed == Role::Read || !guard.keys.has_token());
+    match role {
+        _ if open => next.run(req).await,
+        Some(role) if role >= needed => next.run(req).await,
+        Some(role) => {
+            guard.metrics.error("forbidden");
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!("a {role} key cannot do this; it needs {needed}"),
+            )
+            .into_response()
+        }
+        None => {
+            guard.metrics.error("unauthorized");
+            ndpipe_util::http::unauthorized()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_call_needs_a_role_but_health() {
+        let get = |p| required(&Method::GET, p, false);
+        assert_eq!(get("/healthz"), None);
+        assert_eq!(get("/readyz"), None);
+        assert_eq!(get("/metrics"), Some(Role::Read));
+        assert_eq!(required(&Method::GET, "/metrics", true), None);
+        assert_eq!(get("/v1/photos/1/tensor"), Some(Role::Read));
+        assert_eq!(get("/v1/tuner/jobs"), Some(Role::Read));
+        assert_eq!(get("/v1/admin/keys"), Some(Role::Admin));
+        assert_eq!(
+            required(&Method::POST, "/v1/photos", false),
+            Some(Role::Write)
+        );
+        assert_eq!(
+            required(&Method::DELETE, "/v1/photos/3", false),
+            Some(Role::Write)
+        );
+        assert_eq!(
+            required(&Method::POST, "/v1/admin/compact", false),
+            Some(Role::Admin)
+        );
+    }
+}

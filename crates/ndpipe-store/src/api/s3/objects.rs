@@ -1,0 +1,441 @@
+//! Objects: put (an image through ingest, anything else as a plain object), get with range,
+//! head, delete, delete many, copy. `store` is the one way an object is written (PUT, copy,
+//! a completed multipart upload).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use ndpipe_catalog::{GroundTruth, ObjectBody, ObjectRecord, Split};
+use ndpipe_model::PhotoFormat;
+use s3s::crypto::{Checksum as _, Sha256};
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result, s3_error};
+use tracing::warn;
+
+use super::body::{self, Expected};
+use super::buckets::{require, timestamp};
+use super::errors::{self, catalog as catalog_error, no_such_key};
+use super::{S3State, blocking, labels};
+
+/// User-metadata names that set the ground truth of an image instead of being stored.
+const LABEL_META: &str = "ndpipe-label";
+const SPLIT_META: &str = "ndpipe-split";
+
+/// What a write stores: the bytes, their ETag, the type and the user metadata.
+pub(crate) struct NewObject {
+    pub(crate) bytes: Bytes,
+    /// The ETag without quotes (multipart: `md5-of-md5s-N`).
+    pub(crate) etag: String,
+    pub(crate) content_type: Option<String>,
+    pub(crate) metadata: BTreeMap<String, String>,
+}
+
+/// `PutObject`: reads the body under the upload limit (checksums verified), then stores it.
+pub(crate) async fn put(
+    state: &S3State,
+    mut req: S3Request<PutObjectInput>,
+) -> S3Result<S3Response<PutObjectOutput>> {
+    body::refuse_unsigned_chunks(&req.headers, req.credentials.is_some())?;
+    let trailers = req.trailing_headers.take();
+    let input = req.input;
+    require(state, &input.bucket).await?;
+    let expected = Expected {
+        content_md5: input.content_md5,
+        checksum: Checksum {
+            checksum_crc32: input.checksum_crc32,
+            checksum_crc32c: input.checksum_crc32c,
+            checksum_sha1: input.checksum_sha1,
+            checksum_sha256: input.checksum_sha256,
+            checksum_crc64nvme: input.checksum_crc64nvme,
+            ..Checksum::default()
+        },
+    };
+    let body = body::read(
+        input.body,
+        input.content_length,
+        state.max_upload_bytes,
+        expected,
+        trailers,
+    )
+    .await?;
+    let object = NewObject {
+        etag: hex::encode(body.md5),
+        bytes: body.bytes,
+        content_type: input.content_type,
+        metadata: input.metadata.unwrap_or_default().into_iter().collect(),
+    };
+    let stored = store(state, &input.bucket, &input.key, object).await?;
+    Ok(S3Response::new(PutObjectOutput {
+        e_tag: Some(ETag::Strong(stored.etag)),
+        size: i64::try_from(stored.bytes).ok(),
+        ..PutObjectOutput::default()
+    }))
+}
+
+/// Content types of the formats ingest decodes: bytes sent as one of these must be one.
+const PHOTO_TYPES: &[&str] = &[
+    "image/jpeg",
+    "image/jpg",
+    "image/pjpeg",
+    "image/png",
+    "image/webp",
+];
+
+/// Whether bytes of `content_type` go through ingest: JPEG, PNG or WebP magic bytes, or a
+/// JPEG/PNG/WebP content type (ingest then refuses bytes that are not one). Other images
+/// (HEIC, RAW, GIF, ...) and everything else are plain objects, so a photo folder syncs whole.
+fn is_photo(content_type: Option<&str>, bytes: &[u8]) -> bool {
+    let claimed = content_type.is_some_and(|t| {
+        let t = t
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        PHOTO_TYPES.contains(&t.as_str())
+    });
+    claimed || PhotoFormat::sniff(bytes).is_some()
+}
+
+/// The ground truth given as `x-amz-meta-ndpipe-label`/`-split`, taken out of `metadata`.
+fn ground_truth(metadata: &mut BTreeMap<String, String>) -> S3Result<Option<GroundTruth>> {
+    let label = metadata.remove(LABEL_META);
+    let split = metadata.remove(SPLIT_META);
+    match (label, split) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(s3_error!(
+            InvalidArgument,
+            "x-amz-meta-{SPLIT_META} was given without x-amz-meta-{LABEL_META}"
+        )),
+        (Some(label), split) => {
+            let split = match split.as_deref() {
+                None => Split::Train,
+                Some(s) => s
+                    .parse()
+                    .map_err(|e| s3_error!(InvalidArgument, "x-amz-meta-{SPLIT_META}: {e}"))?,
+            };
+            Ok(Some(GroundTruth { label, split }))
+        }
+    }
+}
+
+/// Stores `object` at (`bucket`, `key`): an image through ingest (nothing is stored when it
+/// does not decode), anything else as a blob; then the catalog row, replacing the key's old
+/// object, whose photo or blob is then removed.
+pub(crate) async fn store(
+    state: &S3State,
+    bucket: &str,
+    key: &str,
+    mut object: NewObject,
+) -> S3Result<ObjectRecord> {
+    let truth = ground_truth(&mut object.metadata)?;
+    let bytes = object.bytes.clone();
+    let (body, content_type, sha256) = if is_photo(object.content_type.as_deref(), &bytes) {
+        let photo = state
+            .ingestor
+            .ingest(bytes, truth)
+            .await
+            .map_err(errors::ingest)?;
+        (
+            ObjectBody::Photo(photo.id),
+            photo.meta.content_type,
+            photo.meta.sha256,
+        )
+    } else {
+        if truth.is_some() {
+            return Err(s3_error!(
+                InvalidArgument,
+                "ground truth can only be given for an image"
+            ));
+        }
+        let (name, sha256) = write_blob(state, &object.bytes).await?;
+        let content_type = object
+            .content_type
+            .clone()
+            .unwrap_or_else(|| "binary/octet-stream".into());
+        (ObjectBody::Blob(name), content_type, sha256)
+    };
+    let record = ObjectRecord {
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        body,
+        bytes: object.bytes.len() as u64,
+        etag: object.etag,
+        sha256,
+        content_type,
+        modified_ms: ndpipe_util::time::now_ms(),
+        metadata: object.metadata,
+    };
+    let catalog = state.catalog.clone();
+    let row = record.clone();
+    match blocking(move || catalog.put_object(&row).map_err(catalog_error)).await {
+        Ok(Some(old)) => remove_body(state, &old.body).await,
+        Ok(None) => {}
+        Err(e) => {
+            remove_body(state, &record.body).await;
+            return Err(e);
+        }
+    }
+    Ok(record)
+}
+
+/// Writes a plain object's bytes to a new blob (refused below the free-space reserve);
+/// returns its name and the bytes' hex SHA-256.
+async fn write_blob(state: &S3State, bytes: &Bytes) -> S3Result<(String, String)> {
+    state
+        .store
+        .check_space(bytes.len() as u64)
+        .map_err(errors::store)?;
+    let (blobs, bytes) = (state.blobs.clone(), bytes.clone());
+    blocking(move || {
+        let sha256 = hex::encode(Sha256::checksum(&bytes));
+        let name = blobs.new_name(&sha256);
+        blobs.write(&name, &bytes).map_err(errors::internal)?;
+        Ok((name, sha256))
+    })
+    .await
+}
+
+/// Removes the photo or blob an object no longer names; a failure is logged (a photo that
+/// stays is still listed by `/v1`, a blob is only wasted space).
+pub(crate) async fn remove_body(state: &S3State, body: &ObjectBody) {
+    match body {
+        ObjectBody::Photo(id) => {
+            if let Err(e) = state.ingestor.delete(*id).await {
+                warn!(photo = id, error = %e, "cannot delete the photo of a replaced or deleted object");
+            }
+        }
+        ObjectBody::Blob(name) => {
+            let (blobs, name) = (state.blobs.clone(), name.clone());
+            let _ = tokio::task::spawn_blocking(move || blobs.remove(&name)).await;
+        }
+    }
+}
+
+/// The catalog row of (`bucket`, `key`): `NoSuchBucket` or `NoSuchKey` when there is none.
+pub(crate) async fn lookup(state: &S3State, bucket: &str, key: &str) -> S3Result<ObjectRecord> {
+    let catalog = state.catalog.clone();
+    let (b, k) = (bucket.to_string(), key.to_string());
+    let found = blocking(move || catalog.object(&b, &k).map_err(catalog_error)).await?;
+    match found {
+        Some(object) => Ok(object),
+        None => {
+            require(state, bucket).await?;
+            Err(no_such_key(key))
+        }
+    }
+}
+
+/// The bytes of `object`, from the store or its blob.
+pub(crate) async fn read_bytes(state: &S3State, object: &ObjectRecord) -> S3Result<Bytes> {
+    let found = match &object.body {
+        ObjectBody::Photo(id) => {
+            let (store, id) = (state.store.clone(), *id);
+            blocking(move || store.original(id).map_err(errors::store))
+                .await?
+                .map(|(_, bytes)| bytes)
+        }
+        ObjectBody::Blob(name) => {
+            let (blobs, name) = (state.blobs.clone(), name.clone());
+            blocking(move || blobs.read(&name).map_err(errors::internal)).await?
+        }
+    };
+    found
+        .map(Bytes::from)
+        .ok_or_else(|| no_such_key(&object.key))
+}
+
+/// The user metadata answered for `object`: what was stored, with the labels of a photo.
+async fn metadata(state: &S3State, object: &ObjectRecord) -> S3Result<Metadata> {
+    let mut out: Metadata = object.metadata.clone().into_iter().collect();
+    if let Some(id) = object.photo_id()
+        && let Some(labels) = labels::header_value(state, id).await?
+    {
+        out.insert(labels::LABELS_META.into(), labels);
+    }
+    Ok(out)
+}
+
+/// `GetObject`, whole or one byte range.
+pub(crate) async fn get(
+    state: &S3State,
+    input: GetObjectInput,
+) -> S3Result<S3Response<GetObjectOutput>> {
+    let object = lookup(state, &input.bucket, &input.key).await?;
+    let bytes = read_bytes(state, &object).await?;
+    let total = bytes.len() as u64;
+    let (bytes, content_range) = match &input.range {
+        None => (bytes, None),
+        Some(range) => {
+            let r = range
+                .check(total)
+                .map_err(|_| s3_error!(InvalidRange, "the range is outside the object"))?;
+            let range = usize::try_from(r.start).unwrap_or(usize::MAX)
+                ..usize::try_from(r.end).unwrap_or(usize::MAX);
+            (
+                bytes.slice(range),
+                Some(format!(
+                    "bytes {}-{}/{total}",
+                    r.start,
+                    r.end.saturating_sub(1)
+                )),
+            )
+        }
+    };
+    let metadata = metadata(state, &object).await?;
+    let length = bytes.len() as i64;
+    Ok(S3Response::new(GetObjectOutput {
+        body: Some(StreamingBlob::from(s3s::Body::from(bytes))),
+        content_length: Some(length),
+        content_range,
+        content_type: Some(object.content_type),
+        e_tag: Some(ETag::Strong(object.etag)),
+        last_modified: Some(timestamp(object.modified_ms)),
+        accept_ranges: Some("bytes".into()),
+        metadata: Some(metadata),
+        ..GetObjectOutput::default()
+    }))
+}
+
+/// `HeadObject`: 404 for a key that names no object (a "directory" prefix included).
+pub(crate) async fn head(
+    state: &S3State,
+    input: HeadObjectInput,
+) -> S3Result<S3Response<HeadObjectOutput>> {
+    let object = lookup(state, &input.bucket, &input.key).await?;
+    let metadata = metadata(state, &object).await?;
+    Ok(S3Response::new(HeadObjectOutput {
+        content_length: i64::try_from(object.bytes).ok(),
+        content_type: Some(object.content_type),
+        e_tag: Some(ETag::Strong(object.etag)),
+        last_modified: Some(timestamp(object.modified_ms)),
+        accept_ranges: Some("bytes".into()),
+        metadata: Some(metadata),
+        ..HeadObjectOutput::default()
+    }))
+}
+
+/// Deletes one object; whether it existed.
+async fn remove(state: &S3State, bucket: &str, key: &str) -> S3Result<bool> {
+    let catalog = state.catalog.clone();
+    let (b, k) = (bucket.to_string(), key.to_string());
+    let old = blocking(move || catalog.delete_object(&b, &k).map_err(catalog_error)).await?;
+    match old {
+        Some(old) => {
+            remove_body(state, &old.body).await;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// `DeleteObject`: 204 whether or not the key existed, as S3 answers.
+pub(crate) async fn delete(
+    state: &S3State,
+    input: DeleteObjectInput,
+) -> S3Result<S3Response<DeleteObjectOutput>> {
+    require(state, &input.bucket).await?;
+    remove(state, &input.bucket, &input.key).await?;
+    Ok(S3Response::new(DeleteObjectOutput::default()))
+}
+
+/// `DeleteObjects`: each key deleted on its own; failures are listed, not fatal.
+pub(crate) async fn delete_many(
+    state: &S3State,
+    input: DeleteObjectsInput,
+) -> S3Result<S3Response<DeleteObjectsOutput>> {
+    require(state, &input.bucket).await?;
+    let quiet = input.delete.quiet.unwrap_or(false);
+    let (mut deleted, mut failed) = (Vec::new(), Vec::new());
+    for id in input.delete.objects {
+        match remove(state, &input.bucket, &id.key).await {
+            Ok(_) if quiet => {}
+            Ok(_) => deleted.push(DeletedObject {
+                key: Some(id.key),
+                ..DeletedObject::default()
+            }),
+            Err(e) => failed.push(Error {
+                code: Some(e.code().as_str().to_string()),
+                message: e.message().map(str::to_string),
+                key: Some(id.key),
+                version_id: None,
+            }),
+        }
+    }
+    Ok(S3Response::new(DeleteObjectsOutput {
+        deleted: Some(deleted),
+        errors: (!failed.is_empty()).then_some(failed),
+        ..DeleteObjectsOutput::default()
+    }))
+}
+
+/// `CopyObject`: the source's bytes stored again at the destination (an image is ingested
+/// again: a new photo with its own tensor and labels). Metadata is copied unless the request
+/// says `REPLACE`.
+pub(crate) async fn copy(
+    state: &S3State,
+    input: CopyObjectInput,
+) -> S3Result<S3Response<CopyObjectOutput>> {
+    let CopySource::Bucket {
+        bucket: src_bucket,
+        key: src_key,
+        ..
+    } = &input.copy_source
+    else {
+        return Err(s3_error!(
+            NotImplemented,
+            "only bucket copy sources are supported"
+        ));
+    };
+    require(state, &input.bucket).await?;
+    let source = lookup(state, src_bucket, src_key).await?;
+    let bytes = read_bytes(state, &source).await?;
+    let replace = input
+        .metadata_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+    let (content_type, metadata) = if replace {
+        (
+            input.content_type,
+            input.metadata.unwrap_or_default().into_iter().collect(),
+        )
+    } else {
+        (Some(source.content_type.clone()), source.metadata.clone())
+    };
+    let object = NewObject {
+        bytes,
+        etag: source.etag.clone(),
+        content_type,
+        metadata,
+    };
+    let stored = store(state, &input.bucket, &input.key, object).await?;
+    Ok(S3Response::new(CopyObjectOutput {
+        copy_object_result: Some(CopyObjectResult {
+            e_tag: Some(ETag::Strong(stored.etag)),
+            last_modified: Some(timestamp(stored.modified_ms)),
+            ..CopyObjectResult::default()
+        }),
+        ..CopyObjectOutput::default()
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jpeg_png_and_webp_are_photos_other_files_plain_objects() {
+        let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+        assert!(is_photo(None, png));
+        assert!(is_photo(Some("binary/octet-stream"), png));
+        assert!(
+            is_photo(Some("image/jpeg"), b"not a photo"),
+            "ingest refuses it"
+        );
+        assert!(is_photo(Some("Image/PNG; charset=binary"), b"x"));
+        assert!(!is_photo(Some("image/heic"), b"\0\0\0\x18ftypheic"));
+        assert!(!is_photo(Some("image/gif"), b"GIF89a"));
+        assert!(!is_photo(Some("application/json"), b"{}"));
+        assert!(!is_photo(None, b""));
+    }
+}

@@ -1,0 +1,366 @@
+//! Access keys and who a request is: [`KeyStore`] creates, lists and deletes keys, and tells
+//! the role of a bearer token (`/v1`) or the secret of an S3 access key (SigV4).
+//!
+//! SigV4 signs with the secret itself, so the server must be able to recover it: a one-way
+//! hash cannot verify a signature. Each secret is therefore kept twice in the catalog: its
+//! SHA-256 (a bearer token is found and checked by it) and sealed with ChaCha20-Poly1305 under
+//! the data directory's master key (`DATA/keys.master`, 32 random bytes, mode 0600, made at
+//! the first start), the access key id as associated data. The catalog, its backups and a
+//! shared PostgreSQL database hold no usable secret without that file (so the nodes of a
+//! cluster on one PostgreSQL catalog need the same `keys.master`). Secrets are 192 random
+//! bits, so an unsalted hash of one cannot be searched. Comparisons of secrets and hashes are
+//! constant-time. The old bearer token (`--token`) is an admin key: access key
+//! `ndpipe-admin` on S3, `Bearer TOKEN` on `/v1`.
+
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use ndpipe_catalog::{AccessKeyRecord, AccessKeys, CatalogError, Role, SqliteCatalog};
+use ndpipe_util::http::constant_time_eq;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tracing::warn;
+
+/// The S3 access key whose secret is the bearer token.
+pub const ADMIN_ACCESS_KEY: &str = "ndpipe-admin";
+/// The master key's file in the data directory.
+const MASTER_FILE: &str = "keys.master";
+const NONCE_BYTES: usize = 12;
+
+/// Why a key operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The master key file could not be read or made.
+    #[error("master key {}: {source}", path.display())]
+    Master {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The catalog failed (or the name is taken: [`CatalogError::Conflict`]).
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// A sealed secret did not open: another master key sealed it, or it was damaged.
+    #[error("the secret of access key {0} cannot be opened with this data directory's master key")]
+    Unsealable(String),
+    /// The system's random source failed.
+    #[error("no randomness: {0}")]
+    Random(String),
+    /// The name is empty, too long or not printable.
+    #[error("invalid key name: {0}")]
+    InvalidName(String),
+}
+
+/// A new key: the only time its secret is shown.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewKey {
+    /// The access key id (S3 `aws_access_key_id`).
+    pub access_key: String,
+    /// The secret (S3 `aws_secret_access_key`, or `Authorization: Bearer SECRET` on `/v1`).
+    pub secret_key: String,
+    /// Its name.
+    pub name: String,
+    /// Its role.
+    pub role: Role,
+}
+
+/// A key as listed: everything but its secret.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KeyInfo {
+    /// The access key id.
+    pub access_key: String,
+    /// Its name.
+    pub name: String,
+    /// Its role.
+    pub role: Role,
+    /// Creation time, ms since the Unix epoch.
+    pub created_ms: i64,
+}
+
+/// The access keys of a data directory, and the admin token.
+pub struct KeyStore {
+    catalog: Arc<dyn AccessKeys>,
+    cipher: ChaCha20Poly1305,
+    admin_token: Option<String>,
+}
+
+impl KeyStore {
+    /// The keys of the data directory `data` (its catalog and master key, made when missing),
+    /// for tools that run without a server (`ndpipe keys --data DIR`).
+    pub fn open(data: &Path) -> Result<KeyStore, KeyError> {
+        std::fs::create_dir_all(data).map_err(|source| KeyError::Master {
+            path: data.to_path_buf(),
+            source,
+        })?;
+        let catalog = Arc::new(SqliteCatalog::open(&data.join("catalog.sqlite"))?);
+        KeyStore::with_catalog(catalog, data, None)
+    }
+
+    /// The keys in `catalog`, sealed with the master key of `data`; `admin_token`, when set,
+    /// is an admin key too.
+    pub(crate) fn with_catalog(
+        catalog: Arc<dyn AccessKeys>,
+        data: &Path,
+        admin_token: Option<String>,
+    ) -> Result<KeyStore, KeyError> {
+        let key = master_key(&data.join(MASTER_FILE))?;
+        Ok(KeyStore {
+            catalog,
+            cipher: ChaCha20Poly1305::new(Key::from_slice(&key)),
+            admin_token,
+        })
+    }
+
+    /// Creates a key named `name` with `role`; the reply holds its secret.
+    pub fn create(&self, name: &str, role: Role) -> Result<NewKey, KeyError> {
+        check_name(name)?;
+        let access_key = format!(
+            "NDP{}",
+            random_text(17, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")?
+        );
+        let secret_key = hex::encode(random_bytes::<24>()?);
+        let record = AccessKeyRecord {
+            access_key: access_key.clone(),
+            name: name.to_string(),
+            role,
+            secret_sha256: sha256_hex(&secret_key),
+            sealed_secret: self.seal(&access_key, &secret_key)?,
+            created_ms: ndpipe_util::time::now_ms(),
+        };
+        self.catalog.create_key(&record)?;
+        Ok(NewKey {
+            access_key,
+            secret_key,
+            name: name.to_string(),
+            role,
+        })
+    }
+
+    /// Every key, in name order, without secrets.
+    pub fn list(&self) -> Result<Vec<KeyInfo>, KeyError> {
+        Ok(self
+            .catalog
+            .keys()?
+            .into_iter()
+            .map(|k| KeyInfo {
+                access_key: k.access_key,
+                name: k.name,
+                role: k.role,
+                created_ms: k.created_ms,
+            })
+            .collect())
+    }
+
+    /// Deletes the key named `name`; whether it existed.
+    pub fn delete(&self, name: &str) -> Result<bool, KeyError> {
+        Ok(self.catalog.delete_key(name)?)
+    }
+
+    /// Whether any access key exists: then every call needs one.
+    pub(crate) fn any(&self) -> Result<bool, KeyError> {
+        Ok(self.catalog.count_keys()? > 0)
+    }
+
+    /// Whether the admin token is set.
+    pub(crate) fn has_token(&self) -> bool {
+        self.admin_token.is_some()
+    }
+
+    /// The role of a bearer token: the admin token, or the secret of a key.
+    pub(crate) fn role_of_bearer(&self, token: &str) -> Result<Option<Role>, KeyError> {
+        if let Some(admin) = &self.admin_token
+            && constant_time_eq(token.as_bytes(), admin.as_bytes())
+        {
+            return Ok(Some(Role::Admin));
+        }
+        let hash = sha256_hex(token);
+        Ok(self
+            .catalog
+            .key_by_secret(&hash)?
+            .filter(|k| constant_time_eq(k.secret_sha256.as_bytes(), hash.as_bytes()))
+            .map(|k| k.role))
+    }
+
+    /// The role and secret of S3 access key `access_key`.
+    pub(crate) fn secret_of(&self, access_key: &str) -> Result<Option<(Role, String)>, KeyError> {
+        if let Some(admin) = &self.admin_token
+            && constant_time_eq(access_key.as_bytes(), ADMIN_ACCESS_KEY.as_bytes())
+        {
+            return Ok(Some((Role::Admin, admin.clone())));
+        }
+        let Some(key) = self.catalog.key(access_key)? else {
+            return Ok(None);
+        };
+        let secret = self.open_sealed(&key)?;
+        Ok(Some((key.role, secret)))
+    }
+
+    fn seal(&self, access_key: &str, secret: &str) -> Result<Vec<u8>, KeyError> {
+        let nonce = random_bytes::<NONCE_BYTES>()?;
+        let sealed = self
+            .cipher
+            .encrypt(
+                Nonce::from_slice(&nonce),
+                Payload {
+                    msg: secret.as_bytes(),
+                    aad: access_key.as_bytes(),
+                },
+            )
+            .map_err(|_| KeyError::Unsealable(access_key.to_string()))?;
+        Ok([nonce.as_slice(), &sealed].concat())
+    }
+
+    fn open_sealed(&self, key: &AccessKeyRecord) -> Result<String, KeyError> {
+        let unsealable = || KeyError::Unsealable(key.access_key.clone());
+        if key.sealed_secret.len() <= NONCE_BYTES {
+            return Err(unsealable());
+        }
+        let (nonce, sealed) = key.sealed_secret.split_at(NONCE_BYTES);
+        let plain = self
+            .cipher
+            .decrypt(
+                Nonce::from_slice(nonce),
+                Payload {
+                    msg: sealed,
+                    aad: key.access_key.as_bytes(),
+                },
+            )
+            .map_err(|_| unsealable())?;
+        String::from_utf8(plain).map_err(|_| unsealable())
+    }
+}
+
+fn sha256_hex(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+fn random_bytes<const N: usize>() -> Result<[u8; N], KeyError> {
+    let mut out = [0u8; N];
+    getrandom::fill(&mut out).map_err(|e| KeyError::Random(e.to_string()))?;
+    Ok(out)
+}
+
+/// `len` characters drawn from `alphabet` (32 long, so each random byte gives one unbiased).
+fn random_text(len: usize, alphabet: &[u8; 32]) -> Result<String, KeyError> {
+    let bytes = random_bytes::<32>()?;
+    Ok(bytes[..len]
+        .iter()
+        .map(|b| char::from(alphabet[usize::from(b & 31)]))
+        .collect())
+}
+
+fn check_name(name: &str) -> Result<(), KeyError> {
+    if name.trim().is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
+        return Err(KeyError::InvalidName(format!(
+            "{name:?}: 1 to 128 printable characters"
+        )));
+    }
+    Ok(())
+}
+
+/// The master key at `path`, made (32 random bytes, mode 0600, durably) when missing.
+fn master_key(path: &Path) -> Result<[u8; 32], KeyError> {
+    let err = |source| KeyError::Master {
+        path: path.to_path_buf(),
+        source,
+    };
+    match std::fs::File::open(path) {
+        Ok(mut file) => {
+            let mode = file.metadata().map_err(err)?.permissions().mode();
+            if mode & 0o077 != 0 {
+                warn!(path = %path.display(), mode = format!("{mode:o}"), "the master key file can be read by others; chmod 600 it");
+            }
+            let mut key = [0u8; 32];
+            file.read_exact(&mut key).map_err(err)?;
+            Ok(key)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let key = random_bytes::<32>()?;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(err)?;
+            file.write_all(&key).map_err(err)?;
+            file.sync_all().map_err(err)?;
+            if let Some(dir) = path.parent() {
+                ndpipe_util::fs::sync_dir(dir).map_err(err)?;
+            }
+            Ok(key)
+        }
+        Err(e) => Err(err(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(dir: &Path, token: Option<&str>) -> KeyStore {
+        let catalog = Arc::new(SqliteCatalog::open(&dir.join("catalog.sqlite")).unwrap());
+        KeyStore::with_catalog(catalog, dir, token.map(str::to_string)).unwrap()
+    }
+
+    #[test]
+    fn keys_are_sealed_found_by_bearer_and_opened_for_sigv4() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = store(dir.path(), Some("tok"));
+        assert!(!keys.any().unwrap());
+        let new = keys.create("uploader", Role::Write).unwrap();
+        assert!(keys.any().unwrap());
+        assert_eq!(
+            keys.role_of_bearer(&new.secret_key).unwrap(),
+            Some(Role::Write)
+        );
+        assert_eq!(keys.role_of_bearer("tok").unwrap(), Some(Role::Admin));
+        assert_eq!(keys.role_of_bearer("guess").unwrap(), None);
+        let (role, secret) = keys.secret_of(&new.access_key).unwrap().unwrap();
+        assert_eq!(
+            (role, secret.as_str()),
+            (Role::Write, new.secret_key.as_str())
+        );
+        assert_eq!(keys.secret_of(ADMIN_ACCESS_KEY).unwrap().unwrap().1, "tok");
+        let mode = std::fs::metadata(dir.path().join(MASTER_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let raw = SqliteCatalog::open(&dir.path().join("catalog.sqlite")).unwrap();
+        let row = raw.key(&new.access_key).unwrap().unwrap();
+        let sealed = String::from_utf8_lossy(&row.sealed_secret);
+        assert!(
+            !sealed.contains(&new.secret_key),
+            "the catalog holds no clear secret"
+        );
+        assert!(matches!(
+            keys.create("uploader", Role::Read),
+            Err(KeyError::Catalog(CatalogError::Conflict { .. }))
+        ));
+        assert!(keys.delete("uploader").unwrap());
+        assert_eq!(keys.role_of_bearer(&new.secret_key).unwrap(), None);
+    }
+
+    #[test]
+    fn another_master_key_cannot_open_a_secret() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let new = store(a.path(), None).create("k", Role::Read).unwrap();
+        std::fs::copy(
+            a.path().join("catalog.sqlite"),
+            b.path().join("catalog.sqlite"),
+        )
+        .unwrap();
+        let other = store(b.path(), None);
+        assert!(matches!(
+            other.secret_of(&new.access_key),
+            Err(KeyError::Unsealable(_))
+        ));
+    }
+}

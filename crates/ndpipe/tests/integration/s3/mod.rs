@@ -1,0 +1,164 @@
+//! The S3 API with real clients (awscli, boto3, rclone, s5cmd, installed by `tools/setup.sh`)
+//! against a real `ndpipe serve` on loopback ports.
+//!
+//! - `cli`: `aws s3` and `aws s3api`: buckets, cp up and down, ls, sync both ways, rm,
+//!   a "directory" HEAD;
+//! - `auth`: with a token, SigV4 with the admin key: each refusal (anonymous, unknown key,
+//!   wrong secret, skewed clock, expired presigned URL) changes nothing; presigned GET and PUT
+//!   with curl;
+//! - `keys`: access keys (`ndpipe keys`, online and offline): roles on `/v1` and S3, refusals
+//!   that change nothing, a deleted key;
+//! - `boto`: boto3: Range, paginated listing over 1000 keys, copy, batch delete;
+//! - `photos`: photos through S3: a large JPEG in parts (aws and boto3) and parts that do not
+//!   match, labels as tags and metadata with the real model, bad images refused;
+//! - `tools`: `rclone sync`/`check` of a photo folder, `s5cmd cp` of many files in parallel.
+
+mod auth;
+mod boto;
+mod cli;
+mod keys;
+mod photos;
+mod tools;
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::common::Instance;
+
+/// A store with its S3 API on a free port.
+pub(crate) struct S3Store {
+    pub(crate) inst: Instance,
+    pub(crate) endpoint: String,
+}
+
+impl S3Store {
+    /// `ndpipe serve --no-model` with S3 on a free port and `extra` flags.
+    pub(crate) fn start(extra: &[&str]) -> Self {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let mut flags = vec!["--s3-listen", listen.as_str()];
+        flags.extend_from_slice(extra);
+        let inst = Instance::start_with(&flags);
+        S3Store::at(inst, port)
+    }
+
+    /// `ndpipe serve` with the real model, S3 on a free port.
+    pub(crate) fn start_with_model() -> Self {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let inst = Instance::start_with_model(&["--s3-listen", listen.as_str()]);
+        S3Store::at(inst, port)
+    }
+
+    fn at(inst: Instance, port: u16) -> Self {
+        S3Store {
+            inst,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// Runs `aws` (unsigned: the store has no keys) with `args`; (success, stdout, stderr).
+    pub(crate) fn aws(&self, args: &[&str]) -> (bool, String, String) {
+        self.aws_at(&self.endpoint, args)
+    }
+
+    /// [`S3Store::aws`] with another endpoint URL for the same store.
+    pub(crate) fn aws_at(&self, endpoint: &str, args: &[&str]) -> (bool, String, String) {
+        let out = clean_env(Command::new("aws"))
+            .args(["--endpoint-url", endpoint, "--no-sign-request"])
+            .args(args)
+            .output()
+            .expect("running aws (tools/setup.sh installs awscli)");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Runs a boto3 `script` with `s3` bound to an unsigned path-style client of this store
+    /// (and `client(key, secret)` for a signed one, `ENDPOINT`, `json`, `sys` in scope); its
+    /// stdout parsed as JSON. Panics when it fails.
+    pub(crate) fn boto3(&self, script: &str) -> serde_json::Value {
+        let prelude = "import json, sys, boto3, botocore\n\
+                       from botocore.config import Config\n\
+                       ENDPOINT = sys.argv[1]\n\
+                       def client(key=None, secret=None):\n\
+                       \x20   return boto3.client('s3', endpoint_url=ENDPOINT, region_name='us-east-1',\n\
+                       \x20       aws_access_key_id=key, aws_secret_access_key=secret,\n\
+                       \x20       config=Config(signature_version='s3v4' if key else botocore.UNSIGNED,\n\
+                       \x20       s3={'addressing_style': 'path'}, retries={'max_attempts': 1}))\n\
+                       s3 = client()\n";
+        let out = clean_env(Command::new("python3"))
+            .arg("-c")
+            .arg(format!("{prelude}{script}"))
+            .arg(&self.endpoint)
+            .output()
+            .expect("running python3 (tools/setup.sh installs boto3)");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "boto3 script failed: {}\n{stdout}\nserver log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.inst.log()
+        );
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    }
+}
+
+/// `cmd` without the user's AWS configuration, credentials or proxies.
+fn clean_env(mut cmd: Command) -> Command {
+    cmd.env("AWS_CONFIG_FILE", "/nonexistent")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_PROFILE")
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY");
+    cmd
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Every file under `dir` as (path relative to it, sha256), sorted.
+pub(crate) fn tree(dir: &Path) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = walkdir::WalkDir::new(dir)
+        .into_iter()
+        .map(Result::unwrap)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            let rel = e
+                .path()
+                .strip_prefix(dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            (
+                rel,
+                crate::common::sha256(&std::fs::read(e.path()).unwrap()),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// A photo folder: two real photos in an album with a `.xmp` sidecar each, and a `.json`.
+pub(crate) fn photo_folder(dir: &Path) {
+    let album = dir.join("album");
+    std::fs::create_dir_all(&album).unwrap();
+    for name in ["chelsea.png", "rocket.jpg"] {
+        std::fs::write(album.join(name), crate::common::sample(name)).unwrap();
+        let xmp = format!("<x:xmpmeta><rdf:Description about=\"{name}\"/></x:xmpmeta>");
+        std::fs::write(album.join(format!("{name}.xmp")), xmp).unwrap();
+    }
+    std::fs::write(dir.join("index.json"), br#"{"albums": ["album"]}"#).unwrap();
+}
