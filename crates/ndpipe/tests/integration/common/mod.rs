@@ -159,21 +159,36 @@ impl Instance {
 
     fn launch_in(command: &'static str, data: Option<PathBuf>, extra: &[&str]) -> Self {
         let tmp = tempfile::tempdir().unwrap();
-        let port = free_port();
         let mut inst = Instance {
             data: data.unwrap_or_else(|| tmp.path().join("data")),
-            url: format!("http://127.0.0.1:{port}"),
+            url: String::new(),
             command,
-            port,
+            port: 0,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
             _tmp: tmp,
         };
-        inst.spawn();
+        // A free port can be taken by a test running beside this one before the server binds
+        // it: then the server exits, and another port is tried.
+        for attempt in 0.. {
+            inst.port = free_port();
+            inst.url = format!("http://127.0.0.1:{}", inst.port);
+            match inst.try_spawn() {
+                Ok(()) => break,
+                Err(why) if why.contains("Address already in use") && attempt < 4 => {}
+                Err(why) => panic!("{why}"),
+            }
+        }
         inst
     }
 
     fn spawn(&mut self) {
+        if let Err(why) = self.try_spawn() {
+            panic!("{why}");
+        }
+    }
+
+    fn try_spawn(&mut self) -> Result<(), String> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -194,10 +209,10 @@ impl Instance {
             .spawn()
             .expect("starting ndpipe serve");
         self.child = Some(child);
-        self.wait_healthy();
+        self.wait_healthy()
     }
 
-    fn wait_healthy(&mut self) {
+    fn wait_healthy(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
@@ -206,7 +221,7 @@ impl Instance {
                 let mut resp = String::new();
                 let _ = s.read_to_string(&mut resp);
                 if resp.starts_with("HTTP/1.0 200") || resp.starts_with("HTTP/1.1 200") {
-                    return;
+                    return Ok(());
                 }
             }
             if let Some(status) = self
@@ -214,11 +229,18 @@ impl Instance {
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten())
             {
-                panic!("ndpipe serve exited with {status}; log:\n{}", self.log());
+                self.child = None;
+                return Err(format!(
+                    "ndpipe serve exited with {status}; log:\n{}",
+                    self.log()
+                ));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("ndpipe serve did not become healthy; log:\n{}", self.log());
+        Err(format!(
+            "ndpipe serve did not become healthy; log:\n{}",
+            self.log()
+        ))
     }
 
     /// The server's log so far.
@@ -427,20 +449,38 @@ impl TunerProcess {
 
     /// Starts a Tuner on free ports with a fresh registry and extra `tuner` flags.
     pub(crate) fn start_with(extra: &[&str]) -> Self {
-        let (http, grpc) = (free_port(), free_port());
         let mut t = TunerProcess {
-            url: format!("http://127.0.0.1:{http}"),
-            grpc: format!("http://127.0.0.1:{grpc}"),
-            ports: (http, grpc),
+            url: String::new(),
+            grpc: String::new(),
+            ports: (0, 0),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
             _tmp: tempfile::tempdir().unwrap(),
         };
-        t.spawn();
+        // As for `Instance`: another test may take a free port first; then try others.
+        for attempt in 0.. {
+            let (http, grpc) = (free_port(), free_port());
+            (t.url, t.grpc, t.ports) = (
+                format!("http://127.0.0.1:{http}"),
+                format!("http://127.0.0.1:{grpc}"),
+                (http, grpc),
+            );
+            match t.try_spawn() {
+                Ok(()) => break,
+                Err(why) if why.contains("Address already in use") && attempt < 4 => {}
+                Err(why) => panic!("{why}"),
+            }
+        }
         t
     }
 
     fn spawn(&mut self) {
+        if let Err(why) = self.try_spawn() {
+            panic!("{why}");
+        }
+    }
+
+    fn try_spawn(&mut self) -> Result<(), String> {
         let (http, grpc) = self.ports;
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -464,13 +504,20 @@ impl TunerProcess {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", http)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "the tuner did not start: {}",
-                self.log()
-            );
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Err(format!("the tuner exited with {status}: {}", self.log()));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the tuner did not start: {}", self.log()));
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
+        Ok(())
     }
 
     /// Kills the Tuner (SIGKILL) and starts it again on the same ports and data directory.
