@@ -91,25 +91,7 @@ pub(crate) fn run(
     dir: &Path,
     mut progress: impl FnMut(&Cycle),
 ) -> Result<CrashReport> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let url = format!("http://127.0.0.1:{port}");
-    let data = dir.join("data").to_string_lossy().to_string();
-    let listen = format!("127.0.0.1:{port}");
-    let args = ["serve", "--no-model", "--data", &data, "--listen", &listen]
-        .iter()
-        .map(std::ffi::OsString::from)
-        .collect();
-    let mut proc = Proc::new(
-        "serve",
-        url.clone(),
-        "/healthz",
-        exe,
-        args,
-        dir.join("serve.log"),
-    );
-    proc.start()?;
+    let (mut proc, url) = crate::procs::retrying_taken_ports(|| serve(exe, dir))?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(30)))
         .http_status_as_error(false)
@@ -188,6 +170,39 @@ pub(crate) fn run(
         resurrected,
         problems,
     })
+}
+
+/// Starts `ndpipe serve` (no model; S3 on a free port) on `dir/data` at a free port.
+fn serve(exe: &Path, dir: &Path) -> Result<(Proc, String)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let data = dir.join("data").to_string_lossy().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let args = [
+        "serve",
+        "--no-model",
+        "--data",
+        &data,
+        "--listen",
+        &listen,
+        "--s3-listen",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(std::ffi::OsString::from)
+    .collect();
+    let mut proc = Proc::new(
+        "serve",
+        url.clone(),
+        "/healthz",
+        exe,
+        args,
+        dir.join("serve.log"),
+    );
+    proc.start()?;
+    Ok((proc, url))
 }
 
 /// (acknowledged uploads, acknowledged deletes) so far.

@@ -122,7 +122,8 @@ pub fn run(
     dir: &Path,
     mut progress: impl FnMut(&Round),
 ) -> Result<FaultReport> {
-    let cluster = cluster::Cluster::start(config, exe, dir).context("starting the cluster")?;
+    let cluster = procs::retrying_taken_ports(|| cluster::Cluster::start(config, exe, dir))
+        .context("starting the cluster")?;
     let cluster = Arc::new(Mutex::new(cluster));
     let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(config.seed);
     let mut rounds = Vec::with_capacity(config.rounds);

@@ -83,10 +83,12 @@ impl Proc {
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten())
             {
+                self.child = None;
                 bail!(
-                    "{} exited with {status}; see {}",
+                    "{} exited with {status}; the end of {}:\n{}",
                     self.name,
-                    self.log.display()
+                    self.log.display(),
+                    self.log_tail(5)
                 );
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -168,6 +170,20 @@ impl Proc {
             bail!("kill -{signal} {pid} ({}) failed", self.name);
         }
         Ok(())
+    }
+}
+
+/// Runs `start` again (up to four more times) when it failed because a port it picked was
+/// taken meanwhile by another process: free ports are only free until someone binds them.
+pub(crate) fn retrying_taken_ports<T>(mut start: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut attempt = 0;
+    loop {
+        match start() {
+            Err(e) if attempt < 4 && format!("{e:#}").contains("Address already in use") => {
+                attempt += 1;
+            }
+            other => return other,
+        }
     }
 }
 
