@@ -4,7 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::Instance;
 
@@ -17,15 +17,19 @@ fn connect(inst: &Instance) -> TcpStream {
     stream
 }
 
-/// Reads until the server closes the connection; what it sent.
+/// Reads until the server closes the connection; what it sent. The socket's 20 s read
+/// timeout is the hang guard: a server that holds the connection fails the test.
 fn read_to_close(mut stream: TcpStream) -> String {
     let mut out = Vec::new();
-    let started = Instant::now();
-    let result = stream.read_to_end(&mut out);
-    assert!(
-        result.is_ok() || started.elapsed() < Duration::from_secs(20),
-        "the server held the connection: {result:?}"
-    );
+    if let Err(e) = stream.read_to_end(&mut out) {
+        assert!(
+            !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "the server held the connection: {e}"
+        );
+    }
     String::from_utf8_lossy(&out).into_owned()
 }
 
@@ -70,16 +74,17 @@ fn stalled_headers_and_bodies_are_cut_off_and_extra_connections_closed() {
         "a fifth connection is served: {answer}"
     );
     drop(held);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    // The held connections' slots free up as the server sees them close: a bounded retry.
+    let served_again = (0..200).any(|_| {
         let mut again = connect(&inst);
         let _ = again.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        if read_to_close(again).contains("200 OK") {
-            break;
+        let ok = read_to_close(again).contains("200 OK");
+        if !ok {
+            std::thread::sleep(Duration::from_millis(100));
         }
-        assert!(Instant::now() < deadline, "the store never served again");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        ok
+    });
+    assert!(served_again, "the store never served again");
     let (photos, _) = tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(inst.counts());
