@@ -109,12 +109,11 @@ pub struct Config {
 impl Config {
     /// The HTTP server's limits.
     pub(crate) fn http_limits(&self) -> ndpipe_util::serve::HttpLimits {
-        ndpipe_util::serve::HttpLimits {
-            header_timeout: std::time::Duration::from_millis(self.header_timeout_ms.max(1)),
-            body_idle_timeout: std::time::Duration::from_millis(self.body_idle_timeout_ms.max(1)),
-            max_connections: self.max_connections,
-            ..ndpipe_util::serve::HttpLimits::default()
-        }
+        ndpipe_util::serve::HttpLimits::from_config(
+            self.header_timeout_ms,
+            self.body_idle_timeout_ms,
+            self.max_connections,
+        )
     }
 }
 

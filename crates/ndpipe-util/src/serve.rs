@@ -48,6 +48,23 @@ impl Default for HttpLimits {
     }
 }
 
+impl HttpLimits {
+    /// Limits from a configuration's `header_timeout_ms`, `body_idle_timeout_ms` and
+    /// `max_connections` (a 0 ms deadline counts as 1 ms), with the default grace.
+    pub fn from_config(
+        header_timeout_ms: u64,
+        body_idle_timeout_ms: u64,
+        max_connections: usize,
+    ) -> Self {
+        HttpLimits {
+            header_timeout: Duration::from_millis(header_timeout_ms.max(1)),
+            body_idle_timeout: Duration::from_millis(body_idle_timeout_ms.max(1)),
+            max_connections,
+            ..HttpLimits::default()
+        }
+    }
+}
+
 /// Serves `app` on `listener` within `limits` until `shutdown` completes, then waits at most
 /// `limits.shutdown_grace` for open requests. Handlers can extract the client's address as
 /// `ConnectInfo<SocketAddr>`.

@@ -69,39 +69,9 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) metrics_open: bool,
-    /// File whose first line is the cluster secret, required of every gRPC call between nodes
-    /// and the Tuner [cluster_secret_file].
-    #[arg(long, env = "NDPIPE_CLUSTER_SECRET_FILE")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) cluster_secret_file: Option<PathBuf>,
-    /// This process's TLS certificate (PEM); with --tls-key and --tls-ca, gRPC between the
-    /// Tuner and the PipeStores is mutual TLS [tls_cert].
-    #[arg(long, env = "NDPIPE_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) tls_cert: Option<PathBuf>,
-    /// The private key of --tls-cert (PEM) [tls_key].
-    #[arg(long, env = "NDPIPE_TLS_KEY", requires_all = ["tls_cert", "tls_ca"])]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) tls_key: Option<PathBuf>,
-    /// The cluster's CA certificate (PEM): peers must present a certificate it signed
-    /// [tls_ca].
-    #[arg(long, env = "NDPIPE_TLS_CA", requires_all = ["tls_cert", "tls_key"])]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) tls_ca: Option<PathBuf>,
-    /// Longest wait for a request's headers, in ms [header_timeout_ms; default: 10000].
-    #[arg(long, env = "NDPIPE_HEADER_TIMEOUT_MS")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) header_timeout_ms: Option<u64>,
-    /// Longest wait for the next piece of a request body, in ms [body_idle_timeout_ms;
-    /// default: 30000].
-    #[arg(long, env = "NDPIPE_BODY_IDLE_TIMEOUT_MS")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) body_idle_timeout_ms: Option<u64>,
-    /// HTTP connections served at once; more are closed at once [max_connections; default:
-    /// 512].
-    #[arg(long, env = "NDPIPE_MAX_CONNECTIONS")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) max_connections: Option<usize>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) peers: PeerFlags,
     /// Largest accepted upload, in bytes [max_upload_bytes; default: 64 MiB].
     #[arg(long, env = "NDPIPE_MAX_UPLOAD_BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -211,6 +181,34 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_TOKEN_FILE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) token_file: Option<PathBuf>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) peers: PeerFlags,
+    /// A model folder: gives the Tuner its own backbone, for the conventional comparison mode
+    /// [model_dir].
+    #[arg(long, env = "NDPIPE_TUNER_MODEL_DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) model_dir: Option<PathBuf>,
+    /// Model threads on the Tuner, 0: ONNX Runtime decides [intra_threads; default: 0].
+    #[arg(long, env = "NDPIPE_TUNER_INTRA_THREADS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) intra_threads: Option<usize>,
+    /// A job fails, naming the node, when it hears nothing from a node for this many ms; also
+    /// the deadline of every call to a node [node_timeout_ms; default: 30000].
+    #[arg(long, env = "NDPIPE_NODE_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) node_timeout_ms: Option<u64>,
+    /// A PipeStore's lease in ms (it heartbeats three times per lease); a node whose lease ran
+    /// out is left out of jobs [node_lease_ms; default: 15000].
+    #[arg(long, env = "NDPIPE_NODE_LEASE_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) node_lease_ms: Option<u64>,
+}
+
+/// Flags of every server on how it meets its peers and clients: the cluster secret, mutual
+/// TLS, and the HTTP limits; the same keys in `[pipestore]` and `[tuner]`.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+pub(crate) struct PeerFlags {
     /// File whose first line is the cluster secret, required of every gRPC call between nodes
     /// and the Tuner [cluster_secret_file].
     #[arg(long, env = "NDPIPE_CLUSTER_SECRET_FILE")]
@@ -244,25 +242,6 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_MAX_CONNECTIONS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_connections: Option<usize>,
-    /// A model folder: gives the Tuner its own backbone, for the conventional comparison mode
-    /// [model_dir].
-    #[arg(long, env = "NDPIPE_TUNER_MODEL_DIR")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) model_dir: Option<PathBuf>,
-    /// Model threads on the Tuner, 0: ONNX Runtime decides [intra_threads; default: 0].
-    #[arg(long, env = "NDPIPE_TUNER_INTRA_THREADS")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) intra_threads: Option<usize>,
-    /// A job fails, naming the node, when it hears nothing from a node for this many ms; also
-    /// the deadline of every call to a node [node_timeout_ms; default: 30000].
-    #[arg(long, env = "NDPIPE_NODE_TIMEOUT_MS")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) node_timeout_ms: Option<u64>,
-    /// A PipeStore's lease in ms (it heartbeats three times per lease); a node whose lease ran
-    /// out is left out of jobs [node_lease_ms; default: 15000].
-    #[arg(long, env = "NDPIPE_NODE_LEASE_MS")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) node_lease_ms: Option<u64>,
 }
 
 #[cfg(test)]
