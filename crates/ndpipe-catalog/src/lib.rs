@@ -16,7 +16,9 @@
 //! - [`ObjectCatalog`]: buckets and objects of the S3 API, each object a photo or a plain blob;
 //! - [`AccessKeys`]: the access keys of a PipeStore's APIs, with their roles;
 //! - [`NodeRegistry`]: the PipeStores registered with a Tuner and their leases (the Tuner's
-//!   registry; not part of [`Catalog`]).
+//!   registry; not part of [`Catalog`]);
+//! - [`ReplicaCatalog`]: which nodes hold a copy of each photo, deleted photos' tombstones, and
+//!   the nodes placement chooses from (PostgreSQL only: replication needs a shared catalog).
 //!
 //! [`SqliteCatalog`] is the embedded implementation used by `ndpipe serve`; [`PgCatalog`] keeps a
 //! cluster's catalog in one PostgreSQL database, each handle seeing one node's photos and jobs,
@@ -28,6 +30,7 @@ mod error;
 mod keys;
 mod objects;
 mod pg;
+mod replicas;
 mod sqlite;
 #[cfg(any(test, feature = "testing"))]
 pub mod test_postgres;
@@ -39,6 +42,7 @@ pub use error::CatalogError;
 pub use keys::{AccessKeyRecord, Role};
 pub use objects::{Bucket, ObjectBody, ObjectRecord};
 pub use pg::{OpenedCatalog, PgCatalog, PgOptions, PhotoIdBlocks, describe, is_postgres_url, open};
+pub use replicas::{PhotoCopies, PlacementNode, ReplicaCatalog, ReplicationCounts};
 pub use sqlite::SqliteCatalog;
 pub use types::{
     GroundTruth, JobRecord, ModelVersion, NodeHit, NodeRecord, NodeState, PhotoId, PhotoMeta,

@@ -98,6 +98,16 @@ pub struct Config {
     pub execution_provider: ExecutionProvider,
     /// Longest wait, in ms, for concurrent uploads to fill an online-labelling batch.
     pub label_wait_ms: u64,
+    /// Copies of each photo on the cluster's nodes; 2 or more makes every node's client API a
+    /// front door that places photos (needs a PostgreSQL `catalog`); 1 keeps each photo on the
+    /// node it was uploaded to.
+    pub replicas: u32,
+    /// Pause between rounds of the replication worker (repair, scrub, free-space report), in ms.
+    pub repair_interval_ms: u64,
+    /// Local copies the scrub re-reads and verifies per second (0: no scrub).
+    pub scrub_photos_per_second: u32,
+    /// Deadline of each call to another node for a copy, in ms.
+    pub peer_timeout_ms: u64,
     /// Testing only: damage the first N feature chunks sent to the Tuner (their checksum then
     /// fails and the Tuner must fetch them again).
     pub fault_corrupt_chunks: u32,
@@ -156,6 +166,10 @@ impl Default for Config {
             label_wait_ms: 5,
             fault_corrupt_chunks: 0,
             fault_fail_commits: 0,
+            replicas: 1,
+            repair_interval_ms: 1000,
+            scrub_photos_per_second: 20,
+            peer_timeout_ms: 30_000,
         }
     }
 }

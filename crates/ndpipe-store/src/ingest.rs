@@ -39,6 +39,17 @@ fn mib(bytes: u64) -> u32 {
 /// Longest accepted ground-truth label, in bytes.
 const MAX_LABEL_BYTES: usize = 200;
 
+/// A photo as the store keeps it, for copying to other nodes.
+#[derive(Debug, Clone)]
+pub(crate) struct StoredPhoto {
+    /// Its metadata.
+    pub(crate) meta: PhotoMeta,
+    /// The original bytes.
+    pub(crate) original: Vec<u8>,
+    /// The encoded tensor.
+    pub(crate) tensor: Vec<u8>,
+}
+
 /// Settings of the ingest path.
 #[derive(Debug, Clone)]
 pub(crate) struct IngestConfig {
@@ -86,6 +97,9 @@ pub(crate) enum IngestError {
     /// A worker task died.
     #[error("internal error: {0}")]
     Task(#[from] JoinError),
+    /// A copy of the photo could not be made durable on another node.
+    #[error("copying the photo failed: {0}")]
+    Copy(String),
 }
 
 /// What [`Ingestor::reconcile`] repaired.
@@ -169,6 +183,23 @@ impl Ingestor {
         bytes: bytes::Bytes,
         truth: Option<GroundTruth>,
     ) -> Result<PhotoRecord, IngestError> {
+        self.ingest_then(bytes, truth, |_, _| async { Ok(()) })
+            .await
+    }
+
+    /// [`Ingestor::ingest`], running `copy` with the new id and the stored photo between the
+    /// durable write and the catalog row (replication sends the photo's copies there). When
+    /// `copy` fails, the photo is taken out of the store again and its error is returned.
+    pub(crate) async fn ingest_then<F, Fut>(
+        &self,
+        bytes: bytes::Bytes,
+        truth: Option<GroundTruth>,
+        copy: F,
+    ) -> Result<PhotoRecord, IngestError>
+    where
+        F: FnOnce(u64, StoredPhoto) -> Fut,
+        Fut: std::future::Future<Output = Result<(), IngestError>>,
+    {
         if let Some(t) = &truth {
             validate_label(&t.label)?;
         }
@@ -191,16 +222,23 @@ impl Ingestor {
             tokio::task::spawn_blocking(move || prepare(&pre, codec, bytes, truth)).await??
         };
         let meta = prepared.meta.clone();
+        let stored = StoredPhoto {
+            meta: meta.clone(),
+            original: prepared.original.clone(),
+            tensor: prepared.tensor.clone(),
+        };
         let id = self.store.put(prepared).await?;
+        if let Err(e) = copy(id, stored).await {
+            self.take_back(id).await;
+            return Err(e);
+        }
         let record = PhotoRecord { id, meta };
         let catalog = self.catalog.clone();
         let row = record.clone();
         if let Err(e) = tokio::task::spawn_blocking(move || catalog.upsert_photo(&row)).await? {
             // Undo the store write, so that store and catalog agree; if even that fails, the
             // next start catalogs the photo.
-            if let Err(undo) = self.store.delete(id).await {
-                warn!(photo = id, error = %undo, "cannot take back a photo the catalog refused");
-            }
+            self.take_back(id).await;
             return Err(self.catalog_failure(e.into()));
         }
         self.metrics.photos.inc();
@@ -208,6 +246,13 @@ impl Ingestor {
             labeler.submit(id, tensor);
         }
         Ok(record)
+    }
+
+    /// Takes a photo that will not be catalogued out of the store again.
+    async fn take_back(&self, id: u64) {
+        if let Err(undo) = self.store.delete(id).await {
+            warn!(photo = id, error = %undo, "cannot take back a photo that was not catalogued");
+        }
     }
 
     /// Deletes a photo from the store, then its catalog row and its features. Returns whether
@@ -415,16 +460,20 @@ fn encode_tensor(tensor: &ImageTensor, codec: Codec) -> Result<Vec<u8>, IngestEr
     TensorBlob::encode(tensor, codec).map_err(IngestError::Encode)
 }
 
-/// Adds a catalog row for every photo of the store that has none; returns how many.
+/// Adds a catalog row for every photo of the store that has none; returns how many. A photo
+/// that another node's catalog row holds is a copy of that node's (replication), not a row to add.
 fn add_missing_rows(store: &PhotoStore, catalog: &dyn PhotoCatalog) -> Result<u64, IngestError> {
     let mut added = 0;
     for (id, entry) in store.entries()? {
         if catalog.photo(id)?.is_none() {
-            catalog.upsert_photo(&PhotoRecord {
+            match catalog.upsert_photo(&PhotoRecord {
                 id,
                 meta: entry.meta,
-            })?;
-            added += 1;
+            }) {
+                Ok(()) => added += 1,
+                Err(CatalogError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
     }
     Ok(added)

@@ -25,6 +25,10 @@
 //! - `ingest`: validates and preprocesses each upload once (`ndpipe-model`), writes it to the
 //!   store, catalogs it (`ndpipe-catalog`) and hands it to online labelling; deletes; reconciles
 //!   catalog and store at start;
+//! - `replication`: the cluster as one store (on a shared PostgreSQL catalog): placement of
+//!   each upload on `replicas` nodes by weighted rendezvous hashing, copies made durable before
+//!   the 201, reads that fall back to another copy and repair a damaged one, deletes behind a
+//!   tombstone, and the background worker that repairs, sweeps and scrubs;
 //! - `keys`: access keys ([`KeyStore`]): secrets sealed under the data directory's master key,
 //!   roles, the bearer token as an admin key;
 //! - `jobs`: long-running re-labellings, one at a time, resumed after a restart;
@@ -54,6 +58,7 @@ mod membership;
 mod metrics;
 mod node;
 mod pipestore;
+mod replication;
 mod server;
 mod storage;
 #[cfg(test)]

@@ -7,6 +7,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::replication::ReplicationMetrics;
+
 /// Label set of the error counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ErrorLabels {
@@ -35,6 +37,8 @@ pub(crate) struct StoreMetrics {
     pub(crate) labelled: Counter,
     /// Seconds from the durable write (the 201) to the labels being in the catalog.
     pub(crate) label_seconds: Histogram,
+    /// Replication's copies, repairs and the cluster's copy counts.
+    pub(crate) replication: ReplicationMetrics,
 }
 
 impl Default for StoreMetrics {
@@ -70,8 +74,11 @@ impl Default for StoreMetrics {
             "Seconds from the durable write of a photo to its labels",
             label_seconds.clone(),
         );
+        let replication = ReplicationMetrics::default();
+        replication.register(&mut registry);
         StoreMetrics {
             registry,
+            replication,
             uploads,
             upload_bytes,
             reads,

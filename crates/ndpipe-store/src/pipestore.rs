@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ndpipe_catalog::Catalog;
+use ndpipe_catalog::{Catalog, ReplicaCatalog};
 use ndpipe_model::{InferenceBackend, OrtBackend, PreprocessConfig, RuntimeConfig};
 use ndpipe_proto::transport::{ClusterSecret, Tls};
 use tracing::info;
@@ -20,6 +20,7 @@ use crate::jobs::Jobs;
 use crate::keys::KeyStore;
 use crate::metrics::StoreMetrics;
 use crate::node::PipeStoreNode;
+use crate::replication::{RepairConfig, Replication, ReplicationConfig, ReplicationParts};
 use crate::storage::{FeatureStore, PhotoIds, PhotoStore, StoreConfig, StoreError};
 
 /// A PipeStore, opened and ready to serve: its photo and feature stores, catalog, model,
@@ -36,6 +37,7 @@ pub struct PipeStore {
     pub(crate) jobs: Arc<Jobs>,
     pub(crate) node: Option<Arc<PipeStoreNode>>,
     pub(crate) keys: Arc<KeyStore>,
+    pub(crate) replication: Option<Arc<Replication>>,
 }
 
 impl PipeStore {
@@ -80,8 +82,8 @@ impl PipeStore {
             reason: e.to_string(),
         })?;
         let name = node_name(config.name.as_deref(), &config.data);
-        let (catalog, ids) = open_catalog(&config, &name).await?;
-        let (store, features) = open_stores(&config, ids).await?;
+        let (catalog, ids, replica_map) = open_catalog(&config, &name).await?;
+        let (store, features) = open_stores(&config, ids.clone()).await?;
         let keys = Arc::new(KeyStore::with_catalog(
             catalog.clone(),
             &config.data,
@@ -152,6 +154,31 @@ impl PipeStore {
             info!("online labelling started");
         }
         let ingestor = Arc::new(ingestor);
+        let replication = match (config.replicas, replica_map, ids) {
+            (0 | 1, _, _) => None,
+            (_, Some(map), PhotoIds::Blocks(blocks)) => {
+                let parts = ReplicationParts {
+                    name: name.clone(),
+                    catalog: map,
+                    blocks,
+                    store: store.clone(),
+                    ingestor: ingestor.clone(),
+                    metrics: metrics.clone(),
+                    secret: cluster_secret.clone(),
+                    tls: tls.clone(),
+                };
+                Some(Arc::new(start_replication(&config, parts).await?))
+            }
+            _ => {
+                return Err(Error::Config {
+                    setting: "replicas",
+                    reason: format!(
+                        "{} copies need a catalog the nodes share: give a postgres:// catalog",
+                        config.replicas
+                    ),
+                });
+            }
+        };
         let reconciled = ingestor.reconcile().await.map_err(|e| Error::Startup {
             step: "reconciling the catalog with the store",
             source: Box::new(e),
@@ -186,6 +213,7 @@ impl PipeStore {
             jobs,
             node,
             keys,
+            replication,
         })
     }
 
@@ -223,9 +251,37 @@ async fn load_model(config: &Config) -> Result<Arc<dyn InferenceBackend>, Error>
     Ok(Arc::new(backend))
 }
 
+/// Replication of this node with `config`'s settings, after the start-up sweep (copies of
+/// deleted photos and of uploads that never finished dropped).
+async fn start_replication(config: &Config, parts: ReplicationParts) -> Result<Replication, Error> {
+    let replication = Replication::new(
+        parts,
+        ReplicationConfig {
+            replicas: config.replicas,
+            peer_timeout: Duration::from_millis(config.peer_timeout_ms.max(1)),
+            repair: RepairConfig {
+                interval: Duration::from_millis(config.repair_interval_ms.max(10)),
+                scrub_per_second: config.scrub_photos_per_second,
+            },
+        },
+    );
+    let swept = replication.sweep().await.map_err(|e| Error::Startup {
+        step: "sweeping copies of deleted and unfinished photos",
+        source: Box::new(e),
+    })?;
+    info!(replicas = config.replicas, ?swept, "replication ready");
+    Ok(replication)
+}
+
+/// The catalog's replica map, when it has one (PostgreSQL).
+type ReplicaMap = Option<Arc<dyn ReplicaCatalog>>;
+
 /// Opens the catalog that `config.catalog` names, as node `name`, and says where photo ids come
 /// from: blocks of a shared catalog, or the store's own counter.
-async fn open_catalog(config: &Config, name: &str) -> Result<(Arc<dyn Catalog>, PhotoIds), Error> {
+async fn open_catalog(
+    config: &Config,
+    name: &str,
+) -> Result<(Arc<dyn Catalog>, PhotoIds, ReplicaMap), Error> {
     let spec = config.catalog.clone().unwrap_or_default();
     let default = config.data.join("catalog.sqlite");
     let what = ndpipe_catalog::describe(&spec, &default);
@@ -246,7 +302,7 @@ async fn open_catalog(config: &Config, name: &str) -> Result<(Arc<dyn Catalog>, 
         None => PhotoIds::Own,
     };
     info!(catalog = %what, shared = matches!(ids, PhotoIds::Blocks(_)), "catalog open");
-    Ok((opened.catalog, ids))
+    Ok((opened.catalog, ids, opened.replicas))
 }
 
 /// Opens the photo store in `DATA/store` (crash recovery) and its feature store.

@@ -12,6 +12,7 @@ use tracing::{info, warn};
 
 use crate::api::grpc::PipeStoreService;
 use crate::api::http::{self, AppState};
+use crate::api::replication::ReplicationService;
 use crate::api::s3;
 use crate::error::Error;
 use crate::ingest::Ingestor;
@@ -50,6 +51,7 @@ impl PipeStore {
             jobs,
             node,
             keys,
+            replication,
         } = self;
         let (shutdown, stopped) = watch::channel(false);
         let mut grpc = None;
@@ -58,12 +60,19 @@ impl PipeStore {
             Some(node) => {
                 let listener = bind("gRPC", config.grpc_listen).await?;
                 let addr = local_addr("gRPC", &listener, config.grpc_listen)?;
-                let routes = extra_grpc
-                    .unwrap_or_default()
-                    .add_service(PipeStoreService::server(
-                        node.clone(),
+                let mut routes =
+                    extra_grpc
+                        .unwrap_or_default()
+                        .add_service(PipeStoreService::server(
+                            node.clone(),
+                            cluster_secret.clone(),
+                        ));
+                if let Some(replication) = &replication {
+                    routes = routes.add_service(ReplicationService::server(
+                        replication.clone(),
                         cluster_secret.clone(),
                     ));
+                }
                 let server = transport::server(tls.as_ref()).map_err(|e| Error::Config {
                     setting: "tls_cert, tls_key, tls_ca",
                     reason: e.to_string(),
@@ -111,7 +120,12 @@ impl PipeStore {
             keys.clone(),
         )
         .named(&name)
-        .with_readiness(readiness.clone(), node.is_some());
+        .with_readiness(readiness.clone(), node.is_some())
+        .with_replication(replication.clone());
+        if let Some(replication) = replication {
+            tokio::spawn(replication.run_worker(stopped.clone()));
+            info!("replication worker started (repair, scrub, free-space reports)");
+        }
         let mut app = http::router(state, config.max_upload_bytes);
         if let Some(extra) = extra_http {
             app = app.merge(extra);

@@ -27,6 +27,8 @@
 //!   the cluster (one key names one object cluster-wide);
 //! - `keys`: [`AccessKeys`](crate::AccessKeys), the cluster's access keys;
 //! - `ids`: [`PhotoIdBlocks`](crate::PhotoIdBlocks);
+//! - `replicas`: [`ReplicaCatalog`](crate::ReplicaCatalog), every photo's copies, tombstones
+//!   and the nodes placement chooses from;
 //! - `open`: [`open`](crate::open), SQLite or PostgreSQL from one `--catalog` value;
 //! - `error`: driver errors as [`CatalogError`]s.
 
@@ -40,6 +42,7 @@ mod nodes;
 mod objects;
 mod open;
 mod photos;
+mod replicas;
 mod schema;
 
 use std::sync::Arc;

@@ -119,11 +119,27 @@ impl NodeRegistry for PgCatalog {
         })
     }
 
+    /// Removes the node and its copies' records, in one transaction; each photo whose primary
+    /// it was passes to the registered holder of a copy with the lowest name (a photo no other
+    /// registered node holds stays the removed node's: lost).
     fn remove_node(&self, name: &str) -> Result<bool, CatalogError> {
-        self.with(|conn| {
-            let n = conn
+        self.tx("remove node", |tx| {
+            let n = tx
                 .execute("DELETE FROM nodes WHERE name = $1", &[&name])
                 .map_err(db("remove node"))?;
+            tx.execute(
+                "UPDATE photos p SET node = h.node
+                 FROM (SELECT r.photo_id, min(r.node) AS node
+                       FROM replicas r JOIN nodes n ON n.name = r.node
+                       WHERE r.node <> $1 GROUP BY r.photo_id) h
+                 WHERE p.node = $1 AND h.photo_id = p.id",
+                &[&name],
+            )
+            .map_err(db("pass a removed node's photos to their copies"))?;
+            tx.execute("DELETE FROM replicas WHERE node = $1", &[&name])
+                .map_err(db("forget a removed node's copies"))?;
+            tx.execute("DELETE FROM node_space WHERE node = $1", &[&name])
+                .map_err(db("forget a removed node's space"))?;
             Ok(n > 0)
         })
     }

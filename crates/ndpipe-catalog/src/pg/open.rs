@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{PgCatalog, PgOptions, PhotoIdBlocks};
-use crate::{Catalog, CatalogError, NodeRegistry, SqliteCatalog};
+use crate::{Catalog, CatalogError, NodeRegistry, ReplicaCatalog, SqliteCatalog};
 
 /// A catalog opened by [`open`], with what only a shared catalog offers.
 pub struct OpenedCatalog {
@@ -13,6 +13,8 @@ pub struct OpenedCatalog {
     /// Where the node must take new photo ids from: `Some` on PostgreSQL, where many nodes share
     /// the catalog; `None` on SQLite, where the store numbers its photos itself.
     pub photo_ids: Option<Arc<dyn PhotoIdBlocks>>,
+    /// The replica map: `Some` on PostgreSQL, the only catalog several nodes share.
+    pub replicas: Option<Arc<dyn ReplicaCatalog>>,
     /// The node registry in the same database (what a Tuner keeps).
     pub nodes: Arc<dyn NodeRegistry>,
 }
@@ -63,6 +65,7 @@ pub fn open(
         return Ok(OpenedCatalog {
             catalog: pg.clone(),
             photo_ids: Some(pg.clone()),
+            replicas: Some(pg.clone()),
             nodes: pg,
         });
     }
@@ -75,6 +78,7 @@ pub fn open(
     Ok(OpenedCatalog {
         catalog: sqlite.clone(),
         photo_ids: None,
+        replicas: None,
         nodes: sqlite,
     })
 }

@@ -35,7 +35,7 @@ fn label_matches() -> String {
     )
 }
 
-fn photo_from_row(row: &Row) -> Result<PhotoRecord, CatalogError> {
+pub(super) fn photo_from_row(row: &Row) -> Result<PhotoRecord, CatalogError> {
     let int = |i: usize| row.try_get::<_, i64>(i).map_err(db("read photo"));
     let text = |i: usize| row.try_get::<_, String>(i).map_err(db("read photo"));
     let maybe = |i: usize| {
@@ -189,19 +189,31 @@ impl PhotoCatalog for PgCatalog {
                     what: format!("photo {id} of node {owner}"),
                 });
             }
+            tx.execute(
+                "INSERT INTO replicas (photo_id, node, added_ms) VALUES ($1, $2, $3)
+                 ON CONFLICT DO NOTHING",
+                &[&id, &node, &now_ms()],
+            )
+            .map_err(db("record the primary copy"))?;
             write_ground_truth(tx, id, meta.ground_truth.as_ref())
         })
     }
 
     fn delete_photo(&self, id: PhotoId) -> Result<bool, CatalogError> {
         let id = sql_id(id)?;
-        self.with(|conn| {
-            let n = conn
+        let node = self.node();
+        self.tx("delete photo", |tx| {
+            let n = tx
                 .execute(
                     "DELETE FROM photos WHERE id = $1 AND node = $2",
-                    &[&id, &self.node()],
+                    &[&id, &node],
                 )
                 .map_err(db("delete photo"))?;
+            tx.execute(
+                "DELETE FROM replicas WHERE photo_id = $1 AND node = $2",
+                &[&id, &node],
+            )
+            .map_err(db("delete the primary copy's record"))?;
             Ok(n > 0)
         })
     }

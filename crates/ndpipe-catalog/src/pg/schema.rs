@@ -114,6 +114,28 @@ CREATE TABLE access_keys (
     created_ms     BIGINT NOT NULL
 );
 "#,
+    // Replication: every copy of a photo (the primary's included), deleted photos, and the
+    // free space placement weighs nodes by. `replicas` has no foreign key to `photos`: a copy
+    // is recorded when it is durable, before the primary catalogs the photo.
+    r#"
+CREATE TABLE replicas (
+    photo_id  BIGINT NOT NULL CHECK (photo_id >= 0),
+    node      TEXT COLLATE "C" NOT NULL,
+    added_ms  BIGINT NOT NULL,
+    PRIMARY KEY (photo_id, node)
+);
+CREATE INDEX replicas_node ON replicas (node, photo_id);
+INSERT INTO replicas (photo_id, node, added_ms) SELECT id, node, created_ms FROM photos;
+CREATE TABLE tombstones (
+    photo_id    BIGINT PRIMARY KEY,
+    deleted_ms  BIGINT NOT NULL
+);
+CREATE TABLE node_space (
+    node        TEXT COLLATE "C" PRIMARY KEY,
+    free_bytes  BIGINT NOT NULL,
+    updated_ms  BIGINT NOT NULL
+);
+"#,
 ];
 
 /// Applies the migrations this database lacks, all in one transaction, under an advisory lock

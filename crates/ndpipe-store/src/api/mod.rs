@@ -4,4 +4,5 @@
 
 pub(crate) mod grpc;
 pub(crate) mod http;
+pub(crate) mod replication;
 pub(crate) mod s3;

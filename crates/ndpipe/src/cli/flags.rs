@@ -137,6 +137,26 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_LABEL_WAIT_MS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) label_wait_ms: Option<u64>,
+    /// Copies of each photo; 2 or more makes this node a front door that places uploads on
+    /// that many nodes (needs a PostgreSQL --catalog) [replicas; default: 1].
+    #[arg(long, env = "NDPIPE_REPLICAS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) replicas: Option<u32>,
+    /// Pause between replication rounds (repair, scrub, free-space report), in ms
+    /// [repair_interval_ms; default: 1000].
+    #[arg(long, env = "NDPIPE_REPAIR_INTERVAL_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) repair_interval_ms: Option<u64>,
+    /// Local copies re-read and verified per second, 0: no scrub [scrub_photos_per_second;
+    /// default: 20].
+    #[arg(long, env = "NDPIPE_SCRUB_PHOTOS_PER_SECOND")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) scrub_photos_per_second: Option<u32>,
+    /// Deadline of each call to another node for a copy, in ms [peer_timeout_ms; default:
+    /// 30000].
+    #[arg(long, env = "NDPIPE_PEER_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) peer_timeout_ms: Option<u64>,
     /// Testing only: damage the first N feature chunks sent to the Tuner
     /// [fault_corrupt_chunks].
     #[arg(long, hide = true)]

@@ -1,6 +1,7 @@
 //! The subcommands: servers (`serve`, `pipestore`, `tuner`), operator tools over HTTP, and the
 //! configuration file.
 
+mod cluster;
 mod config;
 mod finetune;
 mod flags;
@@ -40,6 +41,8 @@ enum Command {
     Rollback(finetune::RollbackArgs),
     /// The Tuner's PipeStores: list them, drain, activate or remove one.
     Nodes(nodes::NodesArgs),
+    /// A replicated cluster as a PipeStore sees it: copy counts, nodes, repair progress.
+    Cluster(cluster::ClusterArgs),
     /// Upload a folder of photos, or the Fashion-MNIST data set, to a running store.
     Import(import::ImportArgs),
     /// List, fetch, inspect or delete photos in a running store.
@@ -65,6 +68,7 @@ impl Cli {
             Command::Versions(args) => finetune::versions(args).await,
             Command::Rollback(args) => finetune::rollback(args).await,
             Command::Nodes(args) => nodes::run(args).await,
+            Command::Cluster(args) => cluster::run(args).await,
             Command::Import(args) => import::run(args).await,
             Command::Photos(args) => photos::run(args).await,
             Command::Compact(args) => photos::compact(args).await,

@@ -17,6 +17,8 @@
 //! - `limits`: stalled headers and bodies cut off, connections over the cap closed.
 //! - `postgres`: a Tuner and three PipeStores on one PostgreSQL catalog: cluster-wide ids,
 //!   search and versions.
+//! - `replication`: three PipeStores with two copies of each photo: placement, a node killed
+//!   during uploads, repair after its removal, a delete while a node is away, a flipped byte.
 
 mod api;
 mod cache;
@@ -30,6 +32,7 @@ mod faults;
 mod inference;
 mod limits;
 mod postgres;
+mod replication;
 mod s3;
 mod tls;
 mod tuner;

@@ -10,6 +10,7 @@ use ndpipe_model::PreprocessError;
 use super::AppState;
 use crate::ingest::IngestError;
 use crate::jobs::JobError;
+use crate::replication::ReplicationError;
 use crate::storage::StoreError;
 
 /// An error answered to an HTTP client: `{"error": kind, "message": ...}`.
@@ -169,7 +170,33 @@ impl From<IngestError> for ApiError {
             IngestError::InvalidLabel(m) => ApiError::bad_request("invalid_label", m),
             IngestError::Store(e) => e.into(),
             IngestError::Catalog(e) => e.into(),
+            IngestError::Copy(m) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "replica_unavailable", m)
+            }
             other => internal(other),
+        }
+    }
+}
+
+impl From<ReplicationError> for ApiError {
+    fn from(e: ReplicationError) -> Self {
+        let unavailable = |kind, e: &ReplicationError| {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, kind, e.to_string())
+        };
+        match e {
+            ReplicationError::Ingest(e) => e.into(),
+            ReplicationError::Store(e) => e.into(),
+            ReplicationError::Catalog(e) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "catalog_unavailable",
+                e.to_string(),
+            ),
+            ReplicationError::Remote(status) => crate::api::replication::remote_error(&status),
+            ReplicationError::NotEnoughNodes { .. } => unavailable("insufficient_replicas", &e),
+            ReplicationError::Peer { .. } | ReplicationError::NoIntactCopy { .. } => {
+                unavailable("replica_unavailable", &e)
+            }
+            ReplicationError::Task(_) => internal(e),
         }
     }
 }

@@ -10,6 +10,7 @@
 //! router, 431 for oversized headers, ...).
 
 mod auth;
+mod cluster;
 mod error;
 mod jobs;
 mod keys;
@@ -33,9 +34,10 @@ use crate::jobs::Jobs;
 use crate::keys::KeyStore;
 use crate::membership::Readiness;
 use crate::metrics::StoreMetrics;
+use crate::replication::Replication;
 use crate::storage::PhotoStore;
 pub(crate) use auth::{Guard, authorize};
-use error::ApiError;
+pub(crate) use error::ApiError;
 
 /// Largest page of `GET /v1/photos` and `GET /v1/search`.
 const MAX_PAGE: usize = 1000;
@@ -58,6 +60,9 @@ pub(crate) struct AppState {
     readiness: Arc<Readiness>,
     /// Whether a model is loaded (`/readyz` says so).
     model_loaded: bool,
+    /// The cluster as one store, when photos are replicated: uploads, reads and deletes go
+    /// through it.
+    replication: Option<Arc<Replication>>,
 }
 
 impl AppState {
@@ -80,6 +85,15 @@ impl AppState {
             node: Arc::from("local"),
             readiness: Arc::new(Readiness::default()),
             model_loaded: false,
+            replication: None,
+        }
+    }
+
+    /// The same state, with uploads, reads and deletes through `replication` when given.
+    pub(crate) fn with_replication(self, replication: Option<Arc<Replication>>) -> Self {
+        AppState {
+            replication,
+            ..self
         }
     }
 
@@ -118,6 +132,7 @@ pub(crate) fn router(state: AppState, max_upload_bytes: usize) -> Router {
         .route("/v1/photos", get(photos::list))
         .route("/v1/photos/{id}", get(photos::get_photo))
         .route("/v1/photos/{id}/meta", get(photos::get_meta))
+        .route("/v1/cluster", get(cluster::status))
         .route("/v1/photos/{id}/tensor", get(photos::get_tensor))
         .route("/v1/photos/{id}/labels", get(labels::get_labels))
         .route("/v1/search", get(labels::search))

@@ -54,7 +54,10 @@ pub(super) async fn upload(
         })?;
         let truth = ground_truth(&headers, params)?;
         let size = body.len() as u64;
-        let record = state.ingestor.ingest(body, truth).await?;
+        let record = match &state.replication {
+            Some(replication) => replication.upload(body, truth).await?,
+            None => state.ingestor.ingest(body, truth).await?,
+        };
         state.metrics.uploads.inc();
         state.metrics.upload_bytes.inc_by(size);
         Ok(record)
@@ -121,13 +124,23 @@ pub(super) async fn get_photo(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&raw).map_err(|e| count(&state, e))?;
-    let store = state.store.clone();
-    let found = blocking(&state, move || store.original(id)).await?;
-    let Some((entry, bytes)) = found else {
+    let found = match &state.replication {
+        Some(replication) => replication
+            .read(id)
+            .await
+            .map_err(|e| count(&state, e.into()))?,
+        None => {
+            let store = state.store.clone();
+            blocking(&state, move || store.original(id))
+                .await?
+                .map(|(entry, bytes)| (entry.meta, bytes))
+        }
+    };
+    let Some((meta, bytes)) = found else {
         return Err(count(&state, ApiError::photo_not_found(id)));
     };
     state.metrics.reads.inc();
-    let etag = format!("\"{}\"", entry.meta.sha256);
+    let etag = format!("\"{}\"", meta.sha256);
     if headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
@@ -137,7 +150,7 @@ pub(super) async fn get_photo(
     }
     Ok((
         [
-            (header::CONTENT_TYPE, entry.meta.content_type.clone()),
+            (header::CONTENT_TYPE, meta.content_type.clone()),
             (header::ETAG, etag),
             (
                 header::CACHE_CONTROL,
@@ -177,6 +190,9 @@ pub(super) struct MetaReply {
     bucket: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     key: Option<String>,
+    /// The nodes holding a copy (replicated clusters only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    copies: Option<Vec<String>>,
 }
 
 /// `GET /v1/photos/{id}/meta`: the photo's catalog row, with its bucket and key.
@@ -186,14 +202,29 @@ pub(super) async fn get_meta(
 ) -> Result<Json<MetaReply>, ApiError> {
     let id = parse_id(&raw).map_err(|e| count(&state, e))?;
     let catalog = state.catalog.clone();
-    let (row, object) = blocking(&state, move || {
+    let (mut row, object) = blocking(&state, move || {
         Ok::<_, CatalogError>((catalog.photo(id)?, catalog.object_of_photo(id)?))
     })
     .await?;
+    let mut copies = None;
+    if let Some(replication) = &state.replication {
+        // Any node's photo, with the nodes that hold its copies.
+        let found = replication
+            .copies_of(id)
+            .await
+            .map_err(|e| count(&state, e.into()))?;
+        row = found.map(|c| {
+            copies = Some(c.holders);
+            PhotoRecord { id, meta: c.meta }
+        });
+    }
     let record = row
         .filter(|_| !state.ingestor.is_deleted(id))
         .ok_or_else(|| count(&state, ApiError::photo_not_found(id)))?;
-    Ok(Json(MetaReply::new(record, object)))
+    Ok(Json(MetaReply {
+        copies,
+        ..MetaReply::new(record, object)
+    }))
 }
 
 impl MetaReply {
@@ -203,6 +234,7 @@ impl MetaReply {
             record,
             bucket,
             key,
+            copies: None,
         }
     }
 }
@@ -269,12 +301,11 @@ pub(super) async fn delete(
     Path(raw): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = parse_id(&raw).map_err(|e| count(&state, e))?;
-    if state
-        .ingestor
-        .delete(id)
-        .await
-        .map_err(|e| count(&state, e.into()))?
-    {
+    let existed = match &state.replication {
+        Some(replication) => replication.delete(id).await.map_err(ApiError::from),
+        None => state.ingestor.delete(id).await.map_err(ApiError::from),
+    };
+    if existed.map_err(|e| count(&state, e))? {
         state.metrics.deletes.inc();
         Ok(StatusCode::NO_CONTENT)
     } else {

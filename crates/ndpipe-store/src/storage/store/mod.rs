@@ -146,7 +146,15 @@ impl PhotoStore {
 
     /// Stores a photo durably and returns its new id.
     pub async fn put(&self, photo: NewPhoto) -> Result<u64, StoreError> {
-        self.request(|reply| Command::Put(photo, reply)).await
+        self.request(|reply| Command::Put(photo, None, reply)).await
+    }
+
+    /// Stores a copy of another node's photo under its id `id`, durably; a store that already
+    /// has `id` keeps what it has (a repeated copy is not an error).
+    pub(crate) async fn put_copy(&self, id: u64, photo: NewPhoto) -> Result<(), StoreError> {
+        self.request(|reply| Command::Put(photo, Some(id), reply))
+            .await
+            .map(drop)
     }
 
     /// Deletes a photo (writes a tombstone). Returns whether it existed.

@@ -28,7 +28,13 @@ const MAX_BATCH: usize = 128;
 
 /// A request to the writer, with the channel its answer goes to.
 pub(super) enum Command {
-    Put(NewPhoto, oneshot::Sender<Result<u64, StoreError>>),
+    /// A new photo; with an id, a copy of another node's photo under that id (kept as it is
+    /// when the store already has the id).
+    Put(
+        NewPhoto,
+        Option<u64>,
+        oneshot::Sender<Result<u64, StoreError>>,
+    ),
     Delete(u64, oneshot::Sender<Result<bool, StoreError>>),
     SetTensor(u64, Vec<u8>, oneshot::Sender<Result<bool, StoreError>>),
     Compact(oneshot::Sender<Result<CompactionReport, StoreError>>),
@@ -126,6 +132,15 @@ struct Batch {
     changes: Vec<Change>,
     pending: Vec<Pending>,
     bytes: u64,
+}
+
+impl Batch {
+    /// Whether the batch already stores photo `id`.
+    fn puts(&self, id: u64) -> bool {
+        self.changes
+            .iter()
+            .any(|c| matches!(c, Change::Put(p, _) if *p == id))
+    }
 }
 
 /// How a failed batch ends.
@@ -242,7 +257,20 @@ impl Writer {
     fn append_one(&mut self, cmd: Command, batch: &mut Batch) -> Result<(), StoreError> {
         let floor = self.ids.peek();
         match cmd {
-            Command::Put(photo, reply) => {
+            Command::Put(photo, given, reply) => {
+                if let Some(id) = given {
+                    match self.shared.index.get(id) {
+                        Ok(None) if !batch.puts(id) => {}
+                        Ok(_) => {
+                            drop(reply.send(Ok(id)));
+                            return Ok(());
+                        }
+                        Err(e) => {
+                            drop(reply.send(Err(e)));
+                            return Ok(());
+                        }
+                    }
+                }
                 let meta =
                     serde_json::to_vec(&photo.meta).expect("metadata serialises; this is a bug");
                 let bytes = record_bytes(meta.len() + photo.original.len())
@@ -251,7 +279,7 @@ impl Writer {
                     drop(reply.send(Err(e)));
                     return Ok(());
                 }
-                let id = match self.ids.take() {
+                let id = match given.map_or_else(|| self.ids.take(), Ok) {
                     Ok(id) => id,
                     Err(e) => {
                         drop(reply.send(Err(e)));
@@ -424,7 +452,7 @@ fn batch_error(e: &StoreError) -> impl Fn() -> StoreError + Copy + '_ {
 /// Answers a request that did not run with `error`.
 fn reject(cmd: Command, error: impl Fn() -> StoreError) {
     match cmd {
-        Command::Put(_, r) => drop(r.send(Err(error()))),
+        Command::Put(_, _, r) => drop(r.send(Err(error()))),
         Command::Delete(_, r) | Command::SetTensor(_, _, r) => drop(r.send(Err(error()))),
         Command::Compact(r) => drop(r.send(Err(error()))),
     }

@@ -1,0 +1,213 @@
+//! [`ReplicaCatalog`]: the copies of each photo, tombstones and the nodes placement chooses
+//! from. A copy counts when its holder is registered (a node that is down but not removed still
+//! holds its copies); a removed node's copies are forgotten with it (`nodes.rs`).
+
+use ndpipe_util::time::now_ms;
+
+use super::error::db;
+use super::photos::photo_from_row;
+use super::{PgCatalog, from_sql, sql_id};
+use crate::{CatalogError, PhotoCopies, PhotoId, PlacementNode, ReplicaCatalog, ReplicationCounts};
+
+/// The photo columns `photo_from_row` reads, then the primary and every registered holder.
+const COPIES_SELECT: &str = "SELECT p.id, p.sha256, p.bytes, p.width, p.height, \
+     p.content_type, p.created_ms, g.label, g.split, p.node, \
+     COALESCE(array_agg(r.node ORDER BY r.node) FILTER (WHERE r.node IS NOT NULL), '{}') \
+     FROM photos p LEFT JOIN ground_truth g ON g.photo_id = p.id \
+     LEFT JOIN replicas r ON r.photo_id = p.id AND r.node IN (SELECT name FROM nodes)";
+
+fn copies_from_row(row: &postgres::Row) -> Result<PhotoCopies, CatalogError> {
+    let op = "read photo copies";
+    let photo = photo_from_row(row)?;
+    Ok(PhotoCopies {
+        id: photo.id,
+        meta: photo.meta,
+        primary: row.try_get(9).map_err(db(op))?,
+        holders: row.try_get(10).map_err(db(op))?,
+    })
+}
+
+const GROUP_BY: &str = " GROUP BY p.id, p.node, g.label, g.split";
+
+impl ReplicaCatalog for PgCatalog {
+    fn placement_nodes(&self) -> Result<Vec<PlacementNode>, CatalogError> {
+        let now = now_ms();
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    "SELECT n.name, n.url, n.lease_expires_ms > $1, n.state = 'active',
+                            COALESCE(s.free_bytes, 0)
+                     FROM nodes n LEFT JOIN node_space s ON s.node = n.name
+                     ORDER BY n.name",
+                    &[&now],
+                )
+                .map_err(db("list placement nodes"))?;
+            rows.iter()
+                .map(|r| {
+                    let op = "read placement node";
+                    let free: i64 = r.try_get(4).map_err(db(op))?;
+                    Ok(PlacementNode {
+                        name: r.try_get(0).map_err(db(op))?,
+                        url: r.try_get(1).map_err(db(op))?,
+                        live: r.try_get(2).map_err(db(op))?,
+                        active: r.try_get(3).map_err(db(op))?,
+                        free_bytes: u64::try_from(free).unwrap_or(0),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn report_free_space(&self, free_bytes: u64) -> Result<(), CatalogError> {
+        let free = i64::try_from(free_bytes).unwrap_or(i64::MAX);
+        let node = self.node();
+        self.with(|conn| {
+            conn.execute(
+                "INSERT INTO node_space (node, free_bytes, updated_ms) VALUES ($1, $2, $3)
+                 ON CONFLICT (node) DO UPDATE SET free_bytes = EXCLUDED.free_bytes,
+                   updated_ms = EXCLUDED.updated_ms",
+                &[&node, &free, &now_ms()],
+            )
+            .map_err(db("report free space"))?;
+            Ok(())
+        })
+    }
+
+    fn add_copy(&self, id: PhotoId, node: &str) -> Result<(), CatalogError> {
+        let id = sql_id(id)?;
+        self.with(|conn| {
+            conn.execute(
+                "INSERT INTO replicas (photo_id, node, added_ms) VALUES ($1, $2, $3)
+                 ON CONFLICT DO NOTHING",
+                &[&id, &node, &now_ms()],
+            )
+            .map_err(db("record a copy"))?;
+            Ok(())
+        })
+    }
+
+    fn drop_copy(&self, id: PhotoId, node: &str) -> Result<(), CatalogError> {
+        let id = sql_id(id)?;
+        self.with(|conn| {
+            conn.execute(
+                "DELETE FROM replicas WHERE photo_id = $1 AND node = $2",
+                &[&id, &node],
+            )
+            .map_err(db("forget a copy"))?;
+            Ok(())
+        })
+    }
+
+    fn copies(&self, id: PhotoId) -> Result<Option<PhotoCopies>, CatalogError> {
+        let id = sql_id(id)?;
+        self.with(|conn| {
+            let row = conn
+                .query_opt(
+                    &format!("{COPIES_SELECT} WHERE p.id = $1{GROUP_BY}"),
+                    &[&id],
+                )
+                .map_err(db("find photo copies"))?;
+            row.as_ref().map(copies_from_row).transpose()
+        })
+    }
+
+    fn held_here(&self) -> Result<Vec<PhotoId>, CatalogError> {
+        let node = self.node();
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    "SELECT photo_id FROM replicas WHERE node = $1 ORDER BY photo_id",
+                    &[&node],
+                )
+                .map_err(db("list copies held"))?;
+            rows.iter()
+                .map(|r| {
+                    let id: i64 = r.try_get(0).map_err(db("read copy"))?;
+                    from_sql(id, "photo id")
+                })
+                .collect()
+        })
+    }
+
+    fn add_tombstone(&self, id: PhotoId) -> Result<(), CatalogError> {
+        let id = sql_id(id)?;
+        self.tx("delete photo everywhere", |tx| {
+            tx.execute(
+                "INSERT INTO tombstones (photo_id, deleted_ms) VALUES ($1, $2)
+                 ON CONFLICT DO NOTHING",
+                &[&id, &now_ms()],
+            )
+            .map_err(db("write a tombstone"))?;
+            tx.execute("DELETE FROM photos WHERE id = $1", &[&id])
+                .map_err(db("delete photo"))?;
+            Ok(())
+        })
+    }
+
+    fn tombstoned(&self, ids: &[PhotoId]) -> Result<Vec<PhotoId>, CatalogError> {
+        let ids = ids
+            .iter()
+            .map(|&id| sql_id(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    "SELECT photo_id FROM tombstones WHERE photo_id = ANY($1) ORDER BY photo_id",
+                    &[&ids],
+                )
+                .map_err(db("find tombstones"))?;
+            rows.iter()
+                .map(|r| {
+                    let id: i64 = r.try_get(0).map_err(db("read tombstone"))?;
+                    from_sql(id, "photo id")
+                })
+                .collect()
+        })
+    }
+
+    fn under_replicated(&self, wanted: u32, limit: u32) -> Result<Vec<PhotoCopies>, CatalogError> {
+        let node = self.node();
+        let (wanted, limit) = (i64::from(wanted), i64::from(limit));
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    &format!(
+                        "{COPIES_SELECT} WHERE p.node = $1{GROUP_BY}
+                         HAVING count(r.node) < $2 ORDER BY p.id LIMIT $3"
+                    ),
+                    &[&node, &wanted, &limit],
+                )
+                .map_err(db("find under-replicated photos"))?;
+            rows.iter().map(copies_from_row).collect()
+        })
+    }
+
+    fn replication_counts(&self, wanted: u32) -> Result<ReplicationCounts, CatalogError> {
+        let wanted = i64::from(wanted);
+        self.with(|conn| {
+            let row = conn
+                .query_one(
+                    "SELECT count(*) FILTER (WHERE c >= $1),
+                            count(*) FILTER (WHERE c > 0 AND c < $1),
+                            count(*) FILTER (WHERE c = 0),
+                            (SELECT count(*) FROM tombstones)
+                     FROM (SELECT p.id, count(r.node) AS c FROM photos p
+                           LEFT JOIN replicas r ON r.photo_id = p.id
+                             AND r.node IN (SELECT name FROM nodes)
+                           GROUP BY p.id) counts",
+                    &[&wanted],
+                )
+                .map_err(db("count copies"))?;
+            let count = |i: usize| -> Result<u64, CatalogError> {
+                let n: i64 = row.try_get(i).map_err(db("read copy counts"))?;
+                from_sql(n, "photo count")
+            };
+            Ok(ReplicationCounts {
+                at_target: count(0)?,
+                under_replicated: count(1)?,
+                lost: count(2)?,
+                tombstones: count(3)?,
+            })
+        })
+    }
+}

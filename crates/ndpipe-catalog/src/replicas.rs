@@ -1,0 +1,83 @@
+//! Which nodes hold a copy of each photo, what was deleted, and where copies may go: what the
+//! PipeStores of a replicated cluster share ([`ReplicaCatalog`]).
+
+use crate::{CatalogError, PhotoId, PhotoMeta};
+
+/// A registered PipeStore as placement sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacementNode {
+    /// Its name.
+    pub name: String,
+    /// Its gRPC URL.
+    pub url: String,
+    /// Whether its lease is live (it answered a heartbeat lately).
+    pub live: bool,
+    /// Whether it takes new photos (`active`, not `draining`).
+    pub active: bool,
+    /// Free bytes it last reported (0 when it never did).
+    pub free_bytes: u64,
+}
+
+/// A photo's catalog row as a front door needs it: its metadata, the node whose catalog view
+/// it belongs to (its primary), and every node that holds a copy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhotoCopies {
+    /// The photo.
+    pub id: PhotoId,
+    /// Its metadata (the checksum every copy is verified against).
+    pub meta: PhotoMeta,
+    /// The node that labels it and answers for it in jobs.
+    pub primary: String,
+    /// Every node holding a copy, the primary included, by name.
+    pub holders: Vec<String>,
+}
+
+/// How many photos of the cluster have how many copies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicationCounts {
+    /// Photos with at least the wanted copies on registered nodes.
+    pub at_target: u64,
+    /// Photos with fewer copies than wanted, but at least one.
+    pub under_replicated: u64,
+    /// Photos no registered node holds.
+    pub lost: u64,
+    /// Deleted photos remembered so that a node coming back does not resurrect them.
+    pub tombstones: u64,
+}
+
+/// The replica map of a cluster's shared catalog; every method is one transaction. A handle is
+/// one node's (the node that copies, holds and reports).
+pub trait ReplicaCatalog: Send + Sync {
+    /// Every registered node with its lease, state and reported free space.
+    fn placement_nodes(&self) -> Result<Vec<PlacementNode>, CatalogError>;
+
+    /// Records this node's free bytes, which placement weighs nodes by.
+    fn report_free_space(&self, free_bytes: u64) -> Result<(), CatalogError>;
+
+    /// Records that `node` holds a durable copy of photo `id` (kept when already recorded).
+    fn add_copy(&self, id: PhotoId, node: &str) -> Result<(), CatalogError>;
+
+    /// Forgets that `node` holds photo `id`.
+    fn drop_copy(&self, id: PhotoId, node: &str) -> Result<(), CatalogError>;
+
+    /// Photo `id`'s row and holders; `None` when it has no catalog row (never finished, or
+    /// deleted).
+    fn copies(&self, id: PhotoId) -> Result<Option<PhotoCopies>, CatalogError>;
+
+    /// Photos recorded as held by this node, whichever node is their primary.
+    fn held_here(&self) -> Result<Vec<PhotoId>, CatalogError>;
+
+    /// Marks photo `id` deleted, for good, and removes its catalog row (whichever node's it
+    /// is), in one transaction; the holders' copies go after.
+    fn add_tombstone(&self, id: PhotoId) -> Result<(), CatalogError>;
+
+    /// Which of `ids` are deleted.
+    fn tombstoned(&self, ids: &[PhotoId]) -> Result<Vec<PhotoId>, CatalogError>;
+
+    /// Up to `limit` photos whose primary is this node with fewer than `wanted` copies on
+    /// registered nodes, with their current holders, lowest id first.
+    fn under_replicated(&self, wanted: u32, limit: u32) -> Result<Vec<PhotoCopies>, CatalogError>;
+
+    /// How many photos of the cluster are at `wanted` copies, below, or lost.
+    fn replication_counts(&self, wanted: u32) -> Result<ReplicationCounts, CatalogError>;
+}

@@ -1,0 +1,29 @@
+//! `GET /v1/cluster`: the replicated cluster as this node sees it (404 `not_replicated` on a
+//! node that keeps single copies).
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+
+use super::AppState;
+use super::error::{ApiError, count};
+use crate::replication::ClusterStatus;
+
+/// `GET /v1/cluster`: nodes, copy counts, and this node's repair work.
+pub(super) async fn status(State(state): State<AppState>) -> Result<Json<ClusterStatus>, ApiError> {
+    let Some(replication) = &state.replication else {
+        return Err(count(
+            &state,
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_replicated",
+                "this node keeps single copies (replicas = 1): there is no cluster status",
+            ),
+        ));
+    };
+    let status = replication
+        .status()
+        .await
+        .map_err(|e| count(&state, e.into()))?;
+    Ok(Json(status))
+}

@@ -1,0 +1,230 @@
+//! Copies of one photo: sending them (the primary), receiving, reading and dropping them (every
+//! holder), and replacing a damaged one from an intact one.
+
+use ndpipe_catalog::{PhotoCopies, PhotoMeta};
+use ndpipe_proto::pb;
+use sha2::{Digest, Sha256};
+use tracing::warn;
+
+use super::{Replication, ReplicationError};
+use crate::ingest::{IngestError, StoredPhoto};
+use crate::storage::{NewPhoto, StoreError};
+
+/// Metadata sent with a copy, from its JSON form.
+pub(super) fn meta_from_json(json: &str) -> Result<PhotoMeta, String> {
+    serde_json::from_str(json).map_err(|e| format!("malformed photo metadata: {e}"))
+}
+
+fn meta_to_json(meta: &PhotoMeta) -> String {
+    serde_json::to_string(meta).expect("metadata serialises; this is a bug")
+}
+
+/// Whether `original` is the photo `meta` describes.
+pub(super) fn intact(meta: &PhotoMeta, original: &[u8]) -> bool {
+    original.len() as u64 == meta.bytes && hex::encode(Sha256::digest(original)) == meta.sha256
+}
+
+/// Why a copy sent to this node is refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CopyError {
+    /// The copy is malformed or its bytes do not match its checksum.
+    #[error("{0}")]
+    Invalid(String),
+    /// The photo was deleted meanwhile.
+    #[error("photo {0} is deleted")]
+    Deleted(u64),
+    /// No such copy here.
+    #[error("this node holds no copy of photo {0}")]
+    NotHeld(u64),
+    /// The local store failed (a damaged copy is [`StoreError::Corrupt`]).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The rest failed.
+    #[error(transparent)]
+    Replication(#[from] ReplicationError),
+}
+
+impl From<ndpipe_catalog::CatalogError> for CopyError {
+    fn from(e: ndpipe_catalog::CatalogError) -> Self {
+        CopyError::Replication(e.into())
+    }
+}
+
+impl From<tokio::task::JoinError> for CopyError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        CopyError::Replication(e.into())
+    }
+}
+
+impl Replication {
+    /// Sends the new photo `id` to every node of `copies` at once; when one fails, takes back
+    /// the copies that were made.
+    pub(super) async fn push_copies(
+        &self,
+        id: u64,
+        photo: StoredPhoto,
+        copies: Vec<pb::Peer>,
+    ) -> Result<(), IngestError> {
+        let copy = pb::PhotoCopy {
+            id,
+            meta_json: meta_to_json(&photo.meta),
+            original: photo.original,
+            tensor: photo.tensor,
+        };
+        let sends = copies
+            .iter()
+            .map(|peer| self.peers.put_copy(&peer.url, copy.clone()));
+        let results = futures::future::join_all(sends).await;
+        let failed: Vec<String> = copies
+            .iter()
+            .zip(&results)
+            .filter_map(|(peer, r)| {
+                r.as_ref()
+                    .err()
+                    .map(|e| format!("{}: {}", peer.name, e.message()))
+            })
+            .collect();
+        if failed.is_empty() {
+            return Ok(());
+        }
+        for (peer, result) in copies.iter().zip(&results) {
+            if result.is_ok()
+                && let Err(e) = self.peers.drop_copy(&peer.url, id).await
+            {
+                warn!(photo = id, node = %peer.name, error = %e.message(),
+                    "cannot take back a copy of an upload that failed; its next start drops it");
+            }
+        }
+        Err(IngestError::Copy(format!(
+            "photo {id} could not be copied to {}",
+            failed.join("; ")
+        )))
+    }
+
+    /// Stores a copy sent by a photo's primary (or by repair) and records it.
+    pub(crate) async fn receive_copy(&self, copy: pb::PhotoCopy) -> Result<(), CopyError> {
+        let meta = meta_from_json(&copy.meta_json).map_err(CopyError::Invalid)?;
+        if !intact(&meta, &copy.original) {
+            return Err(CopyError::Invalid(format!(
+                "the bytes of photo {} do not match its checksum",
+                copy.id
+            )));
+        }
+        let id = copy.id;
+        let catalog = self.catalog.clone();
+        if !tokio::task::spawn_blocking(move || catalog.tombstoned(&[id]))
+            .await??
+            .is_empty()
+        {
+            return Err(CopyError::Deleted(id));
+        }
+        let had = self.store.contains(id)?;
+        self.store
+            .put_copy(
+                id,
+                NewPhoto {
+                    meta,
+                    original: copy.original,
+                    tensor: copy.tensor,
+                },
+            )
+            .await?;
+        if !had {
+            self.metrics.photos.inc();
+        }
+        let (catalog, name) = (self.catalog.clone(), self.name.clone());
+        tokio::task::spawn_blocking(move || catalog.add_copy(id, &name)).await??;
+        self.metrics.replication.copies_received.inc();
+        Ok(())
+    }
+
+    /// This node's copy of photo `id`, verified.
+    pub(crate) async fn read_local_copy(&self, id: u64) -> Result<pb::PhotoCopy, CopyError> {
+        let store = self.store.clone();
+        let (original, tensor) = tokio::task::spawn_blocking(move || {
+            let original = store.original(id)?;
+            let tensor = store.tensor(id)?;
+            Ok::<_, StoreError>((original, tensor))
+        })
+        .await??;
+        let Some((entry, original)) = original else {
+            return Err(CopyError::NotHeld(id));
+        };
+        Ok(pb::PhotoCopy {
+            id,
+            meta_json: meta_to_json(&entry.meta),
+            original,
+            tensor: tensor.map(|(_, t)| t).unwrap_or_default(),
+        })
+    }
+
+    /// Removes this node's copy of photo `id`: from the store, its features and its record.
+    /// Whether it had one.
+    pub(crate) async fn drop_local(&self, id: u64) -> Result<bool, ReplicationError> {
+        Ok(self.ingestor.delete(id).await?)
+    }
+
+    /// An intact copy of the photo from a holder other than this node, live ones first.
+    pub(super) async fn fetch_intact(
+        &self,
+        copies: &PhotoCopies,
+    ) -> Result<pb::PhotoCopy, ReplicationError> {
+        let nodes = self.placement_nodes().await?;
+        let mut holders: Vec<_> = nodes
+            .iter()
+            .filter(|n| n.name != self.name && copies.holders.contains(&n.name))
+            .collect();
+        holders.sort_by_key(|n| !n.live);
+        let mut tried = Vec::new();
+        for node in holders {
+            match self.peers.read_copy(&node.url, copies.id).await {
+                Ok(copy) if intact(&copies.meta, &copy.original) => return Ok(copy),
+                Ok(_) => tried.push(format!("{}: damaged in transit", node.name)),
+                Err(e) => tried.push(format!("{}: {}", node.name, e.message())),
+            }
+        }
+        if tried.is_empty() {
+            tried.push("no other node holds a copy".into());
+        }
+        Err(ReplicationError::NoIntactCopy {
+            id: copies.id,
+            reason: tried.join("; "),
+        })
+    }
+
+    /// Replaces this node's damaged or missing copy of photo `id` with `copy`.
+    pub(super) async fn replace_local(
+        &self,
+        id: u64,
+        copy: &pb::PhotoCopy,
+    ) -> Result<(), ReplicationError> {
+        let meta = meta_from_json(&copy.meta_json).map_err(|reason| ReplicationError::Peer {
+            url: "a holder".into(),
+            reason,
+        })?;
+        self.store.delete(id).await?;
+        self.store
+            .put_copy(
+                id,
+                NewPhoto {
+                    meta,
+                    original: copy.original.clone(),
+                    tensor: copy.tensor.clone(),
+                },
+            )
+            .await?;
+        self.metrics.replication.repaired.inc();
+        tracing::info!(photo = id, "replaced a damaged copy with an intact one");
+        Ok(())
+    }
+
+    /// Repairs this node's copy of photo `id` from another holder, when it is damaged.
+    pub(crate) async fn repair_local(&self, id: u64) -> Result<(), ReplicationError> {
+        let Some(copies) = self.copies_of(id).await? else {
+            return Ok(());
+        };
+        let copy = self.fetch_intact(&copies).await?;
+        self.metrics.replication.damaged.inc();
+        self.replace_local(id, &copy).await
+    }
+}

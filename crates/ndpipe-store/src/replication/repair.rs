@@ -1,0 +1,197 @@
+//! The background worker of replication. Every round it reports this node's free space (what
+//! placement weighs nodes by), copies each of its photos that has fewer than `replicas` copies
+//! (after a node was removed) to the node rendezvous hashing picks, and scrubs a few local
+//! copies, replacing a damaged one from another holder. At start it first drops what must not
+//! stay: copies of deleted photos (a node that was away during a delete) and copies of uploads
+//! that never finished (the primary failed before cataloguing them).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ndpipe_util::time::now_ms;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::{Replication, ReplicationError, placement};
+use crate::storage::StoreError;
+
+/// Photos looked at per catalog query.
+const PAGE: u32 = 256;
+/// A copy younger than this whose photo has no catalog row may still be catalogued by its
+/// primary: the start-up sweep keeps it.
+const ORPHAN_GRACE_MS: i64 = 60_000;
+
+/// Settings of the background worker.
+#[derive(Debug, Clone)]
+pub(crate) struct RepairConfig {
+    /// Pause between rounds.
+    pub(crate) interval: Duration,
+    /// Local copies re-read and verified per second (0: no scrub).
+    pub(crate) scrub_per_second: u32,
+}
+
+/// What the start-up sweep did.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub(crate) struct SweepReport {
+    /// Copies of deleted photos dropped.
+    pub(crate) tombstoned: u64,
+    /// Copies of uploads that were never catalogued, dropped.
+    pub(crate) orphans: u64,
+    /// Copies held here that the catalog did not list, recorded.
+    pub(crate) recorded: u64,
+}
+
+impl Replication {
+    /// Drops the local copies of deleted photos and of uploads that never finished, and
+    /// records copies the catalog does not know; run at start, before reconciling.
+    pub(crate) async fn sweep(&self) -> Result<SweepReport, ReplicationError> {
+        let mut report = SweepReport::default();
+        let (store, blocks) = (self.store.clone(), self.blocks.clone());
+        let (entries, own_blocks) = tokio::task::spawn_blocking(move || {
+            Ok::<_, ReplicationError>((store.entries()?, blocks.photo_id_blocks()?))
+        })
+        .await??;
+        let ids: Vec<u64> = entries.iter().map(|(id, _)| *id).collect();
+        for chunk in ids.chunks(PAGE as usize) {
+            let catalog = self.catalog.clone();
+            let chunk = chunk.to_vec();
+            let dead = tokio::task::spawn_blocking(move || catalog.tombstoned(&chunk)).await??;
+            for id in dead {
+                self.drop_local(id).await?;
+                report.tombstoned += 1;
+            }
+        }
+        let now = now_ms();
+        for (id, entry) in entries {
+            if own_blocks.iter().any(|b| b.contains(&id)) {
+                continue; // this node's own upload: the ingestor reconciles it
+            }
+            match self.copies_of(id).await? {
+                Some(c) if !c.holders.contains(&self.name) => {
+                    let (catalog, name) = (self.catalog.clone(), self.name.clone());
+                    tokio::task::spawn_blocking(move || catalog.add_copy(id, &name)).await??;
+                    report.recorded += 1;
+                }
+                Some(_) => {}
+                None if now - entry.meta.created_ms > ORPHAN_GRACE_MS
+                    && self.store.contains(id)? =>
+                {
+                    self.drop_local(id).await?;
+                    report.orphans += 1;
+                }
+                None => {}
+            }
+        }
+        Ok(report)
+    }
+
+    /// Runs rounds until `stop` turns true.
+    pub(crate) async fn run_worker(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut scrub_cursor = 0u64;
+        loop {
+            if let Err(e) = self.round(&mut scrub_cursor).await {
+                warn!(error = %e, "a replication round failed; trying again");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.config.repair.interval) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    async fn round(&self, scrub_cursor: &mut u64) -> Result<(), ReplicationError> {
+        let (free, _) = self.store.free_space()?;
+        let catalog = self.catalog.clone();
+        tokio::task::spawn_blocking(move || catalog.report_free_space(free)).await??;
+        self.repair_round().await?;
+        self.scrub_round(scrub_cursor).await?;
+        let catalog = self.catalog.clone();
+        let wanted = self.config.replicas;
+        let counts =
+            tokio::task::spawn_blocking(move || catalog.replication_counts(wanted)).await??;
+        self.metrics.replication.set_counts(&counts);
+        Ok(())
+    }
+
+    /// Copies this node's under-replicated photos until none is left or no node can take one.
+    async fn repair_round(&self) -> Result<(), ReplicationError> {
+        loop {
+            let catalog = self.catalog.clone();
+            let wanted = self.config.replicas;
+            let short = tokio::task::spawn_blocking(move || catalog.under_replicated(wanted, PAGE))
+                .await??;
+            if short.is_empty() {
+                return Ok(());
+            }
+            let nodes = self.placement_nodes().await?;
+            let mut copied = 0;
+            for photo in &short {
+                let key = placement::key_of(&photo.id.to_le_bytes());
+                let Some(target) = placement::targets(key, &nodes, &photo.holders)
+                    .into_iter()
+                    .next()
+                else {
+                    continue;
+                };
+                let copy = match self.read_local_copy(photo.id).await {
+                    Ok(copy) => copy,
+                    Err(e) => {
+                        warn!(photo = photo.id, error = %e, "cannot read a photo to copy it");
+                        continue;
+                    }
+                };
+                let bytes = copy.original.len() as u64;
+                match self.peers.put_copy(&target.url, copy).await {
+                    Ok(()) => {
+                        copied += 1;
+                        self.metrics.replication.copies_made.inc();
+                        self.metrics.replication.copied_bytes.inc_by(bytes);
+                    }
+                    Err(e) => {
+                        warn!(photo = photo.id, node = %target.name, error = %e.message(),
+                            "a repair copy failed")
+                    }
+                }
+            }
+            if copied == 0 {
+                return Ok(());
+            }
+            info!(copied, "repaired under-replicated photos");
+        }
+    }
+
+    /// Re-reads up to a second's worth of local copies from `cursor` on, replacing damaged ones.
+    async fn scrub_round(&self, cursor: &mut u64) -> Result<(), ReplicationError> {
+        let per_round = (u64::from(self.config.repair.scrub_per_second)
+            * self.config.repair.interval.as_millis() as u64)
+            .div_ceil(1000);
+        if per_round == 0 {
+            return Ok(());
+        }
+        let store = self.store.clone();
+        let from = *cursor;
+        let ids: Vec<u64> = tokio::task::spawn_blocking(move || store.entries())
+            .await??
+            .into_iter()
+            .map(|(id, _)| id)
+            .filter(|&id| id > from)
+            .take(per_round as usize)
+            .collect();
+        *cursor = ids.last().copied().unwrap_or(0);
+        for id in ids {
+            let store = self.store.clone();
+            let read = tokio::task::spawn_blocking(move || store.original(id)).await?;
+            self.metrics.replication.scrubbed.inc();
+            match read {
+                Ok(_) => {}
+                Err(StoreError::Corrupt { .. }) => {
+                    if let Err(e) = self.repair_local(id).await {
+                        warn!(photo = id, error = %e, "a damaged copy could not be repaired yet");
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,235 @@
+//! Three PipeStores on one PostgreSQL catalog with two copies of every photo, as real
+//! processes: uploads through one front door land on two nodes each, spread evenly; a node
+//! killed during continuous uploads loses no acknowledged photo; after its removal repair
+//! brings every photo back to two copies; a delete while a node is away stays a delete when it
+//! returns; a flipped byte in one copy is read around and repaired. Time limits are hang guards.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use ndpipe_catalog::test_postgres;
+
+use crate::common::{Instance, TunerProcess, cli, jpeg, sha256};
+
+const NAMES: [&str; 3] = ["rp-a", "rp-b", "rp-c"];
+
+/// A metric's value from a node's `/metrics` (0 when absent).
+async fn metric(node: &Instance, name: &str) -> f64 {
+    let (_, body) = node.get("/metrics").await;
+    String::from_utf8_lossy(&body)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Photos in a node's store (copies included), from `/healthz`.
+async fn stored(node: &Instance) -> u64 {
+    node.json("/healthz").await["photos"].as_u64().unwrap()
+}
+
+/// The nodes holding photo `id`, from a node's `GET /v1/photos/{id}/meta`.
+async fn copies(node: &Instance, id: u64) -> Vec<String> {
+    let meta = node.json(&format!("/v1/photos/{id}/meta")).await;
+    meta["copies"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{meta}"))
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Reads every photo of `acked` through `node` and checks its bytes.
+async fn all_read_back(node: &Instance, acked: &BTreeMap<u64, String>) {
+    for (id, sum) in acked {
+        let (status, body) = node.get(&format!("/v1/photos/{id}")).await;
+        assert_eq!(
+            status,
+            200,
+            "photo {id} through {}\n{}",
+            node.url,
+            node.log()
+        );
+        assert_eq!(&sha256(&body), sum, "photo {id} through {}", node.url);
+    }
+}
+
+/// Uploads photo number `seed` through `node`: its id and checksum on a 201.
+async fn upload(node: &Instance, seed: u32) -> Result<(u64, String), (u16, serde_json::Value)> {
+    // Distinct bytes for every seed (the pattern repeats every 256 seeds).
+    let bytes = jpeg(48 + seed % 16, 40 + seed / 256, seed);
+    let sum = sha256(&bytes);
+    match node.upload(bytes, "").await {
+        (201, reply) => Ok((reply["id"].as_u64().unwrap(), sum)),
+        other => Err(other),
+    }
+}
+
+/// The database is made and dropped outside the async runtime (its client blocks).
+#[test]
+fn two_copies_survive_a_lost_node_and_a_flipped_byte() {
+    let Some(db) = test_postgres::database("replication") else {
+        return;
+    };
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(replicated_on(&db.url));
+}
+
+async fn replicated_on(url: &str) {
+    let tuner = TunerProcess::start_with(&["--catalog", url, "--node-lease-ms", "3000"]);
+    let flags = [
+        "--catalog",
+        url,
+        "--replicas",
+        "2",
+        "--repair-interval-ms",
+        "200",
+        "--scrub-photos-per-second",
+        "0",
+        "--peer-timeout-ms",
+        "5000",
+    ];
+    let mut nodes: Vec<Instance> = NAMES
+        .iter()
+        .map(|name| Instance::start_pipestore(&tuner.grpc, name, &flags))
+        .collect();
+    tuner.wait_for_nodes(3).await;
+
+    // Placement: 300 uploads through one front door, two copies each, spread within 15%.
+    let mut acked = BTreeMap::new();
+    for seed in 0..300 {
+        let (id, sum) = upload(&nodes[0], seed)
+            .await
+            .unwrap_or_else(|e| panic!("upload {seed}: {e:?}\n{}", nodes[0].log()));
+        acked.insert(id, sum);
+    }
+    let mut per_node = Vec::new();
+    for node in &nodes {
+        per_node.push(stored(node).await);
+    }
+    assert_eq!(per_node.iter().sum::<u64>(), 600, "{per_node:?}");
+    for n in &per_node {
+        assert!((170..=230).contains(n), "copies per node {per_node:?}");
+    }
+    let first = *acked.keys().next().unwrap();
+    let holders = copies(&nodes[1], first).await;
+    assert_eq!(holders.len(), 2, "{holders:?}");
+
+    // rp-c is killed during continuous uploads through rp-a and rp-b: uploads that need it fail
+    // with a 503 until its lease runs out, then go on without it; every 201 reads back.
+    let mut failed = HashMap::new();
+    let mut after_kill = 0;
+    for seed in 300..3000u32 {
+        if seed == 330 {
+            nodes[2].kill9();
+        }
+        let door = &nodes[(seed % 2) as usize];
+        match upload(door, seed).await {
+            Ok((id, sum)) => {
+                acked.insert(id, sum);
+                after_kill += u32::from(seed > 330);
+            }
+            Err((status, body)) => {
+                assert_eq!(status, 503, "{body}");
+                let kind = body["error"].as_str().unwrap().to_string();
+                *failed.entry(kind).or_insert(0) += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        if after_kill == 60 {
+            break;
+        }
+    }
+    assert_eq!(
+        after_kill, 60,
+        "uploads after the kill; failures {failed:?}"
+    );
+    all_read_back(&nodes[0], &acked).await;
+    all_read_back(&nodes[1], &acked).await;
+
+    // rp-c is removed: repair copies what it held to the survivors, two copies each.
+    let (ok, out, err) = cli(&["nodes", "--server", &tuner.url, "remove", "rp-c"]);
+    assert!(ok, "{out}{err}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (a, b) = (stored(&nodes[0]).await, stored(&nodes[1]).await);
+        if a == acked.len() as u64 && b == acked.len() as u64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after repair {a} and {b} of {}",
+            acked.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let under = "ndpipe_store_replication_photos_under_replicated";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(&nodes[0], under).await > 0.0
+        || metric(&nodes[0], "ndpipe_store_replication_photos_lost").await > 0.0
+    {
+        assert!(Instant::now() < deadline, "copy counts do not settle");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        metric(&nodes[0], "ndpipe_store_replication_copies_made_total").await
+            + metric(&nodes[1], "ndpipe_store_replication_copies_made_total").await
+            > 0.0
+    );
+    all_read_back(&nodes[1], &acked).await;
+    let (ok, out, err) = cli(&["cluster", "--server", &nodes[0].url, "status"]);
+    assert!(ok, "{out}{err}");
+    let line = format!(
+        "replicas 2: {} photos at target, 0 under-replicated, 0 lost",
+        acked.len()
+    );
+    assert!(out.starts_with(&line), "{out}");
+
+    // A delete while rp-b is away: when it returns, the photo stays deleted.
+    let (gone, _) = acked.pop_first().unwrap();
+    nodes[1].kill9();
+    let resp = nodes[0]
+        .client()
+        .delete(format!("{}/v1/photos/{gone}", nodes[0].url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 204);
+    nodes[1].restart();
+    for node in &nodes[..2] {
+        assert_eq!(node.get(&format!("/v1/photos/{gone}")).await.0, 404);
+        assert_eq!(node.get(&format!("/v1/photos/{gone}/meta")).await.0, 404);
+        assert_eq!(stored(node).await, acked.len() as u64, "{}", node.log());
+    }
+
+    // One byte flipped in rp-b's copy of a photo: the read through rp-b is still right, and
+    // the copy is repaired (it reads right with rp-a gone).
+    let (victim, sum) = acked
+        .iter()
+        .next_back()
+        .map(|(i, s)| (*i, s.clone()))
+        .unwrap();
+    let original = nodes[0].get(&format!("/v1/photos/{victim}")).await.1;
+    flip_a_byte(&nodes[1], &original);
+    let (status, body) = nodes[1].get(&format!("/v1/photos/{victim}")).await;
+    assert_eq!((status, sha256(&body)), (200, sum.clone()));
+    assert!(metric(&nodes[1], "ndpipe_store_replication_repaired_total").await >= 1.0);
+    nodes[0].kill9();
+    let (status, body) = nodes[1].get(&format!("/v1/photos/{victim}")).await;
+    assert_eq!((status, sha256(&body)), (200, sum), "{}", nodes[1].log());
+    drop(tuner);
+}
+
+/// Flips one byte in the middle of `original` where it lies in `node`'s photo volumes.
+fn flip_a_byte(node: &Instance, original: &[u8]) {
+    for path in node.volumes("photos") {
+        let mut bytes = std::fs::read(&path).unwrap();
+        if let Some(at) = bytes.windows(original.len()).position(|w| w == original) {
+            bytes[at + original.len() / 2] ^= 0x40;
+            std::fs::write(&path, bytes).unwrap();
+            return;
+        }
+    }
+    panic!("the photo is in none of {}'s volumes", node.url);
+}
