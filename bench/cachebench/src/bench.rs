@@ -3,18 +3,20 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use spidercache::{
     ICacheConfig, MeasuredSplit, PolicyKind, Radius, SpiderConfig, SplitPolicy, TrainingSpec,
 };
 
-use crate::data::{Dataset, PipeStore};
+use crate::data::{Dataset, PipeStore, PipeStoreClient};
 use crate::error::{BenchError, Result};
 use crate::metrics::RunResult;
-use crate::model::{EMBEDDING_DIM, ModelConfig};
+use crate::model::{ModelConfig, ModelKind};
 use crate::replay::TraceWriter;
 use crate::storage::{RemoteStore, StorageModel};
 use crate::summary::{PolicySummary, summarize};
@@ -147,8 +149,16 @@ pub struct BenchConfig {
     pub cache_fractions: Vec<f64>,
     /// The remote-storage model.
     pub storage: StorageModel,
+    /// The networks trained, each through every policy (MLP and CNN).
+    #[serde(default = "only_the_mlp")]
+    pub models: Vec<ModelKind>,
     /// Model initialisation and optimiser.
     pub model: ModelConfig,
+    /// Runs trained at the same time, each on its own link to the PipeStore
+    /// (the storage model's latency is a wait, not work, so runs overlap it;
+    /// their compute shares the cores).
+    #[serde(default = "one_job")]
+    pub jobs: usize,
     /// Seed of every policy's sampler in the first repetition; repetition
     /// `i` adds `i` to it and to the model's seed.
     pub seed: u64,
@@ -173,9 +183,20 @@ pub struct BenchConfig {
     pub progress: bool,
 }
 
+/// What a configuration written before there were two models ran.
+fn only_the_mlp() -> Vec<ModelKind> {
+    vec![ModelKind::Mlp]
+}
+
+/// What a configuration written before runs overlapped ran.
+fn one_job() -> usize {
+    1
+}
+
 impl BenchConfig {
     /// The full comparison: 4000 training photos, 6 epochs, a 10% cache,
-    /// 1 ms per miss and an 8 MiB/s link, three seeds.
+    /// 1 ms per miss and an 8 MiB/s link, three seeds, the MLP and the CNN,
+    /// three runs at a time.
     pub fn full() -> Self {
         Self {
             ndpipe_bin: PathBuf::new(),
@@ -188,11 +209,13 @@ impl BenchConfig {
                 latency: Duration::from_millis(1),
                 bandwidth: Some(8 << 20),
             },
+            models: vec![ModelKind::Mlp, ModelKind::Cnn],
             model: ModelConfig {
                 lr: 1e-3,
                 weight_decay: 1e-4,
                 seed: 42,
             },
+            jobs: 3,
             seed: 7,
             seeds: 3,
             target_accuracy: 0.8,
@@ -206,7 +229,7 @@ impl BenchConfig {
     }
 
     /// The reduced comparison: 1000 training photos, 3 epochs, a 10% cache,
-    /// three seeds.
+    /// three seeds, both models.
     pub fn quick() -> Self {
         Self {
             train: 1000,
@@ -268,7 +291,7 @@ pub fn run(config: &BenchConfig) -> Result<BenchResults> {
         config.train,
         config.test
     ));
-    let mut pipestore = PipeStore::start(&config.ndpipe_bin)?;
+    let pipestore = PipeStore::start(&config.ndpipe_bin)?;
     pipestore.import_fashion_mnist(config.train, config.test)?;
     let client = pipestore.client();
     let dataset = Arc::new(Dataset::load(&client, config.train, config.test)?);
@@ -276,15 +299,30 @@ pub fn run(config: &BenchConfig) -> Result<BenchResults> {
     let setup_s = started.elapsed().as_secs_f64();
     say(format!("setup took {setup_s:.1} s"));
 
-    let store = Arc::new(RemoteStore::new(client, dataset.clone(), config.storage));
-    let plan: Vec<(u64, &PolicySpec, f64)> = (0..config.seeds as u64)
-        .flat_map(|i| {
-            specs.iter().flat_map(move |p| match p.kind {
-                PolicyKind::NoCache => vec![(i, p, 0.0)],
-                _ => config.cache_fractions.iter().map(|&f| (i, p, f)).collect(),
+    let specs = &specs;
+    let plan: Vec<Planned<'_>> = config
+        .models
+        .iter()
+        .flat_map(|&model| {
+            (0..config.seeds as u64).flat_map(move |i| {
+                specs.iter().flat_map(move |p| {
+                    let sizes = match p.kind {
+                        PolicyKind::NoCache => vec![0.0],
+                        _ => config.cache_fractions.clone(),
+                    };
+                    sizes.into_iter().map(move |fraction| Planned {
+                        model,
+                        repetition: i,
+                        policy: p,
+                        fraction,
+                    })
+                })
             })
         })
         .collect();
+    if plan.is_empty() {
+        return Err(BenchError::Dataset("nothing to run: no model".into()));
+    }
     let bar = if config.progress {
         ProgressBar::new(plan.len() as u64 * u64::from(config.epochs))
     } else {
@@ -303,60 +341,33 @@ pub fn run(config: &BenchConfig) -> Result<BenchResults> {
     };
     let sizes: Vec<u32> = dataset.train.iter().map(|i| i.bytes as u32).collect();
     let labels: Vec<_> = dataset.train.iter().map(|i| i.label).collect();
-    let mut trace = Some(TraceWriter::create(
+    // The first run (the first model, no-cache, uniform sampling, when selected) is the trace.
+    let trace = Mutex::new(Some(TraceWriter::create(
         &config.out_dir.join("trace.bin"),
         base_spec,
-        EMBEDDING_DIM,
+        plan[0].model.embedding_dim(),
         &sizes,
         &labels,
-    )?);
+    )?));
+    let shared = Shared {
+        config,
+        dataset: &dataset,
+        client: &client,
+        test_pixels: &test_pixels,
+        test_labels: &test_labels,
+        base_spec,
+        bar: &bar,
+        trace: &trace,
+    };
+    let outcomes = run_plan(&shared, &plan, &Mutex::new(pipestore))?;
     let mut runs = Vec::new();
-    for (i, policy, fraction) in plan {
-        let setup = TrainSetup {
-            dataset: &dataset,
-            store: &store,
-            test_pixels: &test_pixels,
-            test_labels: &test_labels,
-            model: ModelConfig {
-                seed: config.model.seed + i,
-                ..config.model
-            },
-            spec: TrainingSpec {
-                seed: config.seed + i,
-                ..base_spec
-            },
-            epochs: config.epochs,
-            target_accuracy: config.target_accuracy,
-            embedding_norm: config.embedding_norm,
-        };
-        // The first run (no-cache, uniform sampling, when selected) is the trace.
-        let run = train_policy(
-            &setup,
-            &policy.label,
-            config.spider.apply(policy.kind.clone()),
-            fraction,
-            trace.as_mut(),
-            &bar,
-        );
-        // A dead store explains a failed run better than its last request.
-        pipestore.check_alive()?;
-        let run = run?;
-        trace = None;
-        if config.progress {
-            // println on a hidden (non-terminal) bar prints nothing.
-            if bar.is_hidden() {
-                eprintln!("{}", crate::report::run_line(&run));
-            } else {
-                bar.println(crate::report::run_line(&run));
-            }
-        }
+    let (mut reads, mut read_time) = (0u64, Duration::ZERO);
+    for (run, (r, t)) in outcomes {
+        reads += r;
+        read_time += t;
         runs.push(run);
-        // Keep what is done so far, in case a later run fails.
-        let partial = serde_json::to_string_pretty(&runs)?;
-        std::fs::write(config.out_dir.join("runs-partial.json"), partial)?;
     }
     bar.finish_and_clear();
-    let (reads, _, read_time) = store.trainer.snapshot();
     let mean_miss_s = read_time.as_secs_f64() / reads.max(1) as f64;
     let results = BenchResults {
         config: config.clone(),
@@ -372,4 +383,132 @@ pub fn run(config: &BenchConfig) -> Result<BenchResults> {
         std::fs::write(path, serde_json::to_string_pretty(&results.summaries)?)?;
     }
     Ok(results)
+}
+
+/// One run of the plan.
+struct Planned<'a> {
+    model: ModelKind,
+    repetition: u64,
+    policy: &'a PolicySpec,
+    fraction: f64,
+}
+
+/// What every run of one benchmark shares.
+struct Shared<'a> {
+    config: &'a BenchConfig,
+    dataset: &'a Arc<Dataset>,
+    client: &'a PipeStoreClient,
+    test_pixels: &'a [f32],
+    test_labels: &'a [spidercache::Label],
+    base_spec: TrainingSpec,
+    bar: &'a ProgressBar,
+    trace: &'a Mutex<Option<TraceWriter>>,
+}
+
+/// A finished run with its trainer's storage reads and their time.
+type Outcome = (RunResult, (u64, Duration));
+
+/// Runs `plan` on `config.jobs` threads, each run on its own
+/// [`RemoteStore`] (so a run's counters are its own); returns the runs in
+/// plan order. The first failure stops the workers at their next run.
+fn run_plan(
+    shared: &Shared<'_>,
+    plan: &[Planned<'_>],
+    pipestore: &Mutex<PipeStore>,
+) -> Result<Vec<Outcome>> {
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let done: Mutex<Vec<Option<Outcome>>> = Mutex::new((0..plan.len()).map(|_| None).collect());
+    let first_error: Mutex<Option<BenchError>> = Mutex::new(None);
+    let out_dir = &shared.config.out_dir;
+    std::thread::scope(|scope| {
+        for _ in 0..shared.config.jobs.clamp(1, plan.len()) {
+            scope.spawn(|| {
+                loop {
+                    let at = next.fetch_add(1, Ordering::Relaxed);
+                    if at >= plan.len() || failed.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let outcome = run_one(shared, &plan[at], at == 0).and_then(|o| {
+                        // A dead store explains a failed run better than its last request.
+                        pipestore.lock().check_alive()?;
+                        Ok(o)
+                    });
+                    let outcome = match outcome {
+                        Ok(o) => o,
+                        Err(e) => {
+                            failed.store(true, Ordering::Relaxed);
+                            first_error.lock().get_or_insert(e);
+                            return;
+                        }
+                    };
+                    let line = crate::report::run_line(&outcome.0);
+                    if shared.config.progress {
+                        // println on a hidden (non-terminal) bar prints nothing.
+                        if shared.bar.is_hidden() {
+                            eprintln!("{line}");
+                        } else {
+                            shared.bar.println(line);
+                        }
+                    }
+                    let mut done = done.lock();
+                    done[at] = Some(outcome);
+                    // Keep what is done so far, in case a later run fails.
+                    let partial: Vec<&RunResult> = done.iter().flatten().map(|o| &o.0).collect();
+                    if let Ok(json) = serde_json::to_string_pretty(&partial) {
+                        let _ = std::fs::write(out_dir.join("runs-partial.json"), json);
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = first_error.into_inner() {
+        return Err(e);
+    }
+    Ok(done.into_inner().into_iter().flatten().collect())
+}
+
+/// Trains one planned run on a link of its own; the first run of the plan
+/// records the trace.
+fn run_one(shared: &Shared<'_>, run: &Planned<'_>, first: bool) -> Result<Outcome> {
+    let config = shared.config;
+    let store = Arc::new(RemoteStore::new(
+        shared.client.clone(),
+        shared.dataset.clone(),
+        config.storage,
+    ));
+    let i = run.repetition;
+    let setup = TrainSetup {
+        dataset: shared.dataset,
+        store: &store,
+        test_pixels: shared.test_pixels,
+        test_labels: shared.test_labels,
+        model_kind: run.model,
+        model: ModelConfig {
+            seed: config.model.seed + i,
+            ..config.model
+        },
+        spec: TrainingSpec {
+            seed: config.seed + i,
+            ..shared.base_spec
+        },
+        epochs: config.epochs,
+        target_accuracy: config.target_accuracy,
+        embedding_norm: config.embedding_norm,
+    };
+    let mut trace = if first {
+        shared.trace.lock().take()
+    } else {
+        None
+    };
+    let result = train_policy(
+        &setup,
+        &run.policy.label,
+        config.spider.apply(run.policy.kind.clone()),
+        run.fraction,
+        trace.as_mut(),
+        shared.bar,
+    )?;
+    let (reads, _, time) = store.trainer.snapshot();
+    Ok((result, (reads, time)))
 }

@@ -1,11 +1,12 @@
 //! `ndpipe-bench cache run` trains through every cache policy against a real PipeStore;
 //! `ndpipe-bench cache replay` replays a recorded run's trace through every policy for hit
-//! ratios alone.
+//! ratios alone; `ndpipe-bench cache report` writes a run's report and plots again.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::bench::{self, BenchConfig};
+use crate::model::ModelKind;
 use crate::replay::{Trace, replay};
 use crate::report;
 use anyhow::{Context, Result};
@@ -24,13 +25,33 @@ enum Command {
     Run(Box<RunArgs>),
     /// Replay a recorded trace through every policy (hit ratios only, no training).
     Replay(ReplayArgs),
+    /// Write the report and plots again from a run's results.json (no training).
+    Report(ReportArgs),
+}
+
+#[derive(Debug, Args)]
+struct ReportArgs {
+    /// The results.json a run wrote.
+    #[arg(long, default_value = ".cache/bench-cache/results.json")]
+    results: PathBuf,
+    /// Where results.md and the PNG plots go (next to the results by default).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// Reduced (1000 photos, 3 epochs, 10% cache, three seeds): a few minutes.
+    /// Reduced (1000 photos, 3 epochs, 10% cache, three seeds, both models): a few minutes.
     #[arg(long)]
     quick: bool,
+    /// Networks to train through every policy, comma-separated: mlp (784-256-128-10) and cnn
+    /// (two 5x5 convolutions, a 64-wide embedding). Default: both.
+    #[arg(long, value_delimiter = ',')]
+    models: Vec<ModelKind>,
+    /// Runs trained at the same time, each on its own link to the PipeStore (default 3; 1 runs
+    /// them one after another, for undisturbed epoch times).
+    #[arg(long)]
+    jobs: Option<usize>,
     /// The ndpipe binary to serve and import with (default: this one).
     #[arg(long, env = "NDPIPE_BIN")]
     ndpipe_bin: Option<PathBuf>,
@@ -115,6 +136,10 @@ impl RunArgs {
         if let Some(mib) = self.bandwidth_mib {
             c.storage.bandwidth = (mib > 0.0).then_some((mib * 1048576.0) as u64);
         }
+        if !self.models.is_empty() {
+            c.models = self.models;
+        }
+        c.jobs = self.jobs.unwrap_or(c.jobs).max(1);
         c.seed = self.seed.unwrap_or(c.seed);
         c.seeds = self.seeds.unwrap_or(c.seeds);
         c.target_accuracy = self.target_accuracy.unwrap_or(c.target_accuracy);
@@ -164,6 +189,20 @@ pub fn run(args: CacheArgs, ndpipe_binary: PathBuf) -> Result<()> {
                 "results, plots (PNG) and trace.bin written to {}",
                 config.out_dir.display()
             );
+        }
+        Command::Report(args) => {
+            let bytes = std::fs::read(&args.results)
+                .with_context(|| format!("reading {}", args.results.display()))?;
+            let results: bench::BenchResults = serde_json::from_slice(&bytes)
+                .with_context(|| format!("parsing {}", args.results.display()))?;
+            let dir = args.out.unwrap_or_else(|| {
+                args.results
+                    .parent()
+                    .map_or_else(PathBuf::new, PathBuf::from)
+            });
+            std::fs::create_dir_all(&dir)?;
+            report::write_all(&results, &dir)?;
+            println!("{}", report::markdown(&results));
         }
         Command::Replay(args) => {
             let trace = Trace::read(&args.trace)

@@ -5,6 +5,8 @@
 use serde::{Deserialize, Serialize};
 use spidercache::EpochStats;
 
+use crate::model::ModelKind;
+
 /// SpiderCache's neighbourhood scan in one epoch (from [`spidercache::NeighbourhoodStats`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ScanFigures {
@@ -141,6 +143,9 @@ pub(crate) fn ratio(a: u64, b: u64) -> f64 {
 pub struct RunResult {
     /// Policy label.
     pub policy: String,
+    /// The network trained (results written before there were two read as the MLP).
+    #[serde(default)]
+    pub model: ModelKind,
     /// Cache size as a fraction of the training set (items and bytes).
     pub cache_fraction: f64,
     /// Seed of the policy's sampler and of the model's initialisation.
