@@ -37,6 +37,12 @@ struct ReportArgs {
     /// Where results.md and the PNG plots go (next to the results by default).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Time the MLP to this accuracy instead of the run's target.
+    #[arg(long)]
+    target_accuracy: Option<f64>,
+    /// Time the CNN to this accuracy instead of the run's target.
+    #[arg(long)]
+    cnn_target_accuracy: Option<f64>,
 }
 
 #[derive(Debug, Args)]
@@ -82,9 +88,12 @@ struct RunArgs {
     /// Repetitions, each with the policy and model seeds one higher.
     #[arg(long)]
     seeds: Option<usize>,
-    /// Validation accuracy whose first crossing is timed.
+    /// The MLP's validation accuracy whose first crossing is timed (default 0.8; quick 0.7).
     #[arg(long)]
     target_accuracy: Option<f64>,
+    /// The CNN's validation accuracy whose first crossing is timed (default 0.75; quick 0.6).
+    #[arg(long)]
+    cnn_target_accuracy: Option<f64>,
     /// Rescale reported embeddings to this L2 norm (SpiderCache's radius
     /// then becomes a cosine threshold); raw activations when absent.
     #[arg(long)]
@@ -143,6 +152,7 @@ impl RunArgs {
         c.seed = self.seed.unwrap_or(c.seed);
         c.seeds = self.seeds.unwrap_or(c.seeds);
         c.target_accuracy = self.target_accuracy.unwrap_or(c.target_accuracy);
+        c.cnn_target_accuracy = self.cnn_target_accuracy.unwrap_or(c.cnn_target_accuracy);
         c.embedding_norm = self.embedding_norm.or(c.embedding_norm);
         c.spider = crate::bench::SpiderKnobs {
             radius_quantile: self.radius_quantile,
@@ -193,8 +203,14 @@ pub fn run(args: CacheArgs, ndpipe_binary: PathBuf) -> Result<()> {
         Command::Report(args) => {
             let bytes = std::fs::read(&args.results)
                 .with_context(|| format!("reading {}", args.results.display()))?;
-            let results: bench::BenchResults = serde_json::from_slice(&bytes)
+            let mut results: bench::BenchResults = serde_json::from_slice(&bytes)
                 .with_context(|| format!("parsing {}", args.results.display()))?;
+            let c = &mut results.config;
+            c.target_accuracy = args.target_accuracy.unwrap_or(c.target_accuracy);
+            c.cnn_target_accuracy = args.cnn_target_accuracy.unwrap_or(c.cnn_target_accuracy);
+            let c = results.config.clone();
+            results.summaries =
+                crate::summary::summarize(&results.runs, |m| c.target_for(m), results.mean_miss_s);
             let dir = args.out.unwrap_or_else(|| {
                 args.results
                     .parent()

@@ -99,7 +99,7 @@ pub fn markdown(results: &BenchResults) -> String {
              |---|---|---|---|---|---|---|---|---|---|",
             model.name().to_uppercase(),
             pct(f),
-            pct(c.target_accuracy)
+            pct(c.target_for(model))
         );
         for r in &rows {
             let _ = writeln!(
@@ -288,7 +288,7 @@ pub fn targets(results: &BenchResults, model: ModelKind) -> String {
         let _ = writeln!(
             s,
             "- {spider} modelled time to {} ({} s, reached by {} of {} seeds) below every peer's: {}",
-            pct(results.config.target_accuracy),
+            pct(results.config.target_for(model)),
             opt(sp.modelled_time_to_target_s, 1),
             sp.reached_target,
             sp.seeds,

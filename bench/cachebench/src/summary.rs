@@ -101,8 +101,13 @@ pub struct PolicySummary {
     pub per_epoch: Vec<EpochMeans>,
 }
 
-/// The runs grouped by (model, policy, cache size), in the order they first ran.
-pub fn summarize(runs: &[RunResult], target_accuracy: f64, read_s: f64) -> Vec<PolicySummary> {
+/// The runs grouped by (model, policy, cache size), in the order they first
+/// ran, with each model's time to `target(model)` accuracy.
+pub fn summarize(
+    runs: &[RunResult],
+    target: impl Fn(ModelKind) -> f64,
+    read_s: f64,
+) -> Vec<PolicySummary> {
     let mut keys: Vec<(ModelKind, &str, f64)> = Vec::new();
     for r in runs {
         let key = (r.model, r.policy.as_str(), r.cache_fraction);
@@ -120,7 +125,7 @@ pub fn summarize(runs: &[RunResult], target_accuracy: f64, read_s: f64) -> Vec<P
                 (model, policy, fraction),
                 &group,
                 runs,
-                target_accuracy,
+                target(model),
                 read_s,
             )
         })
@@ -151,7 +156,7 @@ fn summary_of(
         })
         .collect();
     let gap = (!gaps.is_empty()).then(|| Spread::of(&gaps));
-    let measured: Vec<f64> = group.iter().filter_map(|r| r.time_to_target_s).collect();
+    let measured: Vec<f64> = group.iter().filter_map(|r| r.time_to(target)).collect();
     let modelled: Vec<f64> = group
         .iter()
         .filter_map(|r| r.modelled_time_to(target, read_s))
@@ -241,7 +246,7 @@ mod tests {
             run(ModelKind::Cnn, "nocache", 7, 0.70),
             run(ModelKind::Cnn, "shade", 7, 0.75),
         ];
-        let s = summarize(&runs, 0.9, 0.001);
+        let s = summarize(&runs, |_| 0.9, 0.001);
         assert_eq!(s.len(), 4);
         let shade: Vec<&PolicySummary> = s.iter().filter(|p| p.policy == "shade").collect();
         assert_eq!(shade[0].model, ModelKind::Mlp);
