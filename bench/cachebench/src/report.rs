@@ -295,6 +295,7 @@ pub fn targets(results: &BenchResults, model: ModelKind) -> String {
             verdict(faster)
         );
     }
+    s.push('\n');
     s
 }
 
@@ -386,11 +387,16 @@ pub fn write_all(results: &BenchResults, dir: &Path) -> Result<()> {
             ),
         ];
         for (file, title, y, data) in charts {
-            let top = data
-                .iter()
-                .flat_map(|(_, v)| v.iter().copied())
-                .fold(1.0, f64::max);
-            if let Err(e) = crate::plot::line_chart(&dir.join(&file), &title, y, 0.0..top, &data) {
+            let values = || data.iter().flat_map(|(_, v)| v.iter().copied());
+            // Ratios from 0; accuracies over their own span, so that the curves part.
+            let span = if y == "top-1" {
+                let lo = values().fold(1.0, f64::min);
+                let hi = values().fold(0.0, f64::max);
+                (lo - 0.02).max(0.0)..(hi + 0.02).min(1.0)
+            } else {
+                0.0..values().fold(1.0, f64::max)
+            };
+            if let Err(e) = crate::plot::line_chart(&dir.join(&file), &title, y, span, &data) {
                 let _ = writeln!(md, "\n{file} not drawn: {e}");
             }
         }
