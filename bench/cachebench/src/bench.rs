@@ -449,11 +449,9 @@ fn run_plan(
                     if at >= plan.len() || failed.load(Ordering::Relaxed) {
                         return;
                     }
-                    let outcome = run_one(shared, &plan[at], at == 0).and_then(|o| {
-                        // A dead store explains a failed run better than its last request.
-                        pipestore.lock().check_alive()?;
-                        Ok(o)
-                    });
+                    let outcome = run_one(shared, &plan[at], at == 0);
+                    // A dead store explains a failed run better than its last request.
+                    let outcome = pipestore.lock().check_alive().and(outcome);
                     let outcome = match outcome {
                         Ok(o) => o,
                         Err(e) => {
