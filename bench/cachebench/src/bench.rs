@@ -10,11 +10,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use spidercache::{
-    ICacheConfig, MeasuredSplit, PolicyKind, Radius, SpiderConfig, SplitPolicy, TrainingSpec,
+    ICacheConfig, MeasuredSplit, PolicyKind, SpiderConfig, SplitPolicy, TrainingSpec,
 };
 
 use crate::data::{Dataset, PipeStore, PipeStoreClient};
 use crate::error::{BenchError, Result};
+pub use crate::knobs::{PeerKnobs, SpiderKnobs};
 use crate::metrics::RunResult;
 use crate::model::{ModelConfig, ModelKind};
 use crate::replay::TraceWriter;
@@ -93,45 +94,6 @@ pub fn steers_sampling(kind: &PolicyKind) -> bool {
     )
 }
 
-/// Overrides of the SpiderCache variants (`None` keeps the crate's
-/// default): the radius of those with a relative one, the cap, and the split
-/// of those with a measured one.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct SpiderKnobs {
-    /// The quantile of nearest-neighbour distances the radius is.
-    pub radius_quantile: Option<f64>,
-    /// The multiplier of that quantile.
-    pub radius_scale: Option<f64>,
-    /// Neighbours one homophily representative stands in for at most.
-    pub max_neighbours: Option<usize>,
-    /// A fixed importance share in place of the measured split (an ablation).
-    pub importance_share: Option<f64>,
-}
-
-impl SpiderKnobs {
-    /// `kind` with these overrides, if it is a SpiderCache.
-    pub fn apply(&self, kind: PolicyKind) -> PolicyKind {
-        match kind {
-            PolicyKind::Spider(mut c) => {
-                if let Radius::Quantile { q, scale, .. } = &mut c.radius {
-                    *q = self.radius_quantile.unwrap_or(*q);
-                    *scale = self.radius_scale.unwrap_or(*scale);
-                }
-                if let Some(m) = self.max_neighbours {
-                    c.homophily.max_neighbours = m;
-                }
-                if let (SplitPolicy::Measured(_), Some(importance)) =
-                    (&c.split, self.importance_share)
-                {
-                    c.split = SplitPolicy::Fixed { importance };
-                }
-                PolicyKind::Spider(c)
-            }
-            other => other,
-        }
-    }
-}
-
 /// Everything a benchmark run is configured with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchConfig {
@@ -176,8 +138,11 @@ pub struct BenchConfig {
     /// threshold (`1 - cos <= 1.01 / norm^2`). `None` reports the raw
     /// activations, as the artifact does.
     pub embedding_norm: Option<f32>,
-    /// Overrides of SpiderCache's relative radius and homophily cap.
+    /// Overrides of SpiderCache's settings.
     pub spider: SpiderKnobs,
+    /// Overrides of the peers' settings.
+    #[serde(default)]
+    pub peers: PeerKnobs,
     /// Run only the policies with these labels (all when empty).
     pub policies: Vec<String>,
     /// Where results, plots and the trace go.
@@ -240,6 +205,7 @@ impl BenchConfig {
             cnn_target_accuracy: 0.75,
             embedding_norm: None,
             spider: SpiderKnobs::default(),
+            peers: PeerKnobs::default(),
             policies: Vec::new(),
             out_dir: PathBuf::from("cachebench-out"),
             json: None,
@@ -522,7 +488,9 @@ fn run_one(shared: &Shared<'_>, run: &Planned<'_>, first: bool) -> Result<Outcom
     let result = train_policy(
         &setup,
         &run.policy.label,
-        config.spider.apply(run.policy.kind.clone()),
+        config
+            .peers
+            .apply(config.spider.apply(run.policy.kind.clone())),
         run.fraction,
         trace.as_mut(),
         shared.bar,

@@ -51,7 +51,7 @@ struct RunArgs {
     #[arg(long)]
     quick: bool,
     /// Networks to train through every policy, comma-separated: mlp (784-256-128-10) and cnn
-    /// (two 5x5 convolutions, a 64-wide embedding). Default: both.
+    /// (two 3x3 convolutions, a 64-wide embedding). Default: both.
     #[arg(long, value_delimiter = ',')]
     models: Vec<ModelKind>,
     /// Runs trained at the same time, each on its own link to the PipeStore (default 3; 1 runs
@@ -101,7 +101,7 @@ struct RunArgs {
     /// SpiderCache's radius: this quantile of nearest-neighbour distances (default 0.5).
     #[arg(long)]
     radius_quantile: Option<f64>,
-    /// SpiderCache's radius: this multiple of the quantile (default 1).
+    /// SpiderCache's radius: this multiple of the quantile (default 2).
     #[arg(long)]
     radius_scale: Option<f64>,
     /// Neighbours one homophily representative stands in for at most (default 10).
@@ -110,6 +110,31 @@ struct RunArgs {
     /// Fix spidercache+homophily's importance share (0..=1) instead of measuring it.
     #[arg(long)]
     importance_share: Option<f64>,
+    /// Ceiling of the measured split's importance share (default 0.95).
+    #[arg(long)]
+    max_importance_share: Option<f64>,
+    /// Homophily representatives promoted per scoring round at most (default 8).
+    #[arg(long)]
+    promotions_per_round: Option<usize>,
+    /// Expected requests per epoch a promotion must newly cover, and by which a replacement must
+    /// beat the representative it evicts (default 1: the read it costs).
+    #[arg(long)]
+    min_gain: Option<f64>,
+    /// SpiderCache's neighbours fetched per query (default 500, as the artifact).
+    #[arg(long)]
+    k: Option<usize>,
+    /// SpiderCache scores every this-many reported batches (default 2, as the artifact).
+    #[arg(long)]
+    scoring_interval: Option<usize>,
+    /// iCache's warm-up epochs (default: its artifact's 5 of 90 scaled to the budget, at least 1).
+    #[arg(long)]
+    icache_warm_up: Option<u32>,
+    /// iCache's beta: a sample is kept with probability percentile(loss)^beta (default 0.33).
+    #[arg(long)]
+    icache_beta: Option<f64>,
+    /// Times SHADE's and SpiderCache's samplers repeat a cached draw (default 3.0).
+    #[arg(long)]
+    rep_factor: Option<f64>,
     /// Only these policies (labels as in the table), comma-separated.
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
@@ -159,6 +184,16 @@ impl RunArgs {
             radius_scale: self.radius_scale,
             max_neighbours: self.max_neighbours,
             importance_share: self.importance_share,
+            max_importance_share: self.max_importance_share,
+            promotions_per_round: self.promotions_per_round,
+            min_gain: self.min_gain,
+            k: self.k,
+            scoring_interval: self.scoring_interval,
+        };
+        c.peers = crate::bench::PeerKnobs {
+            icache_warm_up: self.icache_warm_up,
+            icache_beta: self.icache_beta,
+            rep_factor: self.rep_factor,
         };
         c.policies = self.policies;
         c.out_dir = self.out;

@@ -18,7 +18,8 @@
 //!   [`spidercache::SampleSource`].
 //! - [`model`]: the candle networks.
 //! - [`train`]: the loop; [`metrics`]: what one run measured.
-//! - [`bench`](mod@bench): one whole comparison, from [`bench::BenchConfig`].
+//! - [`bench`](mod@bench): one whole comparison, from [`bench::BenchConfig`];
+//!   [`knobs`]: the flags that override policies' settings.
 //! - [`summary`]: every policy over its seeds (what `--json` writes).
 //! - [`replay`]: record a run's batches, replay them through every policy.
 //! - [`report`]: markdown tables, the targets; [`plot`]: PNG charts.
@@ -38,6 +39,7 @@ pub mod bench;
 pub mod cli;
 pub mod data;
 pub mod error;
+pub mod knobs;
 pub mod metrics;
 pub mod model;
 pub mod plot;
