@@ -2,8 +2,9 @@
 //! policies (issues 5 and 12).
 //!
 //! A real `ndpipe serve` process holds Fashion-MNIST, imported with
-//! `ndpipe import`. For every policy, cache size and seed, the same candle MLP
-//! (same seeds, optimiser and epoch budget) trains on samples requested
+//! `ndpipe import`. For every model (an MLP and a small CNN), policy, cache
+//! size and seed, the same candle network (same seeds, optimiser and epoch
+//! budget) trains on samples requested
 //! through the policy; every read, the loop's after a miss and the policy's
 //! own, goes to the PipeStore over loopback HTTP and then pays the
 //! remote-storage model's latency and bandwidth cap. The loop reports
@@ -15,9 +16,10 @@
 //! - [`data`]: the PipeStore process, import, listing, decoding.
 //! - [`storage`]: the remote-storage model ([`storage::TokenBucket`]) as a
 //!   [`spidercache::SampleSource`].
-//! - [`model`]: the candle network.
+//! - [`model`]: the candle networks.
 //! - [`train`]: the loop; [`metrics`]: what one run measured.
-//! - [`bench`](mod@bench): one whole comparison, from [`bench::BenchConfig`].
+//! - [`bench`](mod@bench): one whole comparison, from [`bench::BenchConfig`];
+//!   [`knobs`]: the flags that override policies' settings.
 //! - [`summary`]: every policy over its seeds (what `--json` writes).
 //! - [`replay`]: record a run's batches, replay them through every policy.
 //! - [`report`]: markdown tables, the issue's targets; [`plot`]: PNG charts.
@@ -37,6 +39,7 @@ pub mod bench;
 pub mod cli;
 pub mod data;
 pub mod error;
+pub mod knobs;
 pub mod metrics;
 pub mod model;
 pub mod plot;

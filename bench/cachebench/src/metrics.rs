@@ -5,6 +5,8 @@
 use serde::{Deserialize, Serialize};
 use spidercache::EpochStats;
 
+use crate::model::ModelKind;
+
 /// SpiderCache's neighbourhood scan in one epoch (from [`spidercache::NeighbourhoodStats`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ScanFigures {
@@ -141,6 +143,9 @@ pub(crate) fn ratio(a: u64, b: u64) -> f64 {
 pub struct RunResult {
     /// Policy label.
     pub policy: String,
+    /// The network trained (results written before there were two read as the MLP).
+    #[serde(default)]
+    pub model: ModelKind,
     /// Cache size as a fraction of the training set (items and bytes).
     pub cache_fraction: f64,
     /// Seed of the policy's sampler and of the model's initialisation.
@@ -218,6 +223,19 @@ impl RunResult {
         mean(self.epochs.iter().map(|e| e.data_stall_s))
     }
 
+    /// Measured training time (the epochs' wall times) until validation
+    /// first reached `target`; `None` if it never did.
+    pub fn time_to(&self, target: f64) -> Option<f64> {
+        let mut t = 0.0;
+        for e in &self.epochs {
+            t += e.epoch_time_s;
+            if e.val_accuracy >= target {
+                return Some(t);
+            }
+        }
+        None
+    }
+
     /// Time to `target` accuracy under the latency model: every storage read
     /// costs `read_s`, plus the measured compute and policy time; `None` if
     /// the run never reached it.
@@ -236,4 +254,38 @@ impl RunResult {
 pub(crate) fn mean(xs: impl ExactSizeIterator<Item = f64>) -> f64 {
     let n = xs.len().max(1) as f64;
     xs.sum::<f64>() / n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_to_a_target_adds_epochs_until_it_is_reached() {
+        let epoch = |acc: f64, wall: f64, misses: u64| EpochResult {
+            requests: 10,
+            misses,
+            background_fetches: 1,
+            epoch_time_s: wall,
+            compute_s: 0.5,
+            val_accuracy: acc,
+            ..EpochResult::from_stats(&EpochStats::default())
+        };
+        let run = RunResult {
+            policy: "p".into(),
+            model: ModelKind::Cnn,
+            cache_fraction: 0.1,
+            seed: 7,
+            num_samples: 10,
+            steers_sampling: true,
+            epochs: vec![epoch(0.5, 1.0, 9), epoch(0.85, 2.0, 4)],
+            time_to_target_s: None,
+        };
+        assert_eq!(run.time_to(0.8), Some(3.0));
+        assert_eq!(run.time_to(0.9), None);
+        // (9 + 1) and (4 + 1) reads at 0.1 s, plus 0.5 s of compute per epoch.
+        let modelled = run.modelled_time_to(0.8, 0.1).unwrap();
+        assert!((modelled - 2.5).abs() < 1e-9, "{modelled}");
+        assert!((run.reads_per_request() - 0.75).abs() < 1e-9);
+    }
 }

@@ -8,13 +8,15 @@ use std::path::Path;
 use crate::bench::BenchResults;
 use crate::error::Result;
 use crate::metrics::RunResult;
+use crate::model::ModelKind;
 use crate::replay::ReplayResult;
 use crate::summary::PolicySummary;
 
 /// One line summarising a finished run.
 pub fn run_line(r: &RunResult) -> String {
     format!(
-        "{:<22} {:>4.0}% seed {:<3} reads/req {:.3}  exact {:.3}  subst {:.3}  acc {:.3}  epoch {:.2} s",
+        "{} {:<22} {:>4.0}% seed {:<3} reads/req {:.3}  exact {:.3}  subst {:.3}  acc {:.3}  epoch {:.2} s",
+        r.model,
         r.policy,
         r.cache_fraction * 100.0,
         r.seed,
@@ -30,12 +32,21 @@ fn pct(f: f64) -> String {
     format!("{:.0}%", f * 100.0)
 }
 
-/// The summaries at `fraction`, with the no-cache one first.
-fn at(results: &BenchResults, fraction: f64) -> Vec<&PolicySummary> {
+/// The summaries of `model` at `fraction`, with the no-cache one first.
+fn at(results: &BenchResults, model: ModelKind, fraction: f64) -> Vec<&PolicySummary> {
     results
         .summaries
         .iter()
-        .filter(|s| s.policy == "nocache" || s.cache_fraction == fraction)
+        .filter(|s| s.model == model && (s.policy == "nocache" || s.cache_fraction == fraction))
+        .collect()
+}
+
+/// Every (model, cache size) pair the configuration ran, in order.
+fn tables(results: &BenchResults) -> Vec<(ModelKind, f64)> {
+    let c = &results.config;
+    c.models
+        .iter()
+        .flat_map(|&m| c.cache_fractions.iter().map(move |&f| (m, f)))
         .collect()
 }
 
@@ -79,15 +90,16 @@ pub fn markdown(results: &BenchResults) -> String {
         results.setup_s,
         results.wall_s,
     );
-    for &f in &c.cache_fractions {
-        let rows = at(results, f);
+    for (model, f) in tables(results) {
+        let rows = at(results, model, f);
         let _ = writeln!(
             s,
-            "## Cache {}\n\n\
+            "## {}, cache {}\n\n\
              | policy | reads/req | exact | subst | distinct | steps | top-1 | Δ vs nocache (pp) | epoch s | t→{} modelled s (seeds) |\n\
              |---|---|---|---|---|---|---|---|---|---|",
+            model.name().to_uppercase(),
             pct(f),
-            pct(c.target_accuracy)
+            pct(c.target_for(model))
         );
         for r in &rows {
             let _ = writeln!(
@@ -131,22 +143,27 @@ pub fn markdown(results: &BenchResults) -> String {
             let _ = writeln!(s, "| {} | {} |", r.policy, cells.join(" | "));
         }
         s.push('\n');
-        s.push_str(&diagnostics(results, f));
+        s.push_str(&diagnostics(results, model, f));
     }
-    s.push_str(&targets(results));
+    for &model in &c.models {
+        s.push_str(&targets(results, model));
+    }
     s
 }
 
 /// SpiderCache's scan and homophily cache per epoch, for the first seed.
-fn diagnostics(results: &BenchResults, fraction: f64) -> String {
+fn diagnostics(results: &BenchResults, model: ModelKind, fraction: f64) -> String {
     let mut s = String::new();
     let seed = results.config.seed;
     for r in results.runs.iter().filter(|r| {
-        r.seed == seed && r.cache_fraction == fraction && r.policy.starts_with("spidercache")
+        r.model == model
+            && r.seed == seed
+            && r.cache_fraction == fraction
+            && r.policy.starts_with("spidercache")
     }) {
         let _ = writeln!(
             s,
-            "{} (seed {seed}), per epoch:\n\n\
+            "{} with the {model} (seed {seed}), per epoch:\n\n\
              | epoch | score p10 / p50 / p90 | with a same-label neighbour | same / other | radius² | importance share | reps / covered | subst |\n\
              |---|---|---|---|---|---|---|---|",
             r.policy
@@ -180,8 +197,8 @@ fn diagnostics(results: &BenchResults, fraction: f64) -> String {
     s
 }
 
-/// The targets of issue 12 at the smallest cache size, met or not.
-pub fn targets(results: &BenchResults) -> String {
+/// The targets of issue 12 for `model` at the smallest cache size, met or not.
+pub fn targets(results: &BenchResults, model: ModelKind) -> String {
     let Some(&f) = results
         .config
         .cache_fractions
@@ -190,10 +207,14 @@ pub fn targets(results: &BenchResults) -> String {
     else {
         return String::new();
     };
-    let rows = at(results, f);
+    let rows = at(results, model, f);
+    if rows.is_empty() {
+        return String::new();
+    }
     let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
     let mut s = format!(
-        "## Targets of issue 12 at {} cache ({} seeds)\n\n",
+        "## Targets of issue 12, {}, at {} cache ({} seeds)\n\n",
+        model.name().to_uppercase(),
         pct(f),
         results.config.seeds
     );
@@ -267,13 +288,14 @@ pub fn targets(results: &BenchResults) -> String {
         let _ = writeln!(
             s,
             "- {spider} modelled time to {} ({} s, reached by {} of {} seeds) below every peer's: {}",
-            pct(results.config.target_accuracy),
+            pct(results.config.target_for(model)),
             opt(sp.modelled_time_to_target_s, 1),
             sp.reached_target,
             sp.seeds,
             verdict(faster)
         );
     }
+    s.push('\n');
     s
 }
 
@@ -325,19 +347,20 @@ pub fn replay_markdown(results: &[ReplayResult]) -> String {
     s
 }
 
-/// Writes `results.json`, `results.md` and, per cache size,
-/// `reads_<pct>.png`, `hit_ratio_<pct>.png` and `accuracy_<pct>.png` (means
-/// over seeds) into `dir`. Without a font the plots are skipped and the
-/// report says why.
+/// Writes `results.json`, `results.md` and, per model and cache size,
+/// `<model>_reads_<pct>.png`, `<model>_hit_ratio_<pct>.png` and
+/// `<model>_accuracy_<pct>.png` (means over seeds) into `dir`. Without a
+/// font the plots are skipped and the report says why.
 pub fn write_all(results: &BenchResults, dir: &Path) -> Result<()> {
     std::fs::write(
         dir.join("results.json"),
         serde_json::to_string_pretty(results)?,
     )?;
     let mut md = markdown(results);
-    for &f in &results.config.cache_fractions {
-        let rows = at(results, f);
+    for (model, f) in tables(results) {
+        let rows = at(results, model, f);
         let p = (f * 100.0).round();
+        let (m, title) = (model.name(), model.name().to_uppercase());
         let series = |g: fn(&crate::summary::EpochMeans) -> f64| -> Vec<(String, Vec<f64>)> {
             rows.iter()
                 .map(|r| (r.policy.clone(), r.per_epoch.iter().map(g).collect()))
@@ -345,30 +368,35 @@ pub fn write_all(results: &BenchResults, dir: &Path) -> Result<()> {
         };
         let charts = [
             (
-                format!("reads_{p}.png"),
-                format!("Storage reads per request, cache {p}%"),
+                format!("{m}_reads_{p}.png"),
+                format!("{title}: storage reads per request, cache {p}%"),
                 "reads per request",
                 series(|e| e.reads_per_request),
             ),
             (
-                format!("hit_ratio_{p}.png"),
-                format!("Hit ratio (exact + substitute), cache {p}%"),
+                format!("{m}_hit_ratio_{p}.png"),
+                format!("{title}: hit ratio (exact + substitute), cache {p}%"),
                 "hit ratio",
                 series(|e| e.hit_ratio),
             ),
             (
-                format!("accuracy_{p}.png"),
-                format!("Validation top-1, cache {p}%"),
+                format!("{m}_accuracy_{p}.png"),
+                format!("{title}: validation top-1, cache {p}%"),
                 "top-1",
                 series(|e| e.val_accuracy),
             ),
         ];
         for (file, title, y, data) in charts {
-            let top = data
-                .iter()
-                .flat_map(|(_, v)| v.iter().copied())
-                .fold(1.0, f64::max);
-            if let Err(e) = crate::plot::line_chart(&dir.join(&file), &title, y, 0.0..top, &data) {
+            let values = || data.iter().flat_map(|(_, v)| v.iter().copied());
+            // Ratios from 0; accuracies over their own span, so that the curves part.
+            let span = if y == "top-1" {
+                let lo = values().fold(1.0, f64::min);
+                let hi = values().fold(0.0, f64::max);
+                (lo - 0.02).max(0.0)..(hi + 0.02).min(1.0)
+            } else {
+                0.0..values().fold(1.0, f64::max)
+            };
+            if let Err(e) = crate::plot::line_chart(&dir.join(&file), &title, y, span, &data) {
                 let _ = writeln!(md, "\n{file} not drawn: {e}");
             }
         }

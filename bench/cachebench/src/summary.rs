@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::metrics::RunResult;
+use crate::model::ModelKind;
 
 /// Mean and sample standard deviation of one figure over seeds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -51,6 +52,9 @@ pub struct EpochMeans {
 pub struct PolicySummary {
     /// Policy label.
     pub policy: String,
+    /// The network trained.
+    #[serde(default)]
+    pub model: ModelKind,
     /// Cache size as a fraction of the training set.
     pub cache_fraction: f64,
     /// Seeds run.
@@ -97,28 +101,39 @@ pub struct PolicySummary {
     pub per_epoch: Vec<EpochMeans>,
 }
 
-/// The runs grouped by (policy, cache size), in the order they first ran.
-pub fn summarize(runs: &[RunResult], target_accuracy: f64, read_s: f64) -> Vec<PolicySummary> {
-    let mut keys: Vec<(&str, f64)> = Vec::new();
+/// The runs grouped by (model, policy, cache size), in the order they first
+/// ran, with each model's time to `target(model)` accuracy.
+pub fn summarize(
+    runs: &[RunResult],
+    target: impl Fn(ModelKind) -> f64,
+    read_s: f64,
+) -> Vec<PolicySummary> {
+    let mut keys: Vec<(ModelKind, &str, f64)> = Vec::new();
     for r in runs {
-        if !keys.contains(&(r.policy.as_str(), r.cache_fraction)) {
-            keys.push((r.policy.as_str(), r.cache_fraction));
+        let key = (r.model, r.policy.as_str(), r.cache_fraction);
+        if !keys.contains(&key) {
+            keys.push(key);
         }
     }
     keys.into_iter()
-        .map(|(policy, fraction)| {
+        .map(|(model, policy, fraction)| {
             let group: Vec<&RunResult> = runs
                 .iter()
-                .filter(|r| r.policy == policy && r.cache_fraction == fraction)
+                .filter(|r| r.model == model && r.policy == policy && r.cache_fraction == fraction)
                 .collect();
-            summary_of(policy, fraction, &group, runs, target_accuracy, read_s)
+            summary_of(
+                (model, policy, fraction),
+                &group,
+                runs,
+                target(model),
+                read_s,
+            )
         })
         .collect()
 }
 
 fn summary_of(
-    policy: &str,
-    fraction: f64,
+    (model, policy, fraction): (ModelKind, &str, f64),
     group: &[&RunResult],
     all: &[RunResult],
     target: f64,
@@ -136,12 +151,12 @@ fn summary_of(
         .filter_map(|r| {
             let base = all
                 .iter()
-                .find(|b| b.policy == "nocache" && b.seed == r.seed)?;
+                .find(|b| b.policy == "nocache" && b.model == model && b.seed == r.seed)?;
             Some((r.final_accuracy() - base.final_accuracy()) * 100.0)
         })
         .collect();
     let gap = (!gaps.is_empty()).then(|| Spread::of(&gaps));
-    let measured: Vec<f64> = group.iter().filter_map(|r| r.time_to_target_s).collect();
+    let measured: Vec<f64> = group.iter().filter_map(|r| r.time_to(target)).collect();
     let modelled: Vec<f64> = group
         .iter()
         .filter_map(|r| r.modelled_time_to(target, read_s))
@@ -167,6 +182,7 @@ fn summary_of(
         .collect();
     PolicySummary {
         policy: policy.to_owned(),
+        model,
         cache_fraction: fraction,
         seeds: group.len(),
         steers_sampling: group.iter().any(|r| r.steers_sampling),
@@ -202,5 +218,41 @@ mod tests {
         assert!((s.sd - 0.014_798_648).abs() < 1e-6, "{}", s.sd);
         assert_eq!(Spread::of(&[3.0]), Spread { mean: 3.0, sd: 0.0 });
         assert_eq!(Spread::of(&[]), Spread::default());
+    }
+
+    fn run(model: ModelKind, policy: &str, seed: u64, accuracy: f64) -> RunResult {
+        let mut epoch =
+            crate::metrics::EpochResult::from_stats(&spidercache::EpochStats::default());
+        epoch.requests = 10;
+        epoch.misses = 10;
+        epoch.val_accuracy = accuracy;
+        RunResult {
+            policy: policy.into(),
+            model,
+            cache_fraction: if policy == "nocache" { 0.0 } else { 0.1 },
+            seed,
+            num_samples: 10,
+            steers_sampling: false,
+            epochs: vec![epoch],
+            time_to_target_s: None,
+        }
+    }
+
+    #[test]
+    fn each_model_is_summarised_apart_and_gapped_against_its_own_nocache() {
+        let runs = vec![
+            run(ModelKind::Mlp, "nocache", 7, 0.80),
+            run(ModelKind::Mlp, "shade", 7, 0.82),
+            run(ModelKind::Cnn, "nocache", 7, 0.70),
+            run(ModelKind::Cnn, "shade", 7, 0.75),
+        ];
+        let s = summarize(&runs, |_| 0.9, 0.001);
+        assert_eq!(s.len(), 4);
+        let shade: Vec<&PolicySummary> = s.iter().filter(|p| p.policy == "shade").collect();
+        assert_eq!(shade[0].model, ModelKind::Mlp);
+        assert_eq!(shade[0].seeds, 1);
+        assert!((shade[0].top1_gap_pp.unwrap() - 2.0).abs() < 1e-9);
+        assert_eq!(shade[1].model, ModelKind::Cnn);
+        assert!((shade[1].top1_gap_pp.unwrap() - 5.0).abs() < 1e-9);
     }
 }

@@ -11,7 +11,7 @@ use spidercache::{Answer, BatchReport, Capacity, Label, PolicyKind, TrainingSpec
 use crate::data::{Dataset, PIXELS, decode_into};
 use crate::error::Result;
 use crate::metrics::{EpochResult, RunResult};
-use crate::model::{EMBEDDING_DIM, Mlp, ModelConfig};
+use crate::model::{ModelConfig, ModelKind, Net};
 use crate::replay::TraceWriter;
 use crate::storage::RemoteStore;
 
@@ -25,6 +25,8 @@ pub struct TrainSetup<'a> {
     pub test_pixels: &'a [f32],
     /// Test labels.
     pub test_labels: &'a [Label],
+    /// The network trained.
+    pub model_kind: ModelKind,
     /// Model initialisation and optimiser.
     pub model: ModelConfig,
     /// Dataset size, batch size and the policies' seed (the model's is `model.seed`).
@@ -63,7 +65,8 @@ pub fn train_policy(
     let steers = crate::bench::steers_sampling(&kind);
     let source: Arc<dyn spidercache::SampleSource> = setup.store.clone();
     let policy = build_policy(kind, setup.spec, full.scaled(fraction), source)?;
-    let mut model = Mlp::new(&setup.model)?;
+    let mut model = Net::new(setup.model_kind, &setup.model)?;
+    let dim = setup.model_kind.embedding_dim();
     let mut epochs = Vec::new();
     let mut trained_time = 0.0;
     let mut time_to_target = None;
@@ -111,14 +114,14 @@ pub fn train_policy(
             compute += step_started.elapsed();
             steps += 1;
             if let Some(norm) = setup.embedding_norm {
-                rescale_rows(&mut out.embeddings, EMBEDDING_DIM, norm);
+                rescale_rows(&mut out.embeddings, dim, norm);
             }
             let report_started = Instant::now();
             policy.report_batch(&BatchReport {
                 ids: &ids,
                 labels: &labels,
                 embeddings: &out.embeddings,
-                dim: EMBEDDING_DIM,
+                dim,
                 losses: &out.losses,
             })?;
             report += report_started.elapsed();
@@ -153,7 +156,8 @@ pub fn train_policy(
             ..EpochResult::from_stats(&stats)
         };
         bar.set_message(format!(
-            "{label} @{:.0}% seed {}: epoch {epoch} reads/req {:.2} acc {:.3}",
+            "{} {label} @{:.0}% seed {}: epoch {epoch} reads/req {:.2} acc {:.3}",
+            setup.model_kind,
             fraction * 100.0,
             setup.spec.seed,
             result.reads_per_request(),
@@ -164,6 +168,7 @@ pub fn train_policy(
     }
     Ok(RunResult {
         policy: label.to_owned(),
+        model: setup.model_kind,
         cache_fraction: fraction,
         seed: setup.spec.seed,
         num_samples: ds.train.len(),

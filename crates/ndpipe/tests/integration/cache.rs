@@ -1,7 +1,8 @@
 //! SpiderCache and its peers on a real (small) training run reading a PipeStore process through
-//! each cache: the quick mode of `ndpipe-bench cache run`, on one seed.
+//! each cache: the quick mode of `ndpipe-bench cache run` (both models), on one seed.
 
 use cachebench::bench::{self, BenchConfig, policy_specs};
+use cachebench::model::ModelKind;
 use cachebench::replay::{Trace, replay};
 
 #[test]
@@ -24,11 +25,12 @@ fn quick_mode_runs_every_policy_through_a_real_pipestore() {
             .iter()
             .filter(|r| r.policy == spec.label)
             .collect();
-        let expected = if spec.label == "nocache" {
-            1
-        } else {
-            config.cache_fractions.len()
-        };
+        let expected = config.models.len()
+            * if spec.label == "nocache" {
+                1
+            } else {
+                config.cache_fractions.len()
+            };
         assert_eq!(runs.len(), expected, "runs of {}", spec.label);
     }
     let chance = 1.0 / results.classes.len() as f64;
@@ -58,6 +60,7 @@ fn quick_mode_runs_every_policy_through_a_real_pipestore() {
             run.final_accuracy()
         );
     }
+    assert_eq!(config.models, [ModelKind::Mlp, ModelKind::Cnn]);
     let nocache = results.runs.iter().find(|r| r.policy == "nocache").unwrap();
     assert!(
         nocache
@@ -76,9 +79,11 @@ fn quick_mode_runs_every_policy_through_a_real_pipestore() {
         "results.json",
         "results.md",
         "summary.json",
-        "reads_10.png",
-        "hit_ratio_10.png",
-        "accuracy_10.png",
+        "mlp_reads_10.png",
+        "mlp_hit_ratio_10.png",
+        "mlp_accuracy_10.png",
+        "cnn_reads_10.png",
+        "cnn_accuracy_10.png",
     ] {
         assert!(out.path().join(file).is_file(), "{file} written");
     }
@@ -109,7 +114,7 @@ fn quick_mode_runs_every_policy_through_a_real_pipestore() {
     let real = results
         .runs
         .iter()
-        .find(|r| r.policy == "lru" && r.cache_fraction == 0.1)
+        .find(|r| r.policy == "lru" && r.model == ModelKind::Mlp && r.cache_fraction == 0.1)
         .unwrap();
     let real_hits: Vec<u64> = real.epochs.iter().map(|e| e.exact_hits).collect();
     let replay_hits: Vec<u64> = replayed.epochs.iter().map(|e| e.exact_hits).collect();
