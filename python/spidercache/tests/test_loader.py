@@ -3,42 +3,11 @@ thread on a miss and from the policy's own threads for its reads."""
 
 import threading
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 import spidercache as sc
-from conftest import clustered, run_epoch
-
-
-class SampleServer:
-    """``GET /samples/{id}`` on 127.0.0.1, standing in for an ndpipe store."""
-
-    def __init__(self, samples):
-        self.samples = samples
-        self.requests = 0
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                server.requests += 1
-                body = server.samples[int(self.path.rsplit("/", 1)[1])]
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+from conftest import SampleServer, clustered, run_epoch
 
 
 @pytest.fixture

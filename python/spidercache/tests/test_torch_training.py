@@ -1,40 +1,12 @@
 """A small model trained on Fashion-MNIST with Debian's CPU PyTorch, through
-the dataset wrapper and a real ``torch.utils.data.DataLoader``.
-
-Skipped when torch or the data set is missing, unless
-``SPIDERCACHE_REQUIRE_TORCH=1`` (as ``make test`` sets): then it fails.
-"""
-
-import gzip
-import os
-from pathlib import Path
+the dataset wrapper and a real ``torch.utils.data.DataLoader``."""
 
 import numpy as np
-import pytest
 
 import spidercache as sc
+from conftest import fashion_mnist, need
 
-REQUIRED = os.environ.get("SPIDERCACHE_REQUIRE_TORCH") == "1"
-FASHION = Path(os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
-
-if REQUIRED:
-    import torch
-else:
-    torch = pytest.importorskip("torch")
-
-
-def read_idx(name, count):
-    path = FASHION / name
-    if not path.exists():
-        if REQUIRED:
-            raise FileNotFoundError(path)
-        pytest.skip(f"{path} missing (Debian package dataset-fashion-mnist)")
-    with gzip.open(path) as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    data = np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
-    return data[:count]
+torch = need("torch")
 
 
 class Net(torch.nn.Module):
@@ -66,10 +38,10 @@ def test_a_model_trains_through_the_cache_with_a_dataloader():
     torch.manual_seed(0)
     torch.set_num_threads(1)
     n = 4000
-    images = read_idx("train-images-idx3-ubyte.gz", n)
-    labels = read_idx("train-labels-idx1-ubyte.gz", n).astype(np.int64)
-    test_images = read_idx("t10k-images-idx3-ubyte.gz", 1000)
-    test_labels = read_idx("t10k-labels-idx1-ubyte.gz", 1000)
+    images = fashion_mnist("train-images-idx3-ubyte.gz", n)
+    labels = fashion_mnist("train-labels-idx1-ubyte.gz", n).astype(np.int64)
+    test_images = fashion_mnist("t10k-images-idx3-ubyte.gz", 1000)
+    test_labels = fashion_mnist("t10k-labels-idx1-ubyte.gz", 1000)
     remote = [img.tobytes() for img in images]  # what a store would serve
     reads = []
 
@@ -119,3 +91,17 @@ def test_a_model_trains_through_the_cache_with_a_dataloader():
     for a in answers:
         if a.kind != "substitute":
             assert a.data == remote[a.id] and a.label == labels[a.id]
+
+
+def test_the_epoch_sampler_feeds_a_dataloader_in_the_policys_order(store, labels):
+    twin = sc.Cache("nocache", labels, store, batch_size=32, capacity_items=0, seed=5)
+    expected = list(twin.sampler())
+    cache = sc.Cache("nocache", labels, store, batch_size=32, capacity_items=0, seed=5)
+    dataset = sc.CachedDataset(cache, decode=lambda b: torch.frombuffer(bytearray(b), dtype=torch.int32))
+    loader = torch.utils.data.DataLoader(dataset, sampler=cache.sampler(),
+                                         batch_size=cache.batch_size)
+    batches = list(loader)
+    ids = torch.cat([ids for _, _, ids in batches]).tolist()
+    assert ids == expected and len(batches) == 16
+    for x, y, i in batches:  # each row is the sample it names, with its label
+        assert (x[:, 0] == i).all() and (y == torch.from_numpy(labels[i.numpy()])).all()
