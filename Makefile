@@ -36,7 +36,7 @@ lint:
 	cargo fmt --all --check
 	cargo fmt --manifest-path $(PY_CRATE) --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
-	cargo clippy --manifest-path $(PY_CRATE) --locked --target-dir target/py/cargo -- -D warnings
+	PYO3_PYTHON=$(PY_VENV)/bin/python cargo clippy --manifest-path $(PY_CRATE) --locked --target-dir target/py/cargo -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 	scripts/check-deps.sh
 

@@ -274,9 +274,11 @@ fn radius(value: &Bound<'_, PyAny>) -> PyResult<Radius> {
             Radius::Similarity { decay, threshold }
         }
         "quantile" => {
+            // The crate's default radius is the quantile one; should that change, the
+            // documented quantile defaults (twice the median of the last 4096) stand.
             let (mut q, mut scale, mut window) = match Radius::default() {
                 Radius::Quantile { q, scale, window } => (q, scale, window),
-                Radius::Similarity { .. } => (0.5, 2.0, 4096),
+                _ => (0.5, 2.0, 4096),
             };
             s.set(&mut q, "q")?;
             s.set(&mut scale, "scale")?;
