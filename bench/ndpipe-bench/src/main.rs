@@ -11,6 +11,7 @@ mod drift;
 mod finetune;
 mod infer;
 mod ingest;
+mod replication;
 mod s3;
 
 use std::path::PathBuf;
@@ -39,6 +40,9 @@ enum Which {
     Finetune(finetune::FinetuneBench),
     /// S3 throughput: the same large JPEGs up and down through aws s3 cp, s5cmd, boto3 and /v1.
     S3(s3::S3Bench),
+    /// Replication: upload and read throughput with 1, 2 and 3 copies, and the repair rate after
+    /// a node is removed, on three PipeStores sharing PostgreSQL.
+    Replication(replication::ReplicationBench),
     /// Drift: classes arrive in stages; stale vs fine-tuned accuracy at each stage.
     Drift(drift::DriftBench),
     /// SpiderCache and its peers on a real training run reading a PipeStore (or a replay).
@@ -80,6 +84,7 @@ async fn run(which: Which) -> Result<()> {
         Which::Finetune(b) => finetune::run(b).await,
         Which::Drift(b) => drift::run(b).await,
         Which::S3(b) => s3::run(b).await,
+        Which::Replication(b) => replication::run(b).await,
         Which::Cache(b) => {
             let ndpipe = ndpipe_binary()?;
             tokio::task::spawn_blocking(move || cachebench::cli::run(b, ndpipe)).await?

@@ -15,22 +15,57 @@ pub(crate) struct Manager {
     config: Config,
 }
 
+/// A pooled connection. Closing a `postgres::Client` blocks on the client's own runtime, which
+/// Tokio forbids inside another runtime's task: a connection dropped there (the pool dropped by
+/// an async server's shutdown) is closed on a thread of its own.
+pub(crate) struct Conn(Option<Client>);
+
+impl std::ops::Deref for Conn {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        self.0.as_ref().expect("a connection is only taken when it is dropped")
+    }
+}
+
+impl std::ops::DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.0.as_mut().expect("a connection is only taken when it is dropped")
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take()
+            && tokio::runtime::Handle::try_current().is_ok()
+        {
+            // If no thread can be started, the connection is leaked rather than the process
+            // stopped: the server closes it when this process ends.
+            let _ = std::thread::Builder::new()
+                .name("ndpipe-pg-close".into())
+                .spawn(move || drop(client));
+        }
+    }
+}
+
 impl r2d2::ManageConnection for Manager {
-    type Connection = Client;
+    type Connection = Conn;
     type Error = PgFailure;
 
-    fn connect(&self) -> Result<Client, PgFailure> {
-        self.config.connect(NoTls).map_err(|e| PgFailure::new(&e))
+    fn connect(&self) -> Result<Conn, PgFailure> {
+        self.config
+            .connect(NoTls)
+            .map(|c| Conn(Some(c)))
+            .map_err(|e| PgFailure::new(&e))
     }
 
-    fn is_valid(&self, client: &mut Client) -> Result<(), PgFailure> {
+    fn is_valid(&self, client: &mut Conn) -> Result<(), PgFailure> {
         client
             .simple_query("")
             .map(drop)
             .map_err(|e| PgFailure::new(&e))
     }
 
-    fn has_broken(&self, client: &mut Client) -> bool {
+    fn has_broken(&self, client: &mut Conn) -> bool {
         client.is_closed()
     }
 }

@@ -123,7 +123,10 @@ impl Replication {
             if short.is_empty() {
                 return Ok(());
             }
-            let nodes = self.placement_nodes().await?;
+            // Fresh, not the front door's cached list: a node removed a moment ago must not
+            // be a target.
+            let catalog = self.catalog.clone();
+            let nodes = tokio::task::spawn_blocking(move || catalog.placement_nodes()).await??;
             let mut copied = 0;
             for photo in &short {
                 let key = placement::key_of(&photo.id.to_le_bytes());
