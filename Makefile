@@ -9,7 +9,7 @@ export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 PY_VENV := $(CURDIR)/target/py/venv
 PY_CRATE := python/spidercache/Cargo.toml
 
-.PHONY: setup build build-bench demo python test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3
+.PHONY: setup build build-bench demo python test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -76,3 +76,7 @@ bench-crash: build-bench
 ## S3 throughput: the same large JPEGs up and down through aws s3 cp, s5cmd, boto3 and /v1.
 bench-s3: build-bench
 	target/release/ndpipe-bench s3 --json $(CACHE)/bench-s3.json
+
+## Replication: uploads and reads with 1, 2, 3 copies and the repair rate after a node's removal.
+bench-replication: build-bench
+	target/release/ndpipe-bench replication --json $(CACHE)/bench-replication.json
