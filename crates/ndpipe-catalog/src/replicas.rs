@@ -14,8 +14,9 @@ pub struct PlacementNode {
     pub live: bool,
     /// Whether it takes new photos (`active`, not `draining`).
     pub active: bool,
-    /// Free bytes it last reported (0 when it never did).
-    pub free_bytes: u64,
+    /// Free bytes it last reported for new photos (`None` when it never did; 0 when it is
+    /// below its free-space reserve).
+    pub free_bytes: Option<u64>,
 }
 
 /// A photo's catalog row as a front door needs it: its metadata, the node whose catalog view
@@ -51,7 +52,8 @@ pub trait ReplicaCatalog: Send + Sync {
     /// Every registered node with its lease, state and reported free space.
     fn placement_nodes(&self) -> Result<Vec<PlacementNode>, CatalogError>;
 
-    /// Records this node's free bytes, which placement weighs nodes by.
+    /// Records this node's free bytes for new photos (0 below its reserve), which placement
+    /// weighs nodes by.
     fn report_free_space(&self, free_bytes: u64) -> Result<(), CatalogError>;
 
     /// Records that `node` holds a durable copy of photo `id` (kept when already recorded).

@@ -23,13 +23,17 @@ pub(crate) struct Conn(Option<Client>);
 impl std::ops::Deref for Conn {
     type Target = Client;
     fn deref(&self) -> &Client {
-        self.0.as_ref().expect("a connection is only taken when it is dropped")
+        self.0
+            .as_ref()
+            .expect("a connection is only taken when it is dropped")
     }
 }
 
 impl std::ops::DerefMut for Conn {
     fn deref_mut(&mut self) -> &mut Client {
-        self.0.as_mut().expect("a connection is only taken when it is dropped")
+        self.0
+            .as_mut()
+            .expect("a connection is only taken when it is dropped")
     }
 }
 

@@ -36,7 +36,7 @@ impl ReplicaCatalog for PgCatalog {
             let rows = conn
                 .query(
                     "SELECT n.name, n.url, n.lease_expires_ms > $1, n.state = 'active',
-                            COALESCE(s.free_bytes, 0)
+                            s.free_bytes
                      FROM nodes n LEFT JOIN node_space s ON s.node = n.name
                      ORDER BY n.name",
                     &[&now],
@@ -45,13 +45,13 @@ impl ReplicaCatalog for PgCatalog {
             rows.iter()
                 .map(|r| {
                     let op = "read placement node";
-                    let free: i64 = r.try_get(4).map_err(db(op))?;
+                    let free: Option<i64> = r.try_get(4).map_err(db(op))?;
                     Ok(PlacementNode {
                         name: r.try_get(0).map_err(db(op))?,
                         url: r.try_get(1).map_err(db(op))?,
                         live: r.try_get(2).map_err(db(op))?,
                         active: r.try_get(3).map_err(db(op))?,
-                        free_bytes: u64::try_from(free).unwrap_or(0),
+                        free_bytes: free.map(|f| u64::try_from(f).unwrap_or(0)),
                     })
                 })
                 .collect()

@@ -306,7 +306,7 @@ pub(crate) struct NodeStatus {
     name: String,
     live: bool,
     active: bool,
-    free_bytes: u64,
+    free_bytes: Option<u64>,
 }
 
 impl Replication {

@@ -2,8 +2,10 @@
 //!
 //! Each node scores `-weight / ln(u)`, where `u` in (0, 1) is a hash of the photo's key and the
 //! node's name, and the photo goes to the highest scores. A node is chosen with probability in
-//! proportion to its weight (its free bytes), and adding or removing a node moves only the
-//! photos whose choice it was.
+//! proportion to its weight (its free bytes; a node below its free-space reserve is left out),
+//! and adding or removing a node moves only the photos whose choice it was. The hash is the
+//! standard library's SipHash with fixed keys: where a photo went is recorded in the catalog,
+//! so a different build that hashes differently places new photos differently and loses none.
 
 use std::hash::{Hash, Hasher};
 
@@ -17,7 +19,7 @@ const UNKNOWN_FREE_BYTES: u64 = 1 << 30;
 pub(crate) fn place(key: u64, nodes: &[PlacementNode], replicas: usize) -> Vec<PlacementNode> {
     let mut scored: Vec<(f64, &PlacementNode)> = nodes
         .iter()
-        .filter(|n| n.live && n.active)
+        .filter(|n| n.live && n.active && n.free_bytes != Some(0))
         .map(|n| (score(key, n), n))
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
@@ -52,11 +54,7 @@ fn score(key: u64, node: &PlacementNode) -> f64 {
     node.name.hash(&mut h);
     // A uniform value in (0, 1) from the top 53 bits.
     let u = ((h.finish() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-    let free = if node.free_bytes == 0 {
-        UNKNOWN_FREE_BYTES
-    } else {
-        node.free_bytes
-    };
+    let free = node.free_bytes.unwrap_or(UNKNOWN_FREE_BYTES);
     -(free as f64) / u.ln()
 }
 
@@ -70,7 +68,7 @@ mod tests {
             url: format!("http://{name}"),
             live: true,
             active: true,
-            free_bytes,
+            free_bytes: Some(free_bytes),
         }
     }
 
@@ -110,6 +108,11 @@ mod tests {
         nodes[1].active = false;
         assert_eq!(place(1, &nodes, 2)[0].name, "a");
         assert_eq!(place(1, &nodes, 2).len(), 1);
+        nodes[1].active = true;
+        nodes[1].free_bytes = Some(0);
+        assert_eq!(place(1, &nodes, 2).len(), 1, "a full node takes no photo");
+        nodes[1].free_bytes = None;
+        assert_eq!(place(1, &nodes, 2).len(), 2, "one that never reported does");
     }
 
     #[test]

@@ -100,7 +100,8 @@ impl Replication {
     }
 
     async fn round(&self, scrub_cursor: &mut u64) -> Result<(), ReplicationError> {
-        let (free, _) = self.store.free_space()?;
+        let (free, low) = self.store.free_space()?;
+        let free = if low { 0 } else { free };
         let catalog = self.catalog.clone();
         tokio::task::spawn_blocking(move || catalog.report_free_space(free)).await??;
         self.repair_round().await?;

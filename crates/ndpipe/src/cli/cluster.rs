@@ -51,11 +51,14 @@ fn render(s: &Value) -> String {
             (Some(true), _) => "live, draining",
             _ => "lease ran out",
         };
+        let free = match node["free_bytes"].as_u64() {
+            Some(b) => format!("{:.1} GiB free", b as f64 / (1u64 << 30) as f64),
+            None => "free space not reported yet".into(),
+        };
         out += &format!(
-            "  {:<20} {:<16} {:.1} GiB free\n",
+            "  {:<20} {:<16} {free}\n",
             node["name"].as_str().unwrap_or("?"),
             state,
-            node["free_bytes"].as_u64().unwrap_or(0) as f64 / (1u64 << 30) as f64
         );
     }
     out += &format!(
@@ -76,7 +79,7 @@ mod tests {
         let status = serde_json::json!({
             "replicas": 2, "at_target": 10, "under_replicated": 3, "lost": 1, "tombstones": 4,
             "nodes": [{"name": "a", "live": true, "active": true, "free_bytes": 1u64 << 31},
-                      {"name": "b", "live": false, "active": true, "free_bytes": 0}],
+                      {"name": "b", "live": false, "active": true, "free_bytes": null}],
             "copies_made": 5, "copies_received": 6, "repaired": 7
         });
         let text = render(&status);
@@ -89,7 +92,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("b                    lease ran out"),
+            text.contains("b                    lease ran out    free space not reported"),
             "{text}"
         );
         assert!(
