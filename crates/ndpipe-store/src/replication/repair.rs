@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ndpipe_catalog::{PhotoCopies, PlacementNode};
 use ndpipe_util::time::now_ms;
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -17,6 +18,8 @@ use crate::storage::StoreError;
 
 /// Photos looked at per catalog query.
 const PAGE: u32 = 256;
+/// Repair copies in flight at once.
+const PARALLEL_COPIES: usize = 8;
 /// A copy younger than this whose photo has no catalog row may still be catalogued by its
 /// primary: the start-up sweep keeps it.
 const ORPHAN_GRACE_MS: i64 = 60_000;
@@ -129,38 +132,45 @@ impl Replication {
             let catalog = self.catalog.clone();
             let nodes = tokio::task::spawn_blocking(move || catalog.placement_nodes()).await??;
             let mut copied = 0;
-            for photo in &short {
-                let key = placement::key_of(&photo.id.to_le_bytes());
-                let Some(target) = placement::targets(key, &nodes, &photo.holders)
-                    .into_iter()
-                    .next()
-                else {
-                    continue;
-                };
-                let copy = match self.read_local_copy(photo.id).await {
-                    Ok(copy) => copy,
-                    Err(e) => {
-                        warn!(photo = photo.id, error = %e, "cannot read a photo to copy it");
-                        continue;
-                    }
-                };
-                let bytes = copy.original.len() as u64;
-                match self.peers.put_copy(&target.url, copy).await {
-                    Ok(()) => {
-                        copied += 1;
-                        self.metrics.replication.copies_made.inc();
-                        self.metrics.replication.copied_bytes.inc_by(bytes);
-                    }
-                    Err(e) => {
-                        warn!(photo = photo.id, node = %target.name, error = %e.message(),
-                            "a repair copy failed")
-                    }
-                }
+            for batch in short.chunks(PARALLEL_COPIES) {
+                let copies = batch.iter().map(|photo| self.copy_once(photo, &nodes));
+                let done = futures::future::join_all(copies).await;
+                copied += done.into_iter().filter(|d| *d).count();
             }
             if copied == 0 {
                 return Ok(());
             }
             info!(copied, "repaired under-replicated photos");
+        }
+    }
+
+    /// Copies `photo` to the best node that holds none; whether it did.
+    async fn copy_once(&self, photo: &PhotoCopies, nodes: &[PlacementNode]) -> bool {
+        let key = placement::key_of(&photo.id.to_le_bytes());
+        let Some(target) = placement::targets(key, nodes, &photo.holders)
+            .into_iter()
+            .next()
+        else {
+            return false;
+        };
+        let copy = match self.read_local_copy(photo.id).await {
+            Ok(copy) => copy,
+            Err(e) => {
+                warn!(photo = photo.id, error = %e, "cannot read a photo to copy it");
+                return false;
+            }
+        };
+        let bytes = copy.original.len() as u64;
+        match self.peers.put_copy(&target.url, copy).await {
+            Ok(()) => {
+                self.metrics.replication.copies_made.inc();
+                self.metrics.replication.copied_bytes.inc_by(bytes);
+                true
+            }
+            Err(e) => {
+                warn!(photo = photo.id, node = %target.name, error = %e.message(), "a repair copy failed");
+                false
+            }
         }
     }
 
