@@ -102,9 +102,12 @@ impl PipeStore {
                     &config,
                     addr,
                     keys.clone(),
-                    &ingestor,
-                    &store,
-                    &catalog,
+                    s3::S3Parts {
+                        ingestor: ingestor.clone(),
+                        store: store.clone(),
+                        catalog: catalog.clone(),
+                        replication: replication.clone(),
+                    },
                     &stopped,
                 )
                 .await?,
@@ -288,9 +291,7 @@ async fn start_s3(
     config: &crate::Config,
     addr: SocketAddr,
     keys: Arc<KeyStore>,
-    ingestor: &Arc<Ingestor>,
-    store: &Arc<PhotoStore>,
-    catalog: &Arc<dyn ndpipe_catalog::Catalog>,
+    parts: s3::S3Parts,
     stopped: &watch::Receiver<bool>,
 ) -> Result<(SocketAddr, JoinHandle<()>), Error> {
     let io = |name: &str| {
@@ -300,9 +301,10 @@ async fn start_s3(
     let blobs = s3::Blobs::open(config.data.join("objects")).map_err(io("objects"))?;
     let uploads = s3::Uploads::open(config.data.join("s3-uploads")).map_err(io("s3-uploads"))?;
     let state = Arc::new(s3::S3State {
-        ingestor: ingestor.clone(),
-        store: store.clone(),
-        catalog: catalog.clone(),
+        ingestor: parts.ingestor,
+        store: parts.store,
+        catalog: parts.catalog,
+        replication: parts.replication,
         blobs: Arc::new(blobs),
         uploads: Arc::new(uploads),
         max_upload_bytes: config.max_upload_bytes,

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use ndpipe_catalog::test_postgres;
 
 use crate::common::{Instance, TunerProcess, cli, jpeg, sha256};
+use crate::s3::{clean_env, free_port};
 
 const NAMES: [&str; 3] = ["rp-a", "rp-b", "rp-c"];
 
@@ -90,9 +91,16 @@ async fn replicated_on(url: &str) {
         "--peer-timeout-ms",
         "5000",
     ];
+    let s3_ports: Vec<u16> = NAMES.iter().map(|_| free_port()).collect();
     let mut nodes: Vec<Instance> = NAMES
         .iter()
-        .map(|name| Instance::start_pipestore(&tuner.grpc, name, &flags))
+        .zip(&s3_ports)
+        .map(|(name, port)| {
+            let s3 = format!("127.0.0.1:{port}");
+            let mut extra = flags.to_vec();
+            extra.extend(["--s3-listen", s3.as_str()]);
+            Instance::start_pipestore(&tuner.grpc, name, &extra)
+        })
         .collect();
     tuner.wait_for_nodes(3).await;
 
@@ -115,6 +123,48 @@ async fn replicated_on(url: &str) {
     let first = *acked.keys().next().unwrap();
     let holders = copies(&nodes[1], first).await;
     assert_eq!(holders.len(), 2, "{holders:?}");
+
+    // S3 through the front door: an object put through rp-a reads back through every node,
+    // and a delete through rp-c removes it everywhere.
+    let endpoints: Vec<String> = s3_ports
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{p}"))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let object = jpeg(300, 200, 77);
+    let file = dir.path().join("cat.jpg");
+    std::fs::write(&file, &object).unwrap();
+    aws(&endpoints[0], &["s3", "mb", "s3://photos"]);
+    aws(
+        &endpoints[0],
+        &["s3", "cp", file.to_str().unwrap(), "s3://photos/cat.jpg"],
+    );
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        let back = dir.path().join(format!("back-{i}.jpg"));
+        aws(
+            endpoint,
+            &["s3", "cp", "s3://photos/cat.jpg", back.to_str().unwrap()],
+        );
+        assert_eq!(std::fs::read(&back).unwrap(), object, "through {endpoint}");
+    }
+    aws(&endpoints[2], &["s3", "rm", "s3://photos/cat.jpg"]);
+    let gone = s3_run(
+        &endpoints[1],
+        &[
+            "s3api",
+            "head-object",
+            "--bucket",
+            "photos",
+            "--key",
+            "cat.jpg",
+        ],
+    );
+    assert!(!gone.0, "the object is deleted: {gone:?}");
+    let total: u64 = futures::future::join_all(nodes.iter().map(stored))
+        .await
+        .iter()
+        .sum();
+    assert_eq!(total, 600, "the object's two copies are gone");
 
     // rp-c is killed during continuous uploads through rp-a and rp-b: uploads that need it fail
     // with a 503 until its lease runs out, then go on without it; every 201 reads back.
@@ -219,6 +269,23 @@ async fn replicated_on(url: &str) {
     let (status, body) = nodes[1].get(&format!("/v1/photos/{victim}")).await;
     assert_eq!((status, sha256(&body)), (200, sum), "{}", nodes[1].log());
     drop(tuner);
+}
+
+/// Runs `aws` against `endpoint` (unsigned: no keys); (success, stdout, stderr).
+fn s3_run(endpoint: &str, args: &[&str]) -> (bool, String, String) {
+    let out = clean_env(std::process::Command::new("aws"))
+        .args(["--endpoint-url", endpoint, "--no-sign-request"])
+        .args(args)
+        .output()
+        .expect("running aws");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// [`s3_run`], which must succeed.
+fn aws(endpoint: &str, args: &[&str]) {
+    let (ok, out, err) = s3_run(endpoint, args);
+    assert!(ok, "aws {args:?} at {endpoint}: {out}{err}");
 }
 
 /// Flips one byte in the middle of `original` where it lies in `node`'s photo volumes.

@@ -7,7 +7,9 @@ use ndpipe_catalog::CatalogError;
 use ndpipe_model::PreprocessError;
 use s3s::{S3Error, S3ErrorCode, s3_error};
 
+use crate::api::http::ApiError;
 use crate::ingest::IngestError;
+use crate::replication::ReplicationError;
 use crate::storage::StoreError;
 
 /// An error with a code of ours, `status` and `message`.
@@ -67,6 +69,24 @@ pub(crate) fn ingest(e: IngestError) -> S3Error {
         IngestError::Store(e) => store(e),
         IngestError::Catalog(e) => catalog(e),
         other => internal(other),
+    }
+}
+
+/// A replicated store, read or delete that failed: the ingest's own error as [`ingest`] maps
+/// it, anything else as `/v1` answers it (503 when a copy or a node could not be had).
+pub(crate) fn replication(e: ReplicationError) -> S3Error {
+    match e {
+        ReplicationError::Ingest(e) => ingest(e),
+        ReplicationError::Store(e) => store(e),
+        other => {
+            let api = ApiError::from(other);
+            let code = match api.status {
+                StatusCode::INSUFFICIENT_STORAGE => "InsufficientStorage",
+                s if s.is_client_error() => "InvalidArgument",
+                _ => "ServiceUnavailable",
+            };
+            custom(code, api.status, api.message)
+        }
     }
 }
 

@@ -35,6 +35,7 @@ use ndpipe_catalog::Catalog;
 use s3s::S3Error;
 
 use crate::ingest::Ingestor;
+use crate::replication::Replication;
 use crate::storage::PhotoStore;
 
 pub(crate) use blobs::Blobs;
@@ -42,11 +43,22 @@ pub(crate) use multipart::Uploads;
 pub(crate) use serve::serve;
 pub(crate) use service::service;
 
+/// The node's parts the S3 API is built on.
+pub(crate) struct S3Parts {
+    pub(crate) ingestor: Arc<Ingestor>,
+    pub(crate) store: Arc<PhotoStore>,
+    pub(crate) catalog: Arc<dyn Catalog>,
+    /// With replication, photo objects are stored, read and deleted through the cluster's
+    /// front door (plain objects stay on the node that took them).
+    pub(crate) replication: Option<Arc<Replication>>,
+}
+
 /// What the S3 operations work with.
 pub(crate) struct S3State {
     pub(crate) ingestor: Arc<Ingestor>,
     pub(crate) store: Arc<PhotoStore>,
     pub(crate) catalog: Arc<dyn Catalog>,
+    pub(crate) replication: Option<Arc<Replication>>,
     pub(crate) blobs: Arc<Blobs>,
     pub(crate) uploads: Arc<Uploads>,
     pub(crate) max_upload_bytes: usize,

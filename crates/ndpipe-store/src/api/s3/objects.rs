@@ -131,11 +131,17 @@ pub(crate) async fn store(
     let truth = ground_truth(&mut object.metadata)?;
     let bytes = object.bytes.clone();
     let (body, content_type, sha256) = if is_photo(object.content_type.as_deref(), &bytes) {
-        let photo = state
-            .ingestor
-            .ingest(bytes, truth)
-            .await
-            .map_err(errors::ingest)?;
+        let photo = match &state.replication {
+            Some(replication) => replication
+                .upload(bytes, truth)
+                .await
+                .map_err(errors::replication)?,
+            None => state
+                .ingestor
+                .ingest(bytes, truth)
+                .await
+                .map_err(errors::ingest)?,
+        };
         (
             ObjectBody::Photo(photo.id),
             photo.meta.content_type,
@@ -201,7 +207,22 @@ async fn write_blob(state: &S3State, bytes: &Bytes) -> S3Result<(String, String)
 pub(crate) async fn remove_body(state: &S3State, body: &ObjectBody) {
     match body {
         ObjectBody::Photo(id) => {
-            if let Err(e) = state.ingestor.delete(*id).await {
+            let deleted = match &state.replication {
+                Some(replication) => replication
+                    .delete(*id)
+                    .await
+                    .map(drop)
+                    .err()
+                    .map(|e| e.to_string()),
+                None => state
+                    .ingestor
+                    .delete(*id)
+                    .await
+                    .map(drop)
+                    .err()
+                    .map(|e| e.to_string()),
+            };
+            if let Some(e) = deleted {
                 warn!(photo = id, error = %e, "cannot delete the photo of a replaced or deleted object");
             }
         }
@@ -229,12 +250,19 @@ pub(crate) async fn lookup(state: &S3State, bucket: &str, key: &str) -> S3Result
 /// The bytes of `object`, from the store or its blob.
 pub(crate) async fn read_bytes(state: &S3State, object: &ObjectRecord) -> S3Result<Bytes> {
     let found = match &object.body {
-        ObjectBody::Photo(id) => {
-            let (store, id) = (state.store.clone(), *id);
-            blocking(move || store.original(id).map_err(errors::store))
-                .await?
-                .map(|(_, bytes)| bytes)
-        }
+        ObjectBody::Photo(id) => match &state.replication {
+            Some(replication) => replication
+                .read(*id)
+                .await
+                .map_err(errors::replication)?
+                .map(|(_, bytes)| bytes),
+            None => {
+                let (store, id) = (state.store.clone(), *id);
+                blocking(move || store.original(id).map_err(errors::store))
+                    .await?
+                    .map(|(_, bytes)| bytes)
+            }
+        },
         ObjectBody::Blob(name) => {
             let (blobs, name) = (state.blobs.clone(), name.clone());
             blocking(move || blobs.read(&name).map_err(errors::internal)).await?

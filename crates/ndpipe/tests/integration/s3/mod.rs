@@ -107,7 +107,7 @@ impl S3Store {
 }
 
 /// `cmd` without the user's AWS configuration, credentials or proxies.
-fn clean_env(mut cmd: Command) -> Command {
+pub(crate) fn clean_env(mut cmd: Command) -> Command {
     cmd.env("AWS_CONFIG_FILE", "/nonexistent")
         .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
         .env("AWS_EC2_METADATA_DISABLED", "true")
@@ -120,7 +120,7 @@ fn clean_env(mut cmd: Command) -> Command {
     cmd
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
