@@ -42,7 +42,7 @@ pub use error::CatalogError;
 pub use keys::{AccessKeyRecord, Role};
 pub use objects::{Bucket, ObjectBody, ObjectRecord};
 pub use pg::{OpenedCatalog, PgCatalog, PgOptions, PhotoIdBlocks, describe, is_postgres_url, open};
-pub use replicas::{PhotoCopies, PlacementNode, ReplicaCatalog, ReplicationCounts};
+pub use replicas::{FailOver, PhotoCopies, PlacementNode, ReplicaCatalog, ReplicationCounts};
 pub use sqlite::SqliteCatalog;
 pub use types::{
     GroundTruth, JobRecord, ModelVersion, NodeHit, NodeRecord, NodeState, PhotoId, PhotoMeta,

@@ -46,6 +46,18 @@ pub struct ReplicationCounts {
     pub tombstones: u64,
 }
 
+/// What [`ReplicaCatalog::fail_over`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FailOver {
+    /// Photos whose primary became a live holder of a copy.
+    pub moved: u64,
+    /// Photos (up to 100, lowest ids first) that no other live node holds: they stay the lost
+    /// node's.
+    pub stranded: Vec<PhotoId>,
+    /// How many photos that is in all.
+    pub stranded_total: u64,
+}
+
 /// The replica map of a cluster's shared catalog; every method is one transaction. A handle is
 /// one node's (the node that copies, holds and reports).
 pub trait ReplicaCatalog: Send + Sync {
@@ -79,6 +91,11 @@ pub trait ReplicaCatalog: Send + Sync {
     /// Up to `limit` photos whose primary is this node with fewer than `wanted` copies on
     /// registered nodes, with their current holders, lowest id first.
     fn under_replicated(&self, wanted: u32, limit: u32) -> Result<Vec<PhotoCopies>, CatalogError>;
+
+    /// Makes a live, active holder of a copy (the lowest name) the primary of each photo of
+    /// `node`, which stopped answering, without forgetting `node`'s copies: jobs then reach
+    /// every photo through a live node, each through one.
+    fn fail_over(&self, node: &str) -> Result<FailOver, CatalogError>;
 
     /// How many photos of the cluster are at `wanted` copies, below, or lost.
     fn replication_counts(&self, wanted: u32) -> Result<ReplicationCounts, CatalogError>;

@@ -81,6 +81,23 @@ fn copies_are_counted_on_registered_nodes_and_survive_a_removal() {
         .collect();
     assert_eq!(short, [1]);
 
+    // c stops answering: photo 3 (b's) stays; c's own photo 4, copied to b, moves to b;
+    // photo 5, c's alone, is stranded.
+    c.upsert_photo(&photo(4, None)).unwrap();
+    c.upsert_photo(&photo(5, None)).unwrap();
+    b.add_copy(4, "b").unwrap();
+    let failed = b.fail_over("c").unwrap();
+    assert_eq!(
+        (failed.moved, failed.stranded.clone(), failed.stranded_total),
+        (1, vec![5], 1)
+    );
+    assert_eq!(b.copies(4).unwrap().unwrap().primary, "b");
+    assert_eq!(
+        b.copies(4).unwrap().unwrap().holders,
+        ["b", "c"],
+        "c's copy is kept"
+    );
+
     // A tombstone removes the row whichever node's it is, for good.
     c.add_tombstone(3).unwrap();
     assert!(b.copies(3).unwrap().is_none());

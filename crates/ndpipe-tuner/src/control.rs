@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ndpipe_catalog::PhotoCatalog;
+use ndpipe_catalog::{PhotoCatalog, ReplicaCatalog};
 use ndpipe_model::InferenceBackend;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
 use ndpipe_util::fs::read_secret;
@@ -19,7 +19,7 @@ use crate::jobs::{JobKind, JobResult, JobView, Jobs, Progress};
 use crate::nodes::{Members, Nodes};
 use crate::registry::Registry;
 use crate::{
-    Config, DeployReport, FinetuneReport, FinetuneRequest, Mode, TunerError, deploy, finetune,
+    Config, DeployReport, FinetuneReport, FinetuneRequest, Mode, TunerError, deploy, failover,
 };
 
 /// The node name of the Tuner's own rows (jobs, the version it means every node to serve) in a
@@ -40,6 +40,9 @@ pub(crate) struct Core {
     pub(crate) jobs: Arc<Jobs>,
     /// The photo rows of the catalog: on a shared PostgreSQL catalog, every node's (search).
     pub(crate) photos: Arc<dyn PhotoCatalog>,
+    /// The replica map, on a shared PostgreSQL catalog: a fine-tune that loses a node passes
+    /// its photos to their copies.
+    pub(crate) replicas: Option<Arc<dyn ReplicaCatalog>>,
     /// Required of every call to the Tuner's gRPC service, and sent with every call it makes.
     pub(crate) secret: Option<ClusterSecret>,
     /// Mutual TLS of the Tuner's gRPC server and of its calls to the nodes.
@@ -97,6 +100,7 @@ impl Core {
             registry: Registry::open(&config.data, catalog.clone())?,
             jobs: Arc::new(Jobs::open(catalog.clone())?),
             photos: catalog,
+            replicas: opened.replicas,
             secret,
             tls,
             backbone: RwLock::new(backbone),
@@ -167,7 +171,14 @@ impl Core {
                 registry: &core.registry,
                 progress: &progress,
             };
-            let outcome = finetune::finetune(&env, members, conventional, req).await;
+            let outcome = failover::finetune_surviving(
+                &env,
+                core.replicas.as_ref(),
+                members,
+                conventional,
+                req,
+            )
+            .await;
             core.ended(
                 guard,
                 progress,

@@ -76,6 +76,7 @@ mod config;
 mod control;
 mod deploy;
 mod error;
+mod failover;
 mod finetune;
 mod head;
 mod jobs;
@@ -89,6 +90,7 @@ mod tuner;
 pub use config::Config;
 pub use deploy::DeployReport;
 pub use error::TunerError;
+pub use failover::FailedOver;
 pub use finetune::{
     CachePolicy, CacheReport, DEFAULT_MEMORY_BUDGET, FinetuneReport, FinetuneRequest, Mode,
     NodeReport, Rebalanced, RunTimeline, ValSplit,

@@ -133,6 +133,7 @@ pub(crate) fn node_error(node: &Node, message: impl Into<String>) -> TunerError 
 }
 
 /// The nodes a job may use, and the registered ones it leaves out (with the reason).
+#[derive(Clone)]
 pub(crate) struct Members {
     pub(crate) nodes: Vec<Node>,
     pub(crate) skipped: Vec<String>,

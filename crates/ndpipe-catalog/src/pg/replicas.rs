@@ -7,7 +7,9 @@ use ndpipe_util::time::now_ms;
 use super::error::db;
 use super::photos::photo_from_row;
 use super::{PgCatalog, from_sql, sql_id};
-use crate::{CatalogError, PhotoCopies, PhotoId, PlacementNode, ReplicaCatalog, ReplicationCounts};
+use crate::{
+    CatalogError, FailOver, PhotoCopies, PhotoId, PlacementNode, ReplicaCatalog, ReplicationCounts,
+};
 
 /// The photo columns `photo_from_row` reads, then the primary and every registered holder.
 const COPIES_SELECT: &str = "SELECT p.id, p.sha256, p.bytes, p.width, p.height, \
@@ -179,6 +181,45 @@ impl ReplicaCatalog for PgCatalog {
                 )
                 .map_err(db("find under-replicated photos"))?;
             rows.iter().map(copies_from_row).collect()
+        })
+    }
+
+    fn fail_over(&self, node: &str) -> Result<FailOver, CatalogError> {
+        let now = now_ms();
+        self.tx("fail over a node's photos", |tx| {
+            let moved = tx
+                .execute(
+                    "UPDATE photos p SET node = h.node
+                     FROM (SELECT r.photo_id, min(r.node) AS node
+                           FROM replicas r JOIN nodes n ON n.name = r.node
+                           WHERE r.node <> $1 AND n.lease_expires_ms > $2 AND n.state = 'active'
+                           GROUP BY r.photo_id) h
+                     WHERE p.node = $1 AND h.photo_id = p.id",
+                    &[&node, &now],
+                )
+                .map_err(db("move primaries"))?;
+            let total: i64 = tx
+                .query_one("SELECT count(*) FROM photos WHERE node = $1", &[&node])
+                .and_then(|r| r.try_get(0))
+                .map_err(db("count stranded photos"))?;
+            let rows = tx
+                .query(
+                    "SELECT id FROM photos WHERE node = $1 ORDER BY id LIMIT 100",
+                    &[&node],
+                )
+                .map_err(db("list stranded photos"))?;
+            let stranded = rows
+                .iter()
+                .map(|r| {
+                    let id: i64 = r.try_get(0).map_err(db("read stranded photo"))?;
+                    from_sql(id, "photo id")
+                })
+                .collect::<Result<_, CatalogError>>()?;
+            Ok(FailOver {
+                moved,
+                stranded,
+                stranded_total: from_sql(total, "photo count")?,
+            })
         })
     }
 

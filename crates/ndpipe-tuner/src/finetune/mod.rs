@@ -357,6 +357,7 @@ impl Done {
             cache: self.cache,
             skipped: Vec::new(),
             deploy: None,
+            failed_over: Vec::new(),
         };
         (report, self.head)
     }

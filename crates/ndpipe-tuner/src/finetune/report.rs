@@ -1,5 +1,6 @@
 //! What a fine-tuning job reports: the reply of `POST /v1/tuner/finetune`.
 
+use crate::FailedOver;
 use serde::{Deserialize, Serialize};
 
 use super::cached::CacheReport;
@@ -54,6 +55,9 @@ pub struct FinetuneReport {
     pub skipped: Vec<String>,
     /// The deploy, when asked for.
     pub deploy: Option<DeployReport>,
+    /// Nodes lost during the job whose photos passed to live copies before it ran again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_over: Vec<FailedOver>,
 }
 
 /// The timeline of one run.

@@ -2,14 +2,16 @@
 //! processes: uploads through one front door land on two nodes each, spread evenly; a node
 //! killed during continuous uploads loses no acknowledged photo; after its removal repair
 //! brings every photo back to two copies; a delete while a node is away stays a delete when it
-//! returns; a flipped byte in one copy is read around and repaired. Time limits are hang guards.
+//! returns; a flipped byte in one copy is read around and repaired; S3 objects go through the
+//! front door; a fine-tune that loses a node mid-extraction finishes on the survivors with
+//! every photo used once. Time limits are hang guards.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use ndpipe_catalog::test_postgres;
 
-use crate::common::{Instance, TunerProcess, cli, jpeg, sha256};
+use crate::common::{Instance, TunerProcess, cli, import_fashion, jpeg, sha256};
 use crate::s3::{clean_env, free_port};
 
 const NAMES: [&str; 3] = ["rp-a", "rp-b", "rp-c"];
@@ -77,7 +79,9 @@ fn two_copies_survive_a_lost_node_and_a_flipped_byte() {
         .block_on(replicated_on(&db.url));
 }
 
-async fn replicated_on(url: &str) {
+/// A Tuner and the three PipeStores with two copies of every photo, each with S3 on the port
+/// returned beside it.
+fn replicated_cluster(url: &str) -> (TunerProcess, Vec<Instance>, Vec<u16>) {
     let tuner = TunerProcess::start_with(&["--catalog", url, "--node-lease-ms", "3000"]);
     let flags = [
         "--catalog",
@@ -92,7 +96,7 @@ async fn replicated_on(url: &str) {
         "5000",
     ];
     let s3_ports: Vec<u16> = NAMES.iter().map(|_| free_port()).collect();
-    let mut nodes: Vec<Instance> = NAMES
+    let nodes: Vec<Instance> = NAMES
         .iter()
         .zip(&s3_ports)
         .map(|(name, port)| {
@@ -102,6 +106,11 @@ async fn replicated_on(url: &str) {
             Instance::start_pipestore(&tuner.grpc, name, &extra)
         })
         .collect();
+    (tuner, nodes, s3_ports)
+}
+
+async fn replicated_on(url: &str) {
+    let (tuner, mut nodes, s3_ports) = replicated_cluster(url);
     tuner.wait_for_nodes(3).await;
 
     // Placement: 300 uploads through one front door, two copies each, spread within 15%.
@@ -269,6 +278,70 @@ async fn replicated_on(url: &str) {
     let (status, body) = nodes[1].get(&format!("/v1/photos/{victim}")).await;
     assert_eq!((status, sha256(&body)), (200, sum), "{}", nodes[1].log());
     drop(tuner);
+}
+
+#[test]
+fn a_finetune_survives_a_node_killed_mid_extraction() {
+    let Some(db) = test_postgres::database("replicated_finetune") else {
+        return;
+    };
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(finetune_on(&db.url));
+}
+
+/// Photos labelled by online inference on all of `nodes` together.
+async fn labelled(nodes: &[Instance]) -> f64 {
+    let mut total = 0.0;
+    for node in nodes {
+        total += metric(node, "ndpipe_store_labelled_total").await;
+    }
+    total
+}
+
+async fn finetune_on(url: &str) {
+    let (tuner, mut nodes, _) = replicated_cluster(url);
+    tuner.wait_for_nodes(3).await;
+    import_fashion(&nodes[0], 0, 300);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while labelled(&nodes).await < 300.0 {
+        assert!(Instant::now() < deadline, "labelling hangs");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // rp-c extracts slowly, so that it is killed while its features are on the way.
+    let body = serde_json::json!({
+        "runs": 2, "epochs": 2, "load_balance": false, "deploy": true,
+        "use_stored_features": false, "throttle": {"rp-c": 10.0}
+    });
+    let (status, job) = tuner.post("/v1/tuner/finetune", body).await;
+    assert_eq!(status, 202, "{job}");
+    let id = job["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while tuner.get(&format!("/v1/tuner/jobs/{id}")).await["phase"] != "extracting" {
+        assert!(
+            Instant::now() < deadline,
+            "the job does not start extracting"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    nodes[2].kill9();
+    let job = tuner.wait_job(&id).await;
+    assert_eq!(job["phase"], "done", "{job}\n{}", tuner.log());
+    let report = &job["result"]["finetune"];
+    assert_eq!(report["failed_over"][0]["node"], "rp-c", "{report}");
+    // Every training photo used exactly once (the import puts 6 in 7 photos in `train`, the
+    // rest in `test`): one counted twice would pass 258, one left out would miss it.
+    let used = ["train_images", "val_images", "val_left_out"]
+        .iter()
+        .map(|k| report[k].as_u64().unwrap())
+        .sum::<u64>();
+    assert_eq!(used, 258, "{report}");
+    assert_eq!(report["deploy"]["nodes"], 2, "{report}");
+    let version = report["version"].as_str().unwrap();
+    for node in &nodes[..2] {
+        assert_eq!(node.active_versions().await, [version]);
+    }
 }
 
 /// Runs `aws` against `endpoint` (unsigned: no keys); (success, stdout, stderr).
