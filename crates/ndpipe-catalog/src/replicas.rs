@@ -78,6 +78,14 @@ pub trait ReplicaCatalog: Send + Sync {
     /// deleted).
     fn copies(&self, id: PhotoId) -> Result<Option<PhotoCopies>, CatalogError>;
 
+    /// Up to `limit` photos of the whole cluster with ids above `after`, in id order, with
+    /// their holders (a front door's listing).
+    fn list_cluster(
+        &self,
+        after: Option<PhotoId>,
+        limit: u32,
+    ) -> Result<Vec<PhotoCopies>, CatalogError>;
+
     /// Photos recorded as held by this node, whichever node is their primary.
     fn held_here(&self) -> Result<Vec<PhotoId>, CatalogError>;
 

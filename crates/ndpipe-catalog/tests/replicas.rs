@@ -55,6 +55,17 @@ fn copies_are_counted_on_registered_nodes_and_survive_a_removal() {
         (counts.at_target, counts.under_replicated, counts.lost),
         (2, 1, 0)
     );
+    let listed: Vec<(u64, String)> = c
+        .list_cluster(Some(1), 10)
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.id, p.primary))
+        .collect();
+    assert_eq!(
+        listed,
+        [(2, "a".to_string()), (3, "b".to_string())],
+        "every node's, after 1"
+    );
 
     // a is removed: photo 1 passes to b, photo 2 (a's alone) is lost.
     assert!(a.remove_node("a").unwrap());

@@ -113,6 +113,24 @@ impl ReplicaCatalog for PgCatalog {
         })
     }
 
+    fn list_cluster(
+        &self,
+        after: Option<PhotoId>,
+        limit: u32,
+    ) -> Result<Vec<PhotoCopies>, CatalogError> {
+        let after = after.map(sql_id).transpose()?.unwrap_or(-1);
+        let limit = i64::from(limit);
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    &format!("{COPIES_SELECT} WHERE p.id > $1{GROUP_BY} ORDER BY p.id LIMIT $2"),
+                    &[&after, &limit],
+                )
+                .map_err(db("list the cluster's photos"))?;
+            rows.iter().map(copies_from_row).collect()
+        })
+    }
+
     fn held_here(&self) -> Result<Vec<PhotoId>, CatalogError> {
         let node = self.node();
         self.with(|conn| {

@@ -222,6 +222,17 @@ impl Replication {
         Ok(tokio::task::spawn_blocking(move || catalog.copies(id)).await??)
     }
 
+    /// Up to `limit` photos of the whole cluster after `after`, with their holders.
+    pub(crate) async fn list(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<ndpipe_catalog::PhotoCopies>, ReplicationError> {
+        let catalog = self.catalog.clone();
+        let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+        Ok(tokio::task::spawn_blocking(move || catalog.list_cluster(after, limit)).await??)
+    }
+
     /// Photo `id`'s original, from this node's copy or, when that is missing or damaged, from
     /// another holder's (repairing this node's copy from it). `None` when no such photo exists.
     pub(crate) async fn read(

@@ -132,6 +132,11 @@ async fn replicated_on(url: &str) {
     let first = *acked.keys().next().unwrap();
     let holders = copies(&nodes[1], first).await;
     assert_eq!(holders.len(), 2, "{holders:?}");
+    // Any node lists every node's photos, each with its two holders.
+    let page = nodes[2].json("/v1/photos?limit=1000").await;
+    let listed = page["photos"].as_array().unwrap();
+    assert_eq!(listed.len(), 300, "{page}");
+    assert!(listed.iter().all(|p| p["copies"].as_array().unwrap().len() == 2), "{page}");
 
     // S3 through the front door: an object put through rp-a reads back through every node,
     // and a delete through rp-c removes it everywhere.

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{ApiError, MAX_PHOTO_ID, blocking, count, parse_id};
 use super::{AppState, page_limit};
+use crate::replication::Replication;
 
 /// Query parameters of an upload; the same values may come as `x-ndpipe-label`/`x-ndpipe-split`.
 #[derive(Debug, Deserialize)]
@@ -281,6 +282,9 @@ pub(super) async fn list(
             ApiError::bad_request("bad_query", format!("after must be at most {MAX_PHOTO_ID}")),
         ));
     }
+    if let Some(replication) = &state.replication {
+        return list_cluster(&state, replication, params.after, limit).await;
+    }
     // Rows of unfinished deletes are left out: ask for that many more.
     let asked = limit + state.ingestor.unfinished_deletes();
     let catalog = state.catalog.clone();
@@ -292,6 +296,41 @@ pub(super) async fn list(
     let next_after = more.then(|| photos.last().map(|p| p.id)).flatten();
     let catalog = state.catalog.clone();
     let photos = blocking(&state, move || with_objects(&*catalog, photos)).await?;
+    Ok(Json(Page { photos, next_after }))
+}
+
+/// A page of every node's photos, with their holders (a replicated cluster's listing).
+async fn list_cluster(
+    state: &AppState,
+    replication: &Replication,
+    after: Option<u64>,
+    limit: usize,
+) -> Result<Json<Page>, ApiError> {
+    let mut copies = replication
+        .list(after, limit + 1)
+        .await
+        .map_err(|e| count(state, e.into()))?;
+    let more = copies.len() > limit;
+    copies.truncate(limit);
+    let next_after = more.then(|| copies.last().map(|p| p.id)).flatten();
+    let catalog = state.catalog.clone();
+    let photos = blocking(state, move || {
+        copies
+            .into_iter()
+            .map(|c| {
+                let object = catalog.object_of_photo(c.id)?;
+                let record = PhotoRecord {
+                    id: c.id,
+                    meta: c.meta,
+                };
+                Ok::<_, CatalogError>(MetaReply {
+                    copies: Some(c.holders),
+                    ..MetaReply::new(record, object)
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await?;
     Ok(Json(Page { photos, next_after }))
 }
 
