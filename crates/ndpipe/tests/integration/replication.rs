@@ -136,7 +136,12 @@ async fn replicated_on(url: &str) {
     let page = nodes[2].json("/v1/photos?limit=1000").await;
     let listed = page["photos"].as_array().unwrap();
     assert_eq!(listed.len(), 300, "{page}");
-    assert!(listed.iter().all(|p| p["copies"].as_array().unwrap().len() == 2), "{page}");
+    assert!(
+        listed
+            .iter()
+            .all(|p| p["copies"].as_array().unwrap().len() == 2),
+        "{page}"
+    );
 
     // S3 through the front door: an object put through rp-a reads back through every node,
     // and a delete through rp-c removes it everywhere.
