@@ -5,7 +5,7 @@ export NDPIPE_MODEL_DIR := $(CACHE)/model
 export NDPIPE_SAMPLES_DIR := $(CACHE)/model/samples
 export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 
-.PHONY: setup build build-bench demo test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3
+.PHONY: setup build build-bench demo test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -32,6 +32,11 @@ lint:
 ## Set up, lint, and run every test.
 test: setup lint
 	cargo test --workspace --locked
+
+## Every cargo-fuzz target of fuzz/ for FUZZ_EXECS executions each (needs `cargo install cargo-fuzz`).
+FUZZ_EXECS ?= 1000000
+fuzz: build-bench
+	target/release/ndpipe-bench fuzz --execs $(FUZZ_EXECS) --json $(CACHE)/bench-fuzz.json
 
 ## Ingest throughput over HTTP vs the decode-limited rate, in one run.
 bench-ingest: build-bench

@@ -15,6 +15,9 @@ pub mod pb {
     tonic::include_proto!("ndpipe.v1");
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod plan;
 mod tls;
 pub mod transport;

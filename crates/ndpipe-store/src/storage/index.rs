@@ -32,13 +32,13 @@ pub(crate) struct PhotoEntry {
 }
 
 impl PhotoEntry {
-    fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = vec![ENTRY_VERSION];
         serde_json::to_writer(&mut out, self).expect("entry serialises; this is a bug");
         out
     }
 
-    fn decode(id: u64, b: &[u8]) -> Result<Self, StoreError> {
+    pub(crate) fn decode(id: u64, b: &[u8]) -> Result<Self, StoreError> {
         let corrupt = |reason: String| StoreError::Corrupt {
             what: format!("index entry of photo {id}"),
             reason,
