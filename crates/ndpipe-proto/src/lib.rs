@@ -22,7 +22,7 @@ mod plan;
 mod tls;
 pub mod transport;
 
-pub use plan::RunPlan;
+pub use plan::{MAX_RUNS, RunPlan};
 
 /// The protocol version this build speaks; a node with another version is refused.
 pub const PROTOCOL_VERSION: u32 = 2;

@@ -84,10 +84,12 @@ async fn fetch(
 }
 
 /// The common prefix `key` rolls up into: `prefix` and the rest of the key up to and
-/// including the first `delimiter` after it.
+/// including the first `delimiter` after it; `None` for a key outside `prefix` (the catalog
+/// lists only keys within it, but the function no longer relies on that: fuzz regression
+/// `rolled-up-key-outside-prefix`).
 pub(super) fn rolled_up(key: &str, prefix: &str, delimiter: Option<&str>) -> Option<String> {
     let delimiter = delimiter.filter(|d| !d.is_empty())?;
-    let rest = key.get(prefix.len()..)?;
+    let rest = key.strip_prefix(prefix)?;
     let at = rest.find(delimiter)?;
     Some(key[..prefix.len() + at + delimiter.len()].to_string())
 }

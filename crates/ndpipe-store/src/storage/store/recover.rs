@@ -148,7 +148,19 @@ pub(crate) fn replay_all(
     changes: &mut Vec<Change>,
 ) -> Result<(), StoreError> {
     for record in records {
-        *next_id = (*next_id).max(record.id + 1);
+        // Ids come from a counter that never reaches u64::MAX; a record that claims it is
+        // damaged past its checksums (fuzz regression `record-id-u64-max-overflows-next-id`).
+        let after = record
+            .id
+            .checked_add(1)
+            .ok_or_else(|| StoreError::Corrupt {
+                what: format!(
+                    "record at offset {} of volume {}",
+                    record.location.offset, record.location.volume
+                ),
+                reason: format!("photo id {} is past the largest id", record.id),
+            })?;
+        *next_id = (*next_id).max(after);
         changes.push(replay(set, record)?);
     }
     Ok(())
