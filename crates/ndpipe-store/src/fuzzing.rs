@@ -5,14 +5,15 @@
 
 use std::io::Cursor;
 
-use crate::storage::index::PhotoEntry;
+use crate::storage::index::{PhotoEntry, rebuild_in_memory};
 use crate::storage::store::{PHOTO_SET, TENSOR_SET, replay_all};
 use crate::storage::volume::format::{FILE_HEADER_LEN, FileHeader, RECORD_HEADER_LEN};
 use crate::storage::volume::scan_records;
 
 /// The `volume` target. The first byte picks what the rest is: (0) a volume file as recovery
-/// reads it: header, record scan, and the replay of every record into index changes (photo
-/// metadata decoded, the next id raised); (1) the same with every checksum made right first,
+/// reads it: header, record scan, the replay of every record into index changes (photo
+/// metadata decoded, the next id raised), and those changes applied to an index in memory
+/// and read back, as a rebuild does; (1) the same with every checksum made right first,
 /// so the fuzzer reaches the records' contents; (2) an index entry's value as the index
 /// decodes it. A scan must account for every byte it accepts.
 pub fn volume(data: &[u8]) {
@@ -55,6 +56,8 @@ fn volume_file(file: &[u8]) {
     if replay_all(set, scan.records, &mut next_id, &mut changes).is_ok() {
         assert_eq!(changes.len(), ids.len());
         assert!(ids.iter().all(|&id| id < next_id));
+        let entries = rebuild_in_memory(&changes).expect("replayed changes apply");
+        assert!(entries.iter().all(|(id, _)| ids.contains(id)));
     }
 }
 
