@@ -112,7 +112,11 @@ impl PipeStore {
         )
         .named(&name)
         .with_readiness(readiness.clone(), node.is_some());
-        let mut app = http::router(state, config.max_upload_bytes);
+        let mut app = http::router(
+            state,
+            config.max_upload_bytes,
+            config.max_uploads_per_client,
+        );
         if let Some(extra) = extra_http {
             app = app.merge(extra);
         }
