@@ -133,8 +133,16 @@ fn run_blocking(args: &FuzzBench) -> Result<()> {
 fn build(dir: &Path) -> Result<()> {
     println!("building the fuzz targets: cargo fuzz build -s none --codegen-units 16");
     let status = Command::new("cargo")
-        .args(["fuzz", "build", "-s", "none", "--codegen-units", "16"])
-        .current_dir(dir.parent().unwrap_or(Path::new(".")))
+        .args([
+            "fuzz",
+            "build",
+            "-s",
+            "none",
+            "--codegen-units",
+            "16",
+            "--fuzz-dir",
+        ])
+        .arg(dir)
         .status()
         .context("running cargo fuzz (install it with `cargo install cargo-fuzz`)")?;
     ensure!(status.success(), "cargo fuzz build failed: {status}");
