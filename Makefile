@@ -9,7 +9,7 @@ export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 PY_VENV := $(CURDIR)/target/py/venv
 PY_CRATE := python/spidercache/Cargo.toml
 
-.PHONY: setup build build-bench demo python test lint bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication
+.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -44,6 +44,11 @@ lint:
 test: setup lint python
 	cargo test --workspace --locked
 	scripts/test-python.sh $(PY_VENV)
+
+## Every cargo-fuzz target of fuzz/ for FUZZ_EXECS executions each (needs `cargo install cargo-fuzz`).
+FUZZ_EXECS ?= 1000000
+fuzz: build-bench
+	target/release/ndpipe-bench fuzz --execs $(FUZZ_EXECS) --json $(CACHE)/bench-fuzz.json
 
 ## Ingest throughput over HTTP vs the decode-limited rate, in one run.
 bench-ingest: build-bench

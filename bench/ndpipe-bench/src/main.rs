@@ -9,6 +9,7 @@
 mod cluster;
 mod drift;
 mod finetune;
+mod fuzz;
 mod infer;
 mod ingest;
 mod replication;
@@ -50,6 +51,9 @@ enum Which {
     /// Fault injection: kill -9, SIGSTOP and restarts of a random process of a real cluster at a
     /// random moment of a fine-tune or deploy; counts hangs, split versions, unresolved jobs.
     Faults(faultbench::cli::FaultArgs),
+    /// Fuzzing: every cargo-fuzz target of `fuzz/` for a number of executions, with its new
+    /// coverage, crashes, timeouts and peak RSS.
+    Fuzz(fuzz::FuzzBench),
     /// Crash loops: kill -9 `ndpipe serve` at a random moment of concurrent uploads, deletes and
     /// compactions, restart, and check every acknowledged write.
     Crash(faultbench::cli::CrashArgs),
@@ -85,6 +89,7 @@ async fn run(which: Which) -> Result<()> {
         Which::Drift(b) => drift::run(b).await,
         Which::S3(b) => s3::run(b).await,
         Which::Replication(b) => replication::run(b).await,
+        Which::Fuzz(b) => fuzz::run(b).await,
         Which::Cache(b) => {
             let ndpipe = ndpipe_binary()?;
             tokio::task::spawn_blocking(move || cachebench::cli::run(b, ndpipe)).await?

@@ -38,6 +38,9 @@
 
 pub mod backend;
 mod extract;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod head;
 pub mod manifest;
 pub mod preprocess;

@@ -25,6 +25,9 @@ const VERSION: u8 = 1;
 const HEADER_LEN: usize = 16;
 const DTYPE_U8: u8 = 1;
 const LAYOUT_HWC: u8 = 1;
+/// The largest tensor a blob may declare (a 4096x4096 RGB crop is 48 MiB): a corrupt header
+/// cannot make a decode allocate more.
+pub const MAX_TENSOR_BYTES: u64 = 64 << 20;
 
 /// Errors from encoding or decoding a tensor blob.
 #[derive(Debug, thiserror::Error)]
@@ -194,11 +197,18 @@ impl Codec {
 pub struct TensorBlob;
 
 impl TensorBlob {
-    /// Serialises `tensor` with `codec`.
+    /// Serialises `tensor` with `codec`; a tensor over [`MAX_TENSOR_BYTES`] is refused, as
+    /// [`TensorBlob::decode`] would refuse its blob.
     pub fn encode(tensor: &ImageTensor, codec: Codec) -> Result<Vec<u8>, TensorError> {
         let dim = |field: &'static str, v: u32| {
             u16::try_from(v).map_err(|_| TensorError::Unsupported { field, value: v })
         };
+        if tensor.data.len() as u64 > MAX_TENSOR_BYTES {
+            return Err(TensorError::Unsupported {
+                field: "size in MiB",
+                value: u32::try_from(tensor.data.len() >> 20).unwrap_or(u32::MAX),
+            });
+        }
         let mut out = Vec::with_capacity(HEADER_LEN + tensor.data.len() / 2);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&[VERSION, DTYPE_U8, LAYOUT_HWC, codec.id()]);
@@ -245,7 +255,15 @@ impl TensorBlob {
         check("layout", blob[6], LAYOUT_HWC)?;
         let u16_at = |i: usize| u32::from(u16::from_le_bytes([blob[i], blob[i + 1]]));
         let (height, width, channels) = (u16_at(8), u16_at(10), u16_at(12));
-        let len = (height * width * channels) as usize;
+        // Three u16 sides multiply past u32 (fuzz regression `shape-product-overflows-u32`),
+        // and the decompressors allocate the declared length up front.
+        let declared = u64::from(height) * u64::from(width) * u64::from(channels);
+        if declared > MAX_TENSOR_BYTES {
+            return Err(TensorError::Corrupt(format!(
+                "header declares {height}x{width}x{channels} = {declared} bytes, over {MAX_TENSOR_BYTES}"
+            )));
+        }
+        let len = declared as usize;
         let payload = &blob[HEADER_LEN..];
         let data = match blob[7] {
             0 => payload.to_vec(),

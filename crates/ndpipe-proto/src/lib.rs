@@ -15,11 +15,14 @@ pub mod pb {
     tonic::include_proto!("ndpipe.v1");
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod plan;
 mod tls;
 pub mod transport;
 
-pub use plan::RunPlan;
+pub use plan::{MAX_RUNS, RunPlan};
 
 /// The protocol version this build speaks; a node with another version is refused.
 pub const PROTOCOL_VERSION: u32 = 2;

@@ -2,6 +2,9 @@
 
 use std::ops::Range;
 
+/// The most pipelined runs a job may ask for (NDPipe uses a handful).
+pub const MAX_RUNS: usize = 1024;
+
 /// How `total` training samples are split into runs: `runs` contiguous chunks, all but the last
 /// of `total / runs` rounded down to a multiple of `align` (the extraction batch size); the last
 /// chunk takes the remainder.
@@ -15,12 +18,20 @@ pub struct RunPlan {
 }
 
 impl RunPlan {
-    /// Plans `runs` chunks over `total` samples aligned to `align`.
+    /// Plans `runs` chunks over `total` samples aligned to `align`; `runs` is 1 to
+    /// [`MAX_RUNS`].
     pub fn new(total: usize, runs: usize, align: usize) -> Result<Self, crate::ProtoError> {
         if runs == 0 {
             return Err(crate::ProtoError::InvalidPlan(
                 "runs must be at least 1".into(),
             ));
+        }
+        // A request's `runs` is a u32: planning 4e9 runs would allocate 64 GB (fuzz
+        // regression `extract-runs-4e9-allocates-38gb`).
+        if runs > MAX_RUNS {
+            return Err(crate::ProtoError::InvalidPlan(format!(
+                "{runs} runs: at most {MAX_RUNS}"
+            )));
         }
         if align == 0 {
             return Err(crate::ProtoError::InvalidPlan(

@@ -65,6 +65,9 @@ pub struct Config {
     pub max_connections: usize,
     /// Largest accepted upload, in bytes.
     pub max_upload_bytes: usize,
+    /// Uploads one client address may have in flight at once (`POST /v1/photos`); more answer
+    /// 429 `too_many_uploads`. 0: no cap.
+    pub max_uploads_per_client: usize,
     /// Largest accepted image, in pixels (width * height), checked before decoding.
     pub max_pixels: u64,
     /// Volume files are sealed at this size, in bytes.
@@ -150,6 +153,7 @@ impl Default for Config {
             body_idle_timeout_ms: 30_000,
             max_connections: 512,
             max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
+            max_uploads_per_client: 32,
             max_pixels: ndpipe_model::PreprocessConfig::default().max_pixels,
             max_volume_bytes: 1 << 30,
             min_free_bytes: 256 << 20,

@@ -50,6 +50,9 @@
 mod api;
 mod config;
 mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod inference;
 mod ingest;
 mod jobs;

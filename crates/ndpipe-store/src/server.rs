@@ -129,7 +129,11 @@ impl PipeStore {
             tokio::spawn(replication.run_worker(stopped.clone()));
             info!("replication worker started (repair, scrub, free-space reports)");
         }
-        let mut app = http::router(state, config.max_upload_bytes);
+        let mut app = http::router(
+            state,
+            config.max_upload_bytes,
+            config.max_uploads_per_client,
+        );
         if let Some(extra) = extra_http {
             app = app.merge(extra);
         }

@@ -143,10 +143,11 @@ impl Core {
         req: FinetuneRequest,
     ) -> Result<(JobView, Outcome<FinetuneReport>), TunerError> {
         let guard = self.try_lock()?;
-        if req.runs == 0 {
-            return Err(TunerError::InvalidArgument(
-                "runs must be at least 1".into(),
-            ));
+        if req.runs == 0 || req.runs as usize > ndpipe_proto::MAX_RUNS {
+            return Err(TunerError::InvalidArgument(format!(
+                "runs must be 1 to {}",
+                ndpipe_proto::MAX_RUNS
+            )));
         }
         let backbone = read(&self.backbone).clone();
         let conventional = match req.mode {

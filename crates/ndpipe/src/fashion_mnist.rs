@@ -3,7 +3,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 
 /// Where the Debian package installs the files.
 pub const DEFAULT_DIR: &str = "/usr/share/datasets/fashion-mnist";
@@ -72,7 +72,8 @@ pub fn load(dir: &Path, name: &'static str) -> Result<Split> {
     })
 }
 
-/// Reads a gzip-compressed IDX file of unsigned bytes: (dimensions, data).
+/// Reads a gzip-compressed IDX file of unsigned bytes: (dimensions, data). The bytes are
+/// parsed by `ndpipe_util::idx`, the decoder the `idx` fuzz target runs.
 fn read_idx(path: &Path, dims: usize) -> Result<(Vec<usize>, Vec<u8>)> {
     let file = std::fs::File::open(path).with_context(|| {
         format!(
@@ -84,31 +85,9 @@ fn read_idx(path: &Path, dims: usize) -> Result<(Vec<usize>, Vec<u8>)> {
     flate2::read::GzDecoder::new(file)
         .read_to_end(&mut raw)
         .with_context(|| format!("decompressing {}", path.display()))?;
-    let header_len = 4 + 4 * dims;
-    ensure!(raw.len() >= header_len, "{} is too short", path.display());
-    if raw[0..2] != [0, 0] || raw[2] != 0x08 || usize::from(raw[3]) != dims {
-        bail!(
-            "{} is not an IDX file of {dims}-d unsigned bytes",
-            path.display()
-        );
-    }
-    let shape: Vec<usize> = (0..dims)
-        .map(|i| {
-            u32::from_be_bytes([
-                raw[4 + 4 * i],
-                raw[5 + 4 * i],
-                raw[6 + 4 * i],
-                raw[7 + 4 * i],
-            ]) as usize
-        })
-        .collect();
-    let expected: usize = shape.iter().product();
-    ensure!(
-        raw.len() - header_len == expected,
-        "{}: header says {expected} bytes of data, found {}",
-        path.display(),
-        raw.len() - header_len
-    );
+    let idx = ndpipe_util::idx::parse(&raw, dims).with_context(|| path.display().to_string())?;
+    let shape = idx.shape;
+    let header_len = raw.len() - idx.data.len();
     raw.drain(..header_len);
     Ok((shape, raw))
 }

@@ -32,13 +32,13 @@ pub(crate) struct PhotoEntry {
 }
 
 impl PhotoEntry {
-    fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = vec![ENTRY_VERSION];
         serde_json::to_writer(&mut out, self).expect("entry serialises; this is a bug");
         out
     }
 
-    fn decode(id: u64, b: &[u8]) -> Result<Self, StoreError> {
+    pub(crate) fn decode(id: u64, b: &[u8]) -> Result<Self, StoreError> {
         let corrupt = |reason: String| StoreError::Corrupt {
             what: format!("index entry of photo {id}"),
             reason,
@@ -166,6 +166,33 @@ impl Index {
             txn.commit().map_err(StoreError::index)
         })
     }
+}
+
+/// Applies `changes` to a new index held in memory, with the code a commit runs, and returns
+/// its entries as a read decodes them: the index side of a rebuild, for the `volume` fuzz
+/// target.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn rebuild_in_memory(changes: &[Change]) -> Result<Vec<(u64, PhotoEntry)>, StoreError> {
+    let db = redb::Builder::new()
+        .create_with_backend(redb::backends::InMemoryBackend::new())
+        .map_err(StoreError::index)?;
+    create_tables(&db)?;
+    let txn = db.begin_write().map_err(StoreError::index)?;
+    {
+        let mut photos = txn.open_table(PHOTOS).map_err(StoreError::index)?;
+        for change in changes {
+            apply(&mut photos, change)?;
+        }
+    }
+    txn.commit().map_err(StoreError::index)?;
+    let txn = db.begin_read().map_err(StoreError::index)?;
+    let table = txn.open_table(PHOTOS).map_err(StoreError::index)?;
+    let mut out = Vec::new();
+    for item in table.iter().map_err(StoreError::index)? {
+        let (k, v) = item.map_err(StoreError::index)?;
+        out.push((k.value(), PhotoEntry::decode(k.value(), v.value())?));
+    }
+    Ok(out)
 }
 
 /// Applies one change to the photos table.

@@ -76,6 +76,11 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_MAX_UPLOAD_BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_upload_bytes: Option<usize>,
+    /// Uploads one client address may have in flight at once; more answer 429, 0: no cap
+    /// [max_uploads_per_client; default: 32].
+    #[arg(long, env = "NDPIPE_MAX_UPLOADS_PER_CLIENT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_uploads_per_client: Option<usize>,
     /// Largest accepted image in pixels, checked before decoding [max_pixels; default: 64 Mpx].
     #[arg(long, env = "NDPIPE_MAX_PIXELS")]
     #[serde(skip_serializing_if = "Option::is_none")]

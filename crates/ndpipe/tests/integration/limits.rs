@@ -100,3 +100,53 @@ async fn a_photo_larger_than_the_decode_budget_is_decoded_alone_not_refused() {
     }
     assert_eq!(inst.counts().await, (4, 4));
 }
+
+/// Issue 14 part 4: one client may have `--max-uploads-per-client` uploads in flight; one more
+/// is answered 429 with a JSON body before its body is read, reads go on, and once the held
+/// upload ends the client may upload again.
+#[tokio::test]
+async fn uploads_over_the_per_client_cap_answer_429_with_json() {
+    let inst = Instance::start_with(&["--max-uploads-per-client", "1"]);
+    let photo = crate::common::jpeg(64, 48, 1);
+    // An upload whose body is still arriving holds the client's one slot.
+    let mut held = connect(&inst);
+    let head = format!(
+        "POST /v1/photos HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\nContent-Length: {}\r\n\r\n",
+        photo.len()
+    );
+    held.write_all(head.as_bytes()).unwrap();
+    held.write_all(&photo[..10]).unwrap();
+    // The slot is taken once the server has the held request's headers: a bounded retry.
+    let mut refused = None;
+    for _ in 0..100 {
+        let (status, body) = inst.upload(crate::common::jpeg(64, 48, 2), "").await;
+        if status == 429 {
+            refused = Some(body);
+            break;
+        }
+        assert_eq!(status, 201, "{body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let body = refused.expect("a second upload of the same client was never refused");
+    assert_eq!(body["error"], "too_many_uploads", "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-uploads-per-client")
+    );
+    // Reads are not uploads.
+    assert_eq!(inst.json("/healthz").await["status"], "ok");
+    // The held upload completes; its slot comes back.
+    held.write_all(&photo[10..]).unwrap();
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut buf = [0u8; 512];
+        let n = held.read(&mut buf).unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    })
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    let (status, body) = inst.upload(crate::common::jpeg(64, 48, 3), "").await;
+    assert_eq!(status, 201, "{body}");
+}

@@ -28,6 +28,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use ndpipe_catalog::Catalog;
+use ndpipe_util::per_client::{PerClientLimit, limit_per_client};
 
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
@@ -115,10 +116,20 @@ impl AppState {
     }
 }
 
-/// The router of the client API; request bodies are limited to `max_upload_bytes`.
-pub(crate) fn router(state: AppState, max_upload_bytes: usize) -> Router {
+/// The router of the client API; request bodies are limited to `max_upload_bytes`, and one
+/// client address may have `uploads_per_client` uploads in flight (0: any number), counted
+/// before the body is read.
+pub(crate) fn router(
+    state: AppState,
+    max_upload_bytes: usize,
+    uploads_per_client: usize,
+) -> Router {
+    let uploads = PerClientLimit::new(uploads_per_client);
+    let upload = post(photos::upload).layer(middleware::from_fn(move |req, next| {
+        limit_per_client(uploads.clone(), req, next)
+    }));
     let writes = Router::new()
-        .route("/v1/photos", post(photos::upload))
+        .route("/v1/photos", upload)
         .route("/v1/photos/{id}", delete(photos::delete))
         .route(
             "/v1/photos/{id}/ground-truth",

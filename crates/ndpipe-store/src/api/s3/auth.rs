@@ -43,7 +43,7 @@ impl S3Auth for KeyAuth {
 }
 
 /// The role operation `name` needs.
-fn required(name: &str) -> Role {
+pub(super) fn required(name: &str) -> Role {
     if ["Get", "Head", "List"].iter().any(|p| name.starts_with(p)) {
         Role::Read
     } else {

@@ -31,7 +31,7 @@ async fn active_labels(state: &S3State, id: PhotoId) -> S3Result<Vec<Prediction>
 }
 
 /// Text safe in an HTTP header value: visible ASCII and spaces; anything else becomes `?`.
-fn header_safe(text: &str) -> String {
+pub(super) fn header_safe(text: &str) -> String {
     text.chars()
         .map(|c| {
             if c == ' ' || c.is_ascii_graphic() {

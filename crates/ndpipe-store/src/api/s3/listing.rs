@@ -84,16 +84,18 @@ async fn fetch(
 }
 
 /// The common prefix `key` rolls up into: `prefix` and the rest of the key up to and
-/// including the first `delimiter` after it.
-fn rolled_up(key: &str, prefix: &str, delimiter: Option<&str>) -> Option<String> {
+/// including the first `delimiter` after it; `None` for a key outside `prefix` (the catalog
+/// lists only keys within it, but the function no longer relies on that: fuzz regression
+/// `rolled-up-key-outside-prefix`).
+pub(super) fn rolled_up(key: &str, prefix: &str, delimiter: Option<&str>) -> Option<String> {
     let delimiter = delimiter.filter(|d| !d.is_empty())?;
-    let rest = key.get(prefix.len()..)?;
+    let rest = key.strip_prefix(prefix)?;
     let at = rest.find(delimiter)?;
     Some(key[..prefix.len() + at + delimiter.len()].to_string())
 }
 
 /// The page size asked for: 0..=1000 (S3 caps larger values at 1000).
-fn max_keys(asked: Option<i32>) -> S3Result<usize> {
+pub(super) fn max_keys(asked: Option<i32>) -> S3Result<usize> {
     match asked {
         None => Ok(MAX_KEYS),
         Some(n) if n < 0 => Err(s3_error!(InvalidArgument, "max-keys must not be negative")),
@@ -102,7 +104,7 @@ fn max_keys(asked: Option<i32>) -> S3Result<usize> {
 }
 
 /// A continuation token back to the cursor it was made from.
-fn decode_token(token: &str) -> S3Result<String> {
+pub(super) fn decode_token(token: &str) -> S3Result<String> {
     hex::decode(token)
         .ok()
         .and_then(|bytes| String::from_utf8(bytes).ok())
@@ -110,7 +112,7 @@ fn decode_token(token: &str) -> S3Result<String> {
 }
 
 /// `text` percent-encoded for `encoding-type=url` (unreserved characters and `/` kept).
-fn url_encode(text: &str) -> String {
+pub(super) fn url_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {

@@ -21,6 +21,8 @@ mod blobs;
 mod body;
 mod buckets;
 mod errors;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzzing;
 mod host;
 mod labels;
 mod listing;

@@ -59,10 +59,9 @@ impl Uploads {
             .is_ok_and(|all| all.iter().any(|(_, u)| u.bucket == bucket))
     }
 
-    /// The folder of upload `id`; `None` for an id this node never made (ids are hex).
+    /// The folder of upload `id`; `None` for an id this node never made.
     fn folder(&self, id: &str) -> Option<PathBuf> {
-        let valid = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit());
-        valid.then(|| self.dir.join(id))
+        valid_upload_id(id).then(|| self.dir.join(id))
     }
 
     fn create(&self, info: &UploadInfo) -> io::Result<String> {
@@ -129,6 +128,12 @@ fn parts(dir: &Path) -> io::Result<Vec<(i32, u64, i64)>> {
     }
     out.sort_unstable();
     Ok(out)
+}
+
+/// Whether `id` can be an upload id of this node (1 to 64 hex digits): anything else, such
+/// as a path, names no folder.
+pub(super) fn valid_upload_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn part_path(dir: &Path, number: i32) -> PathBuf {
@@ -208,7 +213,12 @@ pub(crate) async fn upload_part(
 /// The parts the client listed, joined: `InvalidPart` for a part that is missing or whose
 /// ETag differs, `InvalidPartOrder` unless ascending, `EntityTooSmall` for a small part that
 /// is not the last, `EntityTooLarge` over `max` bytes. Returns the bytes and the ETag.
-fn join(dir: &Path, listed: &[CompletedPart], max: usize) -> S3Result<(Bytes, String)> {
+/// `read_part` gives a part's staged bytes by number (`NotFound` when it was not uploaded).
+pub(super) fn join(
+    listed: &[CompletedPart],
+    max: usize,
+    read_part: impl Fn(i32) -> io::Result<Vec<u8>>,
+) -> S3Result<(Bytes, String)> {
     if listed.is_empty() {
         return Err(s3_error!(
             MalformedXML,
@@ -227,7 +237,7 @@ fn join(dir: &Path, listed: &[CompletedPart], max: usize) -> S3Result<(Bytes, St
             ));
         }
         previous = number;
-        let bytes = match std::fs::read(part_path(dir, number)) {
+        let bytes = match read_part(number) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(s3_error!(InvalidPart, "part {number} was not uploaded"));
@@ -280,7 +290,8 @@ pub(crate) async fn complete(
         .unwrap_or_default();
     let max = state.max_upload_bytes;
     let staged = dir.clone();
-    let (bytes, etag) = blocking(move || join(&staged, &listed, max)).await?;
+    let (bytes, etag) =
+        blocking(move || join(&listed, max, |n| std::fs::read(part_path(&staged, n)))).await?;
     let object = NewObject {
         bytes,
         etag,

@@ -18,8 +18,8 @@ use super::errors::{self, catalog as catalog_error, no_such_key};
 use super::{S3State, blocking, labels};
 
 /// User-metadata names that set the ground truth of an image instead of being stored.
-const LABEL_META: &str = "ndpipe-label";
-const SPLIT_META: &str = "ndpipe-split";
+pub(super) const LABEL_META: &str = "ndpipe-label";
+pub(super) const SPLIT_META: &str = "ndpipe-split";
 
 /// What a write stores: the bytes, their ETag, the type and the user metadata.
 pub(crate) struct NewObject {
@@ -84,7 +84,7 @@ const PHOTO_TYPES: &[&str] = &[
 /// Whether bytes of `content_type` go through ingest: JPEG, PNG or WebP magic bytes, or a
 /// JPEG/PNG/WebP content type (ingest then refuses bytes that are not one). Other images
 /// (HEIC, RAW, GIF, ...) and everything else are plain objects, so a photo folder syncs whole.
-fn is_photo(content_type: Option<&str>, bytes: &[u8]) -> bool {
+pub(super) fn is_photo(content_type: Option<&str>, bytes: &[u8]) -> bool {
     let claimed = content_type.is_some_and(|t| {
         let t = t
             .split(';')
@@ -98,7 +98,9 @@ fn is_photo(content_type: Option<&str>, bytes: &[u8]) -> bool {
 }
 
 /// The ground truth given as `x-amz-meta-ndpipe-label`/`-split`, taken out of `metadata`.
-fn ground_truth(metadata: &mut BTreeMap<String, String>) -> S3Result<Option<GroundTruth>> {
+pub(super) fn ground_truth(
+    metadata: &mut BTreeMap<String, String>,
+) -> S3Result<Option<GroundTruth>> {
     let label = metadata.remove(LABEL_META);
     let split = metadata.remove(SPLIT_META);
     match (label, split) {

@@ -27,6 +27,8 @@ use tracing::{info, warn};
 pub use compact::CompactionReport;
 pub use ids::PhotoIds;
 pub use recover::RecoveryReport;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use recover::replay_all;
 
 use crate::storage::StoreError;
 use crate::storage::index::{Index, PhotoEntry};
@@ -34,8 +36,8 @@ use crate::storage::space::DiskSpace;
 use crate::storage::volume::{Location, VolumeSet};
 use writer::{Command, Writer};
 
-const PHOTO_SET: u8 = 1;
-const TENSOR_SET: u8 = 2;
+pub(crate) const PHOTO_SET: u8 = 1;
+pub(crate) const TENSOR_SET: u8 = 2;
 const PHOTOS_DIR: &str = "photos";
 const TENSORS_DIR: &str = "tensors";
 
@@ -289,10 +291,11 @@ impl Drop for PhotoStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    pub(super) fn photo(n: u8) -> NewPhoto {
+    /// A stored photo of 3 bytes of `n`, with a 5-byte tensor.
+    pub(crate) fn photo(n: u8) -> NewPhoto {
         NewPhoto {
             meta: PhotoMeta {
                 sha256: format!("{n:064}"),

@@ -87,11 +87,8 @@ pub(super) fn recover(shared: &Shared, report: &mut RecoveryReport) -> Result<u6
                     report.damaged.push((path, scan.end, reason.into()));
                 }
             }
-            for record in scan.records {
-                report.replayed_records += 1;
-                next_id = next_id.max(record.id + 1);
-                changes.push(replay(set.set_id(), record)?);
-            }
+            report.replayed_records += scan.records.len() as u64;
+            replay_all(set.set_id(), scan.records, &mut next_id, &mut changes)?;
             dirty |= indexed != Some(scan.end);
             watermarks.push((key, scan.end));
             if is_last {
@@ -139,6 +136,34 @@ fn headed_volumes(
         }
     }
     Ok(out)
+}
+
+/// Appends the index changes of `records` (scanned from volume set `set`) to `changes`, and
+/// raises `next_id` past each record's id. The `volume` fuzz target runs this over the records
+/// of arbitrary bytes.
+pub(crate) fn replay_all(
+    set: u8,
+    records: Vec<ScannedRecord>,
+    next_id: &mut u64,
+    changes: &mut Vec<Change>,
+) -> Result<(), StoreError> {
+    for record in records {
+        // Ids come from a counter that never reaches u64::MAX; a record that claims it is
+        // damaged past its checksums (fuzz regression `record-id-u64-max-overflows-next-id`).
+        let after = record
+            .id
+            .checked_add(1)
+            .ok_or_else(|| StoreError::Corrupt {
+                what: format!(
+                    "record at offset {} of volume {}",
+                    record.location.offset, record.location.volume
+                ),
+                reason: format!("photo id {} is past the largest id", record.id),
+            })?;
+        *next_id = (*next_id).max(after);
+        changes.push(replay(set, record)?);
+    }
+    Ok(())
 }
 
 /// The index change a scanned record of volume set `set` stands for.

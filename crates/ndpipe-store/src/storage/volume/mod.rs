@@ -171,56 +171,8 @@ impl VolumeSet {
             .len();
         file.seek(SeekFrom::Start(start))
             .map_err(StoreError::io("seek volume", &path))?;
-        let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
-        let mut records = Vec::new();
-        let mut offset = start;
-        let mut invalid_tail = None;
-        while offset < file_len {
-            let mut head = [0u8; RECORD_HEADER_LEN];
-            if file_len - offset < RECORD_HEADER_LEN as u64 {
-                invalid_tail = Some("record header cut short");
-                break;
-            }
-            reader
-                .read_exact(&mut head)
-                .map_err(StoreError::io("scan volume", &path))?;
-            let header = match RecordHeader::decode(&head) {
-                Ok(h) => h,
-                Err(reason) => {
-                    invalid_tail = Some(reason);
-                    break;
-                }
-            };
-            if offset + header.record_len() > file_len {
-                invalid_tail = Some("record body cut short");
-                break;
-            }
-            let mut body = vec![0u8; (header.meta_len + header.data_len) as usize];
-            reader
-                .read_exact(&mut body)
-                .map_err(StoreError::io("scan volume", &path))?;
-            if !format::body_matches(&header, &body) {
-                invalid_tail = Some("record checksum mismatch");
-                break;
-            }
-            body.truncate(header.meta_len as usize);
-            records.push(ScannedRecord {
-                kind: header.kind,
-                id: header.id,
-                location: Location {
-                    volume: number,
-                    offset,
-                    len: header.record_len(),
-                },
-                meta: body,
-            });
-            offset += header.record_len();
-        }
-        Ok(Scan {
-            records,
-            end: offset,
-            invalid_tail,
-        })
+        let reader = std::io::BufReader::with_capacity(1 << 20, file);
+        scan_records(reader, number, start, file_len).map_err(StoreError::io("scan volume", &path))
     }
 
     /// Cuts volume `number` at `len` bytes (used to drop a torn tail) and syncs it.
@@ -410,6 +362,62 @@ impl VolumeSet {
             reason: reason.into(),
         }
     }
+}
+
+/// Scans the records of volume `number` from `reader`, which stands at byte `start` of a file
+/// `file_len` bytes long, to the end or to the first bytes that are not a valid record. The
+/// `volume` fuzz target runs this over arbitrary bytes.
+pub(crate) fn scan_records(
+    mut reader: impl Read,
+    number: u32,
+    start: u64,
+    file_len: u64,
+) -> std::io::Result<Scan> {
+    let mut records = Vec::new();
+    let mut offset = start;
+    let mut invalid_tail = None;
+    while offset < file_len {
+        let mut head = [0u8; RECORD_HEADER_LEN];
+        if file_len - offset < RECORD_HEADER_LEN as u64 {
+            invalid_tail = Some("record header cut short");
+            break;
+        }
+        reader.read_exact(&mut head)?;
+        let header = match RecordHeader::decode(&head) {
+            Ok(h) => h,
+            Err(reason) => {
+                invalid_tail = Some(reason);
+                break;
+            }
+        };
+        if offset + header.record_len() > file_len {
+            invalid_tail = Some("record body cut short");
+            break;
+        }
+        let mut body = vec![0u8; (header.meta_len + header.data_len) as usize];
+        reader.read_exact(&mut body)?;
+        if !format::body_matches(&header, &body) {
+            invalid_tail = Some("record checksum mismatch");
+            break;
+        }
+        body.truncate(header.meta_len as usize);
+        records.push(ScannedRecord {
+            kind: header.kind,
+            id: header.id,
+            location: Location {
+                volume: number,
+                offset,
+                len: header.record_len(),
+            },
+            meta: body,
+        });
+        offset += header.record_len();
+    }
+    Ok(Scan {
+        records,
+        end: offset,
+        invalid_tail,
+    })
 }
 
 fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
