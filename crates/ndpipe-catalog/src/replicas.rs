@@ -93,6 +93,9 @@ pub trait ReplicaCatalog: Send + Sync {
     /// is), in one transaction; the holders' copies go after.
     fn add_tombstone(&self, id: PhotoId) -> Result<(), CatalogError>;
 
+    /// Photos deleted at or after `since_ms` (by the deleting node's clock), with when.
+    fn tombstones_since(&self, since_ms: i64) -> Result<Vec<(PhotoId, i64)>, CatalogError>;
+
     /// Which of `ids` are deleted.
     fn tombstoned(&self, ids: &[PhotoId]) -> Result<Vec<PhotoId>, CatalogError>;
 

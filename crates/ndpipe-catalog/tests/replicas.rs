@@ -114,6 +114,9 @@ fn copies_are_counted_on_registered_nodes_and_survive_a_removal() {
     assert!(b.copies(3).unwrap().is_none());
     assert!(b.photo(3).unwrap().is_none());
     assert_eq!(a.tombstoned(&[1, 3, 9]).unwrap(), [3]);
+    let recent: Vec<u64> = a.tombstones_since(0).unwrap().iter().map(|t| t.0).collect();
+    assert_eq!(recent, [3]);
+    assert!(a.tombstones_since(i64::MAX).unwrap().is_empty());
     assert_eq!(c.replication_counts(2).unwrap().tombstones, 1);
 }
 

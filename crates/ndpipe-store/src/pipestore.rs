@@ -259,6 +259,9 @@ async fn start_replication(config: &Config, parts: ReplicationParts) -> Result<R
         ReplicationConfig {
             replicas: config.replicas,
             peer_timeout: Duration::from_millis(config.peer_timeout_ms.max(1)),
+            // The tensor of a photo is at most 3 x 224 x 224 f32 values (600 KiB) before
+            // compression; the rest is metadata.
+            max_message: config.max_upload_bytes.saturating_add(4 << 20),
             repair: RepairConfig {
                 interval: Duration::from_millis(config.repair_interval_ms.max(10)),
                 scrub_per_second: config.scrub_photos_per_second,

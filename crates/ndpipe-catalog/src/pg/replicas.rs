@@ -185,6 +185,25 @@ impl ReplicaCatalog for PgCatalog {
         })
     }
 
+    fn tombstones_since(&self, since_ms: i64) -> Result<Vec<(PhotoId, i64)>, CatalogError> {
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    "SELECT photo_id, deleted_ms FROM tombstones WHERE deleted_ms >= $1
+                     ORDER BY deleted_ms",
+                    &[&since_ms],
+                )
+                .map_err(db("find recent tombstones"))?;
+            rows.iter()
+                .map(|r| {
+                    let op = "read tombstone";
+                    let id: i64 = r.try_get(0).map_err(db(op))?;
+                    Ok((from_sql(id, "photo id")?, r.try_get(1).map_err(db(op))?))
+                })
+                .collect()
+        })
+    }
+
     fn under_replicated(&self, wanted: u32, limit: u32) -> Result<Vec<PhotoCopies>, CatalogError> {
         let node = self.node();
         let (wanted, limit) = (i64::from(wanted), i64::from(limit));

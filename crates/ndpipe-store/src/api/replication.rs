@@ -12,7 +12,6 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::{Code, Request, Response, Status};
 
 use crate::api::http::ApiError;
-use crate::node::MAX_MESSAGE;
 use crate::replication::{CopyError, Replication, ReplicationError};
 use crate::storage::StoreError;
 
@@ -42,14 +41,16 @@ const KINDS: &[&str] = &[
 pub(crate) struct ReplicationService(Arc<Replication>);
 
 impl ReplicationService {
-    /// The gRPC server, with the protocol's message size limits, behind the cluster secret.
+    /// The gRPC server, taking messages as large as the largest upload and its tensor, behind
+    /// the cluster secret.
     pub(crate) fn server(
         replication: Arc<Replication>,
         secret: Option<ClusterSecret>,
     ) -> InterceptedService<ReplicationServer<Self>, Guard> {
+        let limit = replication.max_message();
         let server = ReplicationServer::new(ReplicationService(replication))
-            .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(MAX_MESSAGE);
+            .max_decoding_message_size(limit)
+            .max_encoding_message_size(limit);
         InterceptedService::new(server, Guard(secret))
     }
 }

@@ -45,6 +45,8 @@ pub(crate) struct ReplicationConfig {
     pub(crate) replicas: u32,
     /// Deadline of each call to another node.
     pub(crate) peer_timeout: Duration,
+    /// Largest message between nodes: the largest upload, with room for its tensor.
+    pub(crate) max_message: usize,
     /// The background worker's settings.
     pub(crate) repair: RepairConfig,
 }
@@ -122,7 +124,12 @@ impl Replication {
     /// Node `parts.name`'s replication with `config`.
     pub(crate) fn new(parts: ReplicationParts, config: ReplicationConfig) -> Self {
         Replication {
-            peers: Peers::new(parts.secret, parts.tls, config.peer_timeout),
+            peers: Peers::new(
+                parts.secret,
+                parts.tls,
+                config.peer_timeout,
+                config.max_message,
+            ),
             name: parts.name,
             config,
             catalog: parts.catalog,
@@ -145,6 +152,11 @@ impl Replication {
         let nodes = tokio::task::spawn_blocking(move || catalog.placement_nodes()).await??;
         *lock(&self.nodes) = Some((Instant::now(), nodes.clone()));
         Ok(nodes)
+    }
+
+    /// The largest message this node sends or takes from another node.
+    pub(crate) fn max_message(&self) -> usize {
+        self.config.max_message
     }
 
     /// Stores an upload on `replicas` nodes: ingested by the primary, copied to the others, and

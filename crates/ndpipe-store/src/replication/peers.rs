@@ -12,7 +12,6 @@ use ndpipe_util::sync::lock;
 use tonic::transport::Channel;
 
 use super::ReplicationError;
-use crate::node::MAX_MESSAGE;
 
 /// The channels to the cluster's nodes and how to call them.
 pub(crate) struct Peers {
@@ -20,16 +19,24 @@ pub(crate) struct Peers {
     secret: Option<ClusterSecret>,
     tls: Option<Tls>,
     deadline: Duration,
+    max_message: usize,
 }
 
 impl Peers {
-    /// Peers called with `secret` over `tls`, each call within `deadline`.
-    pub(crate) fn new(secret: Option<ClusterSecret>, tls: Option<Tls>, deadline: Duration) -> Self {
+    /// Peers called with `secret` over `tls`, each call within `deadline`, messages up to
+    /// `max_message` bytes.
+    pub(crate) fn new(
+        secret: Option<ClusterSecret>,
+        tls: Option<Tls>,
+        deadline: Duration,
+        max_message: usize,
+    ) -> Self {
         Peers {
             channels: Mutex::default(),
             secret,
             tls,
             deadline,
+            max_message,
         }
     }
 
@@ -49,8 +56,8 @@ impl Peers {
             }
         };
         Ok(ReplicationClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(MAX_MESSAGE))
+            .max_decoding_message_size(self.max_message)
+            .max_encoding_message_size(self.max_message))
     }
 
     fn request<T>(&self, message: T) -> tonic::Request<T> {

@@ -23,6 +23,8 @@ const PARALLEL_COPIES: usize = 8;
 /// A copy younger than this whose photo has no catalog row may still be catalogued by its
 /// primary: the start-up sweep keeps it.
 const ORPHAN_GRACE_MS: i64 = 60_000;
+/// How far back each round looks again for deletes, for clocks that differ between nodes.
+const CLOCK_SLACK_MS: i64 = 60_000;
 
 /// Settings of the background worker.
 #[derive(Debug, Clone)]
@@ -91,7 +93,11 @@ impl Replication {
     /// Runs rounds until `stop` turns true.
     pub(crate) async fn run_worker(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut scrub_cursor = 0u64;
+        let mut deletes_seen = now_ms();
         loop {
+            if let Err(e) = self.drop_deleted(&mut deletes_seen).await {
+                warn!(error = %e, "checking for deleted photos failed; trying again");
+            }
             if let Err(e) = self.round(&mut scrub_cursor).await {
                 warn!(error = %e, "a replication round failed; trying again");
             }
@@ -100,6 +106,22 @@ impl Replication {
                 _ = stop.wait_for(|s| *s) => return,
             }
         }
+    }
+
+    /// Drops the local copies of photos deleted since `seen` (with some slack), which a delete
+    /// could not reach while this node was unreachable; moves `seen` on.
+    async fn drop_deleted(&self, seen: &mut i64) -> Result<(), ReplicationError> {
+        let catalog = self.catalog.clone();
+        let since = *seen - CLOCK_SLACK_MS;
+        let recent = tokio::task::spawn_blocking(move || catalog.tombstones_since(since)).await??;
+        for (id, deleted_ms) in recent {
+            *seen = (*seen).max(deleted_ms);
+            if self.store.contains(id)? {
+                self.drop_local(id).await?;
+                info!(photo = id, "dropped the copy of a photo deleted elsewhere");
+            }
+        }
+        Ok(())
     }
 
     async fn round(&self, scrub_cursor: &mut u64) -> Result<(), ReplicationError> {

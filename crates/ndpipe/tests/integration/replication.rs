@@ -271,6 +271,28 @@ async fn replicated_on(url: &str) {
         assert_eq!(node.get(&format!("/v1/photos/{gone}/meta")).await.0, 404);
         assert_eq!(stored(node).await, acked.len() as u64, "{}", node.log());
     }
+    // The same while rp-b is stopped (SIGSTOP), not restarted: its worker drops the copy soon
+    // after it runs again.
+    let (gone, _) = acked.pop_first().unwrap();
+    nodes[1].signal("STOP");
+    let resp = nodes[0]
+        .client()
+        .delete(format!("{}/v1/photos/{gone}", nodes[0].url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 204);
+    nodes[1].signal("CONT");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stored(&nodes[1]).await != acked.len() as u64 {
+        assert!(
+            Instant::now() < deadline,
+            "rp-b keeps a deleted photo\n{}",
+            nodes[1].log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(nodes[1].get(&format!("/v1/photos/{gone}")).await.0, 404);
 
     // One byte flipped in rp-b's copy of a photo: the read through rp-b is still right, and
     // the copy is repaired (it reads right with rp-a gone).
