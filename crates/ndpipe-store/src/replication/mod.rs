@@ -225,7 +225,7 @@ impl Replication {
         Ok(record)
     }
 
-    /// Whether photo `id` is deleted or gone from the catalog (its copies must not be served).
+    /// Photo `id`'s catalog row and holders; `None` when it is deleted or was never catalogued.
     pub(crate) async fn copies_of(
         &self,
         id: u64,
