@@ -64,16 +64,7 @@ impl S3Store {
 
     /// [`S3Store::aws`] with another endpoint URL for the same store.
     pub(crate) fn aws_at(&self, endpoint: &str, args: &[&str]) -> (bool, String, String) {
-        let out = clean_env(Command::new("aws"))
-            .args(["--endpoint-url", endpoint, "--no-sign-request"])
-            .args(args)
-            .output()
-            .expect("running aws (tools/setup.sh installs awscli)");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        unsigned_aws(endpoint, args)
     }
 
     /// Runs a boto3 `script` with `s3` bound to an unsigned path-style client of this store
@@ -107,7 +98,21 @@ impl S3Store {
 }
 
 /// `cmd` without the user's AWS configuration, credentials or proxies.
-pub(crate) fn clean_env(mut cmd: Command) -> Command {
+/// Runs `aws` unsigned (no keys) against `endpoint` with `args`; (success, stdout, stderr).
+pub(crate) fn unsigned_aws(endpoint: &str, args: &[&str]) -> (bool, String, String) {
+    let out = clean_env(Command::new("aws"))
+        .args(["--endpoint-url", endpoint, "--no-sign-request"])
+        .args(args)
+        .output()
+        .expect("running aws (tools/setup.sh installs awscli)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn clean_env(mut cmd: Command) -> Command {
     cmd.env("AWS_CONFIG_FILE", "/nonexistent")
         .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
         .env("AWS_EC2_METADATA_DISABLED", "true")
