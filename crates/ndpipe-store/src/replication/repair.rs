@@ -206,13 +206,8 @@ impl Replication {
         }
         let store = self.store.clone();
         let from = *cursor;
-        let ids: Vec<u64> = tokio::task::spawn_blocking(move || store.entries())
-            .await??
-            .into_iter()
-            .map(|(id, _)| id)
-            .filter(|&id| id > from)
-            .take(per_round as usize)
-            .collect();
+        let limit = usize::try_from(per_round).unwrap_or(usize::MAX);
+        let ids = tokio::task::spawn_blocking(move || store.ids_after(from, limit)).await??;
         *cursor = ids.last().copied().unwrap_or(0);
         for id in ids {
             let store = self.store.clone();

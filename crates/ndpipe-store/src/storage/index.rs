@@ -120,6 +120,22 @@ impl Index {
         })
     }
 
+    /// Up to `limit` photo ids above `after`, in order (a range read, not a scan).
+    pub(crate) fn ids_after(&self, after: u64, limit: usize) -> Result<Vec<u64>, StoreError> {
+        let Some(first) = after.checked_add(1) else {
+            return Ok(Vec::new());
+        };
+        self.db.read(|db| {
+            let txn = db.begin_read().map_err(StoreError::index)?;
+            let table = txn.open_table(PHOTOS).map_err(StoreError::index)?;
+            let mut out = Vec::new();
+            for item in table.range(first..).map_err(StoreError::index)?.take(limit) {
+                out.push(item.map_err(StoreError::index)?.0.value());
+            }
+            Ok(out)
+        })
+    }
+
     /// A metadata counter (next id, watermarks).
     pub(crate) fn meta(&self, key: &str) -> Result<Option<u64>, StoreError> {
         self.db.read(|db| {

@@ -192,6 +192,11 @@ impl PhotoStore {
         self.shared.index.entries()
     }
 
+    /// Up to `limit` ids of live photos above `after`, in order.
+    pub(crate) fn ids_after(&self, after: u64, limit: usize) -> Result<Vec<u64>, StoreError> {
+        self.shared.index.ids_after(after, limit)
+    }
+
     /// Number of live photos.
     pub fn len(&self) -> Result<u64, StoreError> {
         self.shared.index.len()
@@ -309,6 +314,21 @@ pub(crate) mod tests {
             original: vec![n; 3],
             tensor: vec![n; 5],
         }
+    }
+
+    #[tokio::test]
+    async fn copies_keep_their_ids_and_ids_after_pages_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = PhotoStore::open(dir.path(), &StoreConfig::default()).unwrap();
+        store.put_copy(70_000, photo(7)).await.unwrap();
+        store.put_copy(70_000, photo(8)).await.unwrap(); // kept as it was
+        assert_eq!(store.original(70_000).unwrap().unwrap().1, vec![7; 3]);
+        let own = store.put(photo(1)).await.unwrap();
+        assert_eq!(own, 1, "a copy does not move the store's own counter");
+        assert_eq!(store.ids_after(0, 10).unwrap(), [1, 70_000]);
+        assert_eq!(store.ids_after(1, 10).unwrap(), [70_000]);
+        assert_eq!(store.ids_after(0, 1).unwrap(), [1]);
+        assert!(store.ids_after(u64::MAX, 10).unwrap().is_empty());
     }
 
     #[tokio::test]
