@@ -101,6 +101,31 @@ async fn a_photo_larger_than_the_decode_budget_is_decoded_alone_not_refused() {
     assert_eq!(inst.counts().await, (4, 4));
 }
 
+/// Sends an upload's headers and the first 10 bytes of `photo`: it stays in flight.
+fn start_held_upload(inst: &Instance, photo: &[u8]) -> TcpStream {
+    let mut held = connect(inst);
+    let head = format!(
+        "POST /v1/photos HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\nContent-Length: {}\r\n\r\n",
+        photo.len()
+    );
+    held.write_all(head.as_bytes()).unwrap();
+    held.write_all(&photo[..10]).unwrap();
+    held
+}
+
+/// What the server has answered on `stream` so far, without waiting.
+fn answered(stream: &mut TcpStream) -> Option<String> {
+    stream.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 512];
+    let read = stream.read(&mut buf);
+    stream.set_nonblocking(false).unwrap();
+    match read {
+        Ok(n) => Some(String::from_utf8_lossy(&buf[..n]).into_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+        Err(e) => panic!("the held upload's connection failed: {e}"),
+    }
+}
+
 /// Issue 14 part 4: one client may have `--max-uploads-per-client` uploads in flight; one more
 /// is answered 429 with a JSON body before its body is read, reads go on, and once the held
 /// upload ends the client may upload again.
@@ -108,15 +133,10 @@ async fn a_photo_larger_than_the_decode_budget_is_decoded_alone_not_refused() {
 async fn uploads_over_the_per_client_cap_answer_429_with_json() {
     let inst = Instance::start_with(&["--max-uploads-per-client", "1"]);
     let photo = crate::common::jpeg(64, 48, 1);
-    // An upload whose body is still arriving holds the client's one slot.
-    let mut held = connect(&inst);
-    let head = format!(
-        "POST /v1/photos HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\nContent-Length: {}\r\n\r\n",
-        photo.len()
-    );
-    held.write_all(head.as_bytes()).unwrap();
-    held.write_all(&photo[..10]).unwrap();
-    // The slot is taken once the server has the held request's headers: a bounded retry.
+    // An upload whose body is still arriving holds the client's one slot once the server has
+    // its headers. Until then the probes below are served; a probe in flight when the held
+    // upload's headers arrive makes the held one the refused one, and it is sent again.
+    let mut held = start_held_upload(&inst, &photo);
     let mut refused = None;
     for _ in 0..100 {
         let (status, body) = inst.upload(crate::common::jpeg(64, 48, 2), "").await;
@@ -125,6 +145,10 @@ async fn uploads_over_the_per_client_cap_answer_429_with_json() {
             break;
         }
         assert_eq!(status, 201, "{body}");
+        if let Some(answer) = answered(&mut held) {
+            assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+            held = start_held_upload(&inst, &photo);
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let body = refused.expect("a second upload of the same client was never refused");

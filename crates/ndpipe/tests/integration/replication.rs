@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use ndpipe_catalog::test_postgres;
 
+use crate::common::free_port;
 use crate::common::{Instance, TunerProcess, cli, import_fashion, jpeg, sha256};
-use crate::s3::{free_port, unsigned_aws};
+use crate::s3::unsigned_aws;
 
 const NAMES: [&str; 3] = ["rp-a", "rp-b", "rp-c"];
 /// Pause between two looks at something the cluster does in the background.

@@ -189,6 +189,7 @@ impl Instance {
     }
 
     fn try_spawn(&mut self) -> Result<(), String> {
+        let bound_before = times_bound(&self.log(), "listening", self.port);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -209,13 +210,17 @@ impl Instance {
             .spawn()
             .expect("starting ndpipe serve");
         self.child = Some(child);
-        self.wait_healthy()
+        self.wait_healthy(bound_before)
     }
 
-    fn wait_healthy(&mut self) -> Result<(), String> {
+    /// Waits until this process has logged that it bound the port (more than `bound_before`
+    /// times: the log is kept across restarts) and answers `/healthz`. The log line matters:
+    /// another test's server that took the same free port would answer the health check too.
+    fn wait_healthy(&mut self, bound_before: usize) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
-            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+            let bound = times_bound(&self.log(), "listening", self.port) > bound_before;
+            if bound && let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
                 use std::io::{Read, Write};
                 let _ = s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n");
                 let mut resp = String::new();
@@ -407,7 +412,25 @@ impl Drop for Instance {
     }
 }
 
-fn free_port() -> u16 {
+/// How many lines of `log` say `marker` with the address `127.0.0.1:port` (and not a longer
+/// port that starts with the same digits).
+fn times_bound(log: &str, marker: &str, port: u16) -> usize {
+    let addr = format!("127.0.0.1:{port}");
+    log.lines()
+        .filter(|line| line.contains(marker))
+        .filter(|line| {
+            line.match_indices(&addr).any(|(at, _)| {
+                !line[at + addr.len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_digit())
+            })
+        })
+        .count()
+}
+
+/// A port that was free a moment ago (another process may take it before it is bound).
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -482,6 +505,7 @@ impl TunerProcess {
 
     fn try_spawn(&mut self) -> Result<(), String> {
         let (http, grpc) = self.ports;
+        let bound_before = times_bound(&self.log(), "tuner listening", http);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -502,8 +526,9 @@ impl TunerProcess {
             .spawn()
             .expect("starting ndpipe tuner");
         self.child = Some(child);
+        // As for `Instance`: the port is ours once our own log says so.
         let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", http)).is_err() {
+        while times_bound(&self.log(), "tuner listening", http) <= bound_before {
             if let Some(status) = self
                 .child
                 .as_mut()

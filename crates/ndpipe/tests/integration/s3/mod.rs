@@ -23,7 +23,7 @@ mod tools;
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::Instance;
+use crate::common::{Instance, free_port};
 
 /// A store with its S3 API on a free port.
 pub(crate) struct S3Store {
@@ -123,14 +123,6 @@ fn clean_env(mut cmd: Command) -> Command {
         .env_remove("HTTP_PROXY")
         .env_remove("HTTPS_PROXY");
     cmd
-}
-
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Every file under `dir` as (path relative to it, sha256), sorted.
