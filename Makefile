@@ -74,9 +74,12 @@ bench-cache: build-bench
 bench-faults: build-bench
 	target/release/ndpipe-bench faults --rounds 100 --json $(CACHE)/bench-faults.json
 
-## Crash loops: 100 kill -9 cycles during uploads, deletes and compactions; every acknowledged write checked.
+## Crash loops: 100 kill -9 cycles during uploads, deletes and compactions, then 30 during
+## re-labelling and 30 during fine-tunes that deploy; every acknowledged write and label checked.
 bench-crash: build-bench
 	target/release/ndpipe-bench crash --cycles 100 --json $(CACHE)/bench-crash.json
+	target/release/ndpipe-bench crash --cycles 30 --mode relabel --max-kill-ms 2500 --json $(CACHE)/bench-crash-relabel.json
+	target/release/ndpipe-bench crash --cycles 30 --mode finetune --max-kill-ms 2500 --json $(CACHE)/bench-crash-finetune.json
 
 ## S3 throughput: the same large JPEGs up and down through aws s3 cp, s5cmd, boto3 and /v1.
 bench-s3: build-bench
