@@ -9,7 +9,7 @@ export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 PY_VENV := $(CURDIR)/target/py/venv
 PY_CRATE := python/spidercache/Cargo.toml
 
-.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication
+.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -84,6 +84,11 @@ bench-crash: build-bench
 ## S3 throughput: the same large JPEGs up and down through aws s3 cp, s5cmd, boto3 and /v1.
 bench-s3: build-bench
 	target/release/ndpipe-bench s3 --json $(CACHE)/bench-s3.json
+
+## NDPipe's scaling on emulated PipeStores (models capped at a calibrated rate): 1-8 nodes and
+## near-data vs conventional under Tuner-ingress caps; tables and plots in docs/experiments/.
+experiment-scaling: build-bench
+	target/release/ndpipe-bench scaling --json $(CACHE)/experiment-scaling.json
 
 ## Replication: uploads and reads with 1, 2, 3 copies and the repair rate after a node's removal.
 bench-replication: build-bench

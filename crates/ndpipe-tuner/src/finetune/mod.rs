@@ -40,7 +40,7 @@ pub use request::{CachePolicy, DEFAULT_MEMORY_BUDGET, FinetuneRequest, Mode, Val
 
 use self::cached::CacheSetup;
 use self::intake::Intake;
-use self::streams::{Msg, Source};
+use self::streams::{Ingress, Msg, Source};
 use self::trainer::{TrainedRun, Trainer, TrainerSetup, validate};
 use crate::control::JobEnv;
 use crate::jobs::Phase;
@@ -301,6 +301,8 @@ struct Job<'a> {
     timeline: Vec<RunTimeline>,
     rebalanced: Vec<Rebalanced>,
     extract_seconds: Option<f64>,
+    /// The Tuner's receive cap, shared by every stream of the job.
+    ingress: Ingress,
 }
 
 /// What a job ends with.
@@ -375,6 +377,7 @@ impl<'a> Job<'a> {
         started: Instant,
     ) -> (Self, mpsc::Receiver<Msg>) {
         let (tx, rx) = mpsc::channel::<Msg>(64);
+        let ingress = Ingress::new(req.ingress_bytes_per_second);
         for (i, node) in nodes.iter().enumerate() {
             let request = pb::ExtractRequest {
                 job_id: job_id.to_string(),
@@ -388,7 +391,7 @@ impl<'a> Job<'a> {
                 ship_tensors: conventional.is_some(),
                 bandwidth_bytes_per_second: req.bandwidth_bytes_per_second,
             };
-            streams::spawn_extract(i, node, request, tx.clone());
+            streams::spawn_extract(i, node, request, tx.clone(), ingress.clone());
         }
         let cache = survey.cache_setup(nodes, req);
         let intake = Intake::new(
@@ -416,6 +419,7 @@ impl<'a> Job<'a> {
             timeline: Vec::new(),
             rebalanced: Vec::new(),
             extract_seconds: None,
+            ingress,
         };
         (job, rx)
     }
@@ -565,7 +569,8 @@ impl<'a> Job<'a> {
         for h in handoffs {
             let k = self.intake.add_takeover(h.slow, h.fast);
             self.rebalanced.push(h.moved);
-            streams::spawn_takeover(k, &self.nodes[h.fast], h.request, tx.clone());
+            let ingress = self.ingress.clone();
+            streams::spawn_takeover(k, &self.nodes[h.fast], h.request, tx.clone(), ingress);
         }
         Ok(())
     }
