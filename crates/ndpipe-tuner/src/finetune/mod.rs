@@ -58,6 +58,7 @@ pub(crate) async fn finetune(
     req: FinetuneRequest,
 ) -> Result<FinetuneReport, TunerError> {
     let started = Instant::now();
+    let wire_before = env.nodes.traffic().received();
     let snapshot = members.nodes.clone();
     if snapshot.is_empty() {
         return Err(TunerError::NoNodes);
@@ -99,6 +100,9 @@ pub(crate) async fn finetune(
         .collect();
     let (mut report, head) = done.into_report(&survey, &job_id, parent, started);
     report.skipped = members.skipped.clone();
+    report.wire_bytes_received = env.nodes.traffic().received() - wire_before;
+    report.wire_bytes_per_image =
+        report.wire_bytes_received as f64 / (report.train_images + report.val_images).max(1) as f64;
     // Recorded before the version, so that no version exists without its training photos.
     env.registry.save_trained(&report.version, &trained)?;
     let record = register(env.registry, &survey, &req, &report, &head)?;
@@ -348,6 +352,8 @@ impl Done {
             val_top1: runs.last().map_or(0.0, |t| t.val_top1),
             bytes_received: bytes,
             bytes_per_image: bytes as f64 / (train_images + val_images).max(1) as f64,
+            wire_bytes_received: 0,
+            wire_bytes_per_image: 0.0,
             chunks_refetched: self.intake.refetched(),
             extract_seconds,
             train_seconds: runs.iter().map(|t| t.train_seconds).sum(),
