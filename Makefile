@@ -9,7 +9,7 @@ export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 PY_VENV := $(CURDIR)/target/py/venv
 PY_CRATE := python/spidercache/Cargo.toml
 
-.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling
+.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -89,6 +89,11 @@ bench-s3: build-bench
 ## near-data vs conventional under Tuner-ingress caps; tables and plots in docs/experiments/.
 experiment-scaling: build-bench
 	target/release/ndpipe-bench scaling --json $(CACHE)/experiment-scaling.json
+
+## Pipelined runs r = 1, 2, 4 on 4 emulated PipeStores, training-heavy: the time saved, measured
+## as (extract-only + train-only) - total, and top-1 per r; table and plot in docs/experiments/.
+experiment-rsweep: build-bench
+	target/release/ndpipe-bench rsweep --json $(CACHE)/experiment-rsweep.json
 
 ## Replication: uploads and reads with 1, 2, 3 copies and the repair rate after a node's removal.
 bench-replication: build-bench

@@ -8,11 +8,13 @@
 
 mod cluster;
 mod drift;
+mod emulated;
 mod finetune;
 mod fuzz;
 mod infer;
 mod ingest;
 mod replication;
+mod rsweep;
 mod s3;
 mod scaling;
 
@@ -43,6 +45,9 @@ enum Which {
     /// Scaling on emulated PipeStores (each model capped at a rate calibrated in the same run):
     /// 1, 2, 4, 8 nodes, and near-data vs conventional under a cap on the Tuner's ingress.
     Scaling(scaling::ScalingBench),
+    /// Pipelined runs on emulated PipeStores, training-heavy: the time r = 1, 2, 4 runs save,
+    /// (extract-only + train-only) - total, and top-1 per r.
+    Rsweep(rsweep::RsweepBench),
     /// S3 throughput: the same large JPEGs up and down through aws s3 cp, s5cmd, boto3 and /v1.
     S3(s3::S3Bench),
     /// Replication: upload and read throughput with 1, 2 and 3 copies, and the repair rate after
@@ -93,6 +98,7 @@ async fn run(which: Which) -> Result<()> {
         Which::Drift(b) => drift::run(b).await,
         Which::S3(b) => s3::run(b).await,
         Which::Scaling(b) => scaling::run(b).await,
+        Which::Rsweep(b) => rsweep::run(b).await,
         Which::Replication(b) => replication::run(b).await,
         Which::Fuzz(b) => fuzz::run(b).await,
         Which::Cache(b) => {
