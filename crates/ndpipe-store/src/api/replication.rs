@@ -47,7 +47,7 @@ impl ReplicationService {
         replication: Arc<Replication>,
         secret: Option<ClusterSecret>,
     ) -> InterceptedService<ReplicationServer<Self>, Guard> {
-        let limit = replication.max_message();
+        let limit = replication.front().max_message();
         let server = ReplicationServer::new(ReplicationService(replication))
             .max_decoding_message_size(limit)
             .max_encoding_message_size(limit);

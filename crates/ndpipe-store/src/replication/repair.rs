@@ -71,7 +71,7 @@ impl Replication {
             if own_blocks.iter().any(|b| b.contains(&id)) {
                 continue; // this node's own upload: the ingestor reconciles it
             }
-            match self.copies_of(id).await? {
+            match self.front.copies_of(id).await? {
                 Some(c) if !c.holders.contains(&self.name) => {
                     let (catalog, name) = (self.catalog.clone(), self.name.clone());
                     tokio::task::spawn_blocking(move || catalog.add_copy(id, &name)).await??;
@@ -102,7 +102,7 @@ impl Replication {
                 warn!(error = %e, "a replication round failed; trying again");
             }
             tokio::select! {
-                _ = tokio::time::sleep(self.config.repair.interval) => {}
+                _ = tokio::time::sleep(self.repair.interval) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
         }
@@ -132,7 +132,7 @@ impl Replication {
         self.repair_round().await?;
         self.scrub_round(scrub_cursor).await?;
         let catalog = self.catalog.clone();
-        let wanted = self.config.replicas;
+        let wanted = self.replicas();
         let counts =
             tokio::task::spawn_blocking(move || catalog.replication_counts(wanted)).await??;
         self.metrics.replication.set_counts(&counts);
@@ -143,7 +143,7 @@ impl Replication {
     async fn repair_round(&self) -> Result<(), ReplicationError> {
         loop {
             let catalog = self.catalog.clone();
-            let wanted = self.config.replicas;
+            let wanted = self.replicas();
             let short = tokio::task::spawn_blocking(move || catalog.under_replicated(wanted, PAGE))
                 .await??;
             if short.is_empty() {
@@ -183,7 +183,7 @@ impl Replication {
             }
         };
         let bytes = copy.original.len() as u64;
-        match self.peers.put_copy(&target.url, copy).await {
+        match self.front.peers.put_copy(&target.url, copy).await {
             Ok(()) => {
                 self.metrics.replication.copies_made.inc();
                 self.metrics.replication.copied_bytes.inc_by(bytes);
@@ -198,8 +198,8 @@ impl Replication {
 
     /// Re-reads up to a second's worth of local copies from `cursor` on, replacing damaged ones.
     async fn scrub_round(&self, cursor: &mut u64) -> Result<(), ReplicationError> {
-        let per_round = (u64::from(self.config.repair.scrub_per_second)
-            * self.config.repair.interval.as_millis() as u64)
+        let per_round = (u64::from(self.repair.scrub_per_second)
+            * self.repair.interval.as_millis() as u64)
             .div_ceil(1000);
         if per_round == 0 {
             return Ok(());

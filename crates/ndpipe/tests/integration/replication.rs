@@ -87,8 +87,37 @@ fn two_copies_survive_a_lost_node_and_a_flipped_byte() {
 /// A Tuner and the three PipeStores with two copies of every photo, each with S3 on the port
 /// returned beside it.
 fn replicated_cluster(url: &str) -> (TunerProcess, Vec<Instance>, Vec<u16>) {
-    let tuner = TunerProcess::start_with(&["--catalog", url, "--node-lease-ms", "3000"]);
-    let flags = [
+    cluster_of(url, &NAMES, &[])
+}
+
+/// A Tuner and PipeStores `names` with two copies of every photo, each with S3 on the port
+/// returned beside it; `extra` goes to the Tuner and to every PipeStore.
+pub(crate) fn cluster_of(
+    url: &str,
+    names: &[&str],
+    extra: &[&str],
+) -> (TunerProcess, Vec<Instance>, Vec<u16>) {
+    let mut tuner_flags = vec!["--catalog", url, "--node-lease-ms", "3000"];
+    tuner_flags.extend_from_slice(extra);
+    let tuner = TunerProcess::start_with(&tuner_flags);
+    let (nodes, s3_ports) = names
+        .iter()
+        .map(|name| replicated_node(url, &tuner, name, extra))
+        .unzip();
+    (tuner, nodes, s3_ports)
+}
+
+/// PipeStore `name` of a cluster with two copies of every photo, with `extra` flags and S3 on
+/// the port returned beside it.
+pub(crate) fn replicated_node(
+    url: &str,
+    tuner: &TunerProcess,
+    name: &str,
+    extra: &[&str],
+) -> (Instance, u16) {
+    let port = free_port();
+    let s3 = format!("127.0.0.1:{port}");
+    let mut flags = vec![
         "--catalog",
         url,
         "--replicas",
@@ -99,19 +128,11 @@ fn replicated_cluster(url: &str) -> (TunerProcess, Vec<Instance>, Vec<u16>) {
         "0",
         "--peer-timeout-ms",
         "5000",
+        "--s3-listen",
+        s3.as_str(),
     ];
-    let s3_ports: Vec<u16> = NAMES.iter().map(|_| free_port()).collect();
-    let nodes: Vec<Instance> = NAMES
-        .iter()
-        .zip(&s3_ports)
-        .map(|(name, port)| {
-            let s3 = format!("127.0.0.1:{port}");
-            let mut extra = flags.to_vec();
-            extra.extend(["--s3-listen", s3.as_str()]);
-            Instance::start_pipestore(&tuner.grpc, name, &extra)
-        })
-        .collect();
-    (tuner, nodes, s3_ports)
+    flags.extend_from_slice(extra);
+    (Instance::start_pipestore(&tuner.grpc, name, &flags), port)
 }
 
 async fn replicated_on(url: &str) {
