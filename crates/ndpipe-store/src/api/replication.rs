@@ -173,7 +173,7 @@ impl ReplicationRpc for ReplicationService {
     ) -> Result<Response<pb::DropCopyReply>, Status> {
         let existed = self
             .0
-            .drop_local(request.into_inner().id)
+            .drop_asked(request.into_inner().id)
             .await
             .map_err(|e: ReplicationError| api_status(e.into()))?;
         Ok(Response::new(pb::DropCopyReply { existed }))

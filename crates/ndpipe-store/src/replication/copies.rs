@@ -164,6 +164,29 @@ impl Replication {
         Ok(self.ingestor.delete(id).await?)
     }
 
+    /// Removes this node's copy of photo `id` and its record, keeping the photo's catalog row
+    /// (its other holders keep it). Whether this node had it.
+    pub(super) async fn release_local(&self, id: u64) -> Result<bool, ReplicationError> {
+        let (catalog, name) = (self.catalog.clone(), self.name.clone());
+        tokio::task::spawn_blocking(move || catalog.drop_copy(id, &name)).await??;
+        Ok(self.ingestor.release(id).await?)
+    }
+
+    /// What another node's `DropCopy` does here: while the photo is catalogued (rebalancing
+    /// moves it away), this node's copy and its record only, and never the primary's; once it
+    /// is deleted or was never catalogued (an upload taken back), all of it. Whether this node
+    /// had it.
+    pub(crate) async fn drop_asked(&self, id: u64) -> Result<bool, ReplicationError> {
+        match self.front.copies_of(id).await? {
+            Some(c) if c.primary == self.name => Err(ReplicationError::IsPrimary {
+                id,
+                node: self.name.clone(),
+            }),
+            Some(_) => self.release_local(id).await,
+            None => self.drop_local(id).await,
+        }
+    }
+
     /// Replaces this node's damaged or missing copy of photo `id` with `copy`.
     pub(super) async fn replace_local(
         &self,

@@ -14,6 +14,7 @@ use ndpipe_catalog::{
 use ndpipe_proto::pb;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
 use ndpipe_util::sync::lock;
+use sha2::{Digest, Sha256};
 
 use super::copies::{intact, meta_from_json};
 use super::peers::Peers;
@@ -103,7 +104,8 @@ impl FrontDoor {
     ) -> Result<(PlacementNode, Vec<pb::Peer>), ReplicationError> {
         let nodes = self.placement_nodes().await?;
         let wanted = self.config.replicas;
-        let mut chosen = placement::place(placement::key_of(bytes), &nodes, wanted as usize);
+        let key = placement::key_of(&hex::encode(Sha256::digest(bytes)));
+        let mut chosen = placement::place(key, &nodes, wanted as usize);
         if chosen.len() < wanted as usize || chosen.is_empty() {
             return Err(ReplicationError::NotEnoughNodes {
                 wanted,
@@ -277,6 +279,7 @@ impl FrontDoor {
             copies_made: m.copies_made.get(),
             copies_received: m.copies_received.get(),
             repaired: m.repaired.get(),
+            rebalanced: m.rebalanced.get(),
         })
     }
 }
@@ -303,6 +306,8 @@ pub(crate) struct ClusterStatus {
     pub(crate) copies_received: u64,
     /// This node's damaged copies found and replaced.
     pub(crate) repaired: u64,
+    /// This node's photos moved to where placement puts them.
+    pub(crate) rebalanced: u64,
 }
 
 /// A node as [`ClusterStatus`] shows it.

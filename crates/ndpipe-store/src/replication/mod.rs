@@ -6,7 +6,8 @@
 //! is damaged or missing, repairing it. Deletes write a tombstone first, so a node that was away
 //! drops its copy when it returns. A background worker ([`repair`]) brings photos back to
 //! `replicas` copies after a node is removed, drops what tombstones and unfinished uploads
-//! leave, and scrubs the local copies. The front-door logic itself ([`front`]) needs no local
+//! leave, and scrubs the local copies; it also moves photos onto a node that joined
+//! ([`rebalance`]). The front-door logic itself ([`front`]) needs no local
 //! store: `ndpipe gateway` runs it alone.
 //!
 //! Replication needs a shared catalog (PostgreSQL): the replica map is
@@ -17,6 +18,7 @@ mod front;
 mod metrics;
 mod peers;
 mod placement;
+mod rebalance;
 mod repair;
 
 use std::sync::Arc;
@@ -74,6 +76,14 @@ pub(crate) enum ReplicationError {
     /// The local store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A node was asked to drop its copy of a photo it is the primary of.
+    #[error("node {node} is photo {id}'s primary: it keeps its copy until it hands the photo over")]
+    IsPrimary {
+        /// The photo.
+        id: u64,
+        /// The node.
+        node: String,
+    },
     /// A worker task died.
     #[error("internal error: {0}")]
     Task(#[from] tokio::task::JoinError),

@@ -1,7 +1,8 @@
 //! The background worker of replication. Every round it reports this node's free space (what
 //! placement weighs nodes by), copies each of its photos that has fewer than `replicas` copies
-//! (after a node was removed) to the node rendezvous hashing picks, and scrubs a few local
-//! copies, replacing a damaged one from another holder. At start it first drops what must not
+//! (after a node was removed) to the node rendezvous hashing picks, scrubs a few local
+//! copies, replacing a damaged one from another holder, and moves a few photos to where
+//! placement puts them now (`rebalance.rs`). At start it first drops what must not
 //! stay: copies of deleted photos (a node that was away during a delete) and copies of uploads
 //! that never finished (the primary failed before cataloguing them).
 
@@ -93,6 +94,7 @@ impl Replication {
     /// Runs rounds until `stop` turns true.
     pub(crate) async fn run_worker(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut scrub_cursor = 0u64;
+        let mut rebalance_cursor = None;
         let mut deletes_seen = now_ms();
         loop {
             if let Err(e) = self.drop_deleted(&mut deletes_seen).await {
@@ -100,6 +102,9 @@ impl Replication {
             }
             if let Err(e) = self.round(&mut scrub_cursor).await {
                 warn!(error = %e, "a replication round failed; trying again");
+            }
+            if let Err(e) = self.rebalance_round(&mut rebalance_cursor).await {
+                warn!(error = %e, "a rebalancing round failed; trying again");
             }
             tokio::select! {
                 _ = tokio::time::sleep(self.repair.interval) => {}
@@ -168,7 +173,7 @@ impl Replication {
 
     /// Copies `photo` to the best node that holds none; whether it did.
     async fn copy_once(&self, photo: &PhotoCopies, nodes: &[PlacementNode]) -> bool {
-        let key = placement::key_of(&photo.id.to_le_bytes());
+        let key = placement::key_of(&photo.meta.sha256);
         let Some(target) = placement::targets(key, nodes, &photo.holders)
             .into_iter()
             .next()

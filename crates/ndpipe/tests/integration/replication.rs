@@ -402,6 +402,73 @@ async fn finetune_on(url: &str) {
     }
 }
 
+#[test]
+fn a_new_node_takes_its_share_of_the_photos() {
+    let Some(db) = test_postgres::database("rebalance") else {
+        return;
+    };
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(rebalanced_on(&db.url));
+}
+
+/// Two nodes hold 100 photos with two copies each; a third joins and rebalancing moves its
+/// share to it: every node within 15% of an even share, every photo at exactly two copies, and
+/// every photo reads back through every node.
+async fn rebalanced_on(url: &str) {
+    let (tuner, mut nodes, _) = cluster_of(url, &NAMES[..2], &[]);
+    tuner.wait_for_nodes(2).await;
+    let mut acked = BTreeMap::new();
+    for seed in 0..100 {
+        let (id, sum) = upload(&nodes[0], seed)
+            .await
+            .unwrap_or_else(|e| panic!("upload {seed}: {e:?}\n{}", nodes[0].log()));
+        acked.insert(id, sum);
+    }
+    nodes.push(replicated_node(url, &tuner, NAMES[2], &[]).0);
+    tuner.wait_for_nodes(3).await;
+    // 200 copies on three nodes: 66.7 each, within 15%.
+    let even = 200.0 / 3.0;
+    let mut polls = 0;
+    loop {
+        let counts = futures::future::join_all(nodes.iter().map(stored)).await;
+        let shared = counts.iter().sum::<u64>() == 200
+            && counts
+                .iter()
+                .all(|&c| (c as f64 - even).abs() <= 0.15 * even);
+        let page = nodes[2].json("/v1/photos?limit=1000").await;
+        let listed = page["photos"].as_array().unwrap();
+        let two_each = listed.len() == 100
+            && listed
+                .iter()
+                .all(|p| p["copies"].as_array().unwrap().len() == 2);
+        if shared && two_each {
+            break;
+        }
+        polls += 1;
+        assert!(
+            polls < POLLS,
+            "copies per node {counts:?}\n{}",
+            nodes[0].log()
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    let mut moved = 0.0;
+    for node in &nodes {
+        moved += metric(node, "ndpipe_store_replication_rebalanced_total").await;
+    }
+    assert!(moved >= 50.0, "{moved} photos moved");
+    for node in &nodes {
+        all_read_back(node, &acked).await;
+    }
+    let (ok, out, err) = cli(&["cluster", "--server", &nodes[2].url, "status"]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.starts_with("replicas 2: 100 photos at target, 0 under-replicated, 0 lost"),
+        "{out}"
+    );
+}
+
 /// [`unsigned_aws`], which must succeed.
 fn aws(endpoint: &str, args: &[&str]) {
     let (ok, out, err) = unsigned_aws(endpoint, args);

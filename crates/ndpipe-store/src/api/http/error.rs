@@ -209,6 +209,9 @@ impl From<ReplicationError> for ApiError {
             ReplicationError::Peer { .. } | ReplicationError::NoIntactCopy { .. } => {
                 unavailable("replica_unavailable", &e)
             }
+            ReplicationError::IsPrimary { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
+            }
             ReplicationError::Task(_) => internal(e),
         }
     }
