@@ -104,8 +104,10 @@ pub struct Config {
     pub label_wait_ms: u64,
     /// Copies of each photo on the cluster's nodes; 2 or more makes every node's client API a
     /// front door that places photos (needs a PostgreSQL `catalog`); 1 keeps each photo on the
-    /// node it was uploaded to.
-    pub replicas: u32,
+    /// node it was uploaded to. Unset: 2 on a cluster (a `postgres://` catalog and a `tuner`
+    /// to join, as `ndpipe pipestore` runs), else 1 (`ndpipe serve`, a SQLite catalog); see
+    /// [`Config::replicas`].
+    pub replicas: Option<u32>,
     /// Pause between rounds of the replication worker (repair, scrub, free-space report), in ms.
     pub repair_interval_ms: u64,
     /// Local copies the scrub re-reads and verifies per second (0: no scrub).
@@ -121,6 +123,18 @@ pub struct Config {
 }
 
 impl Config {
+    /// Copies of each photo: `replicas`, else 2 when the node runs in a cluster (a shared
+    /// PostgreSQL catalog and a Tuner to join) and 1 when it runs alone or embedded, where a
+    /// second copy has nowhere to go.
+    pub fn replicas(&self) -> u32 {
+        let in_cluster = self.tuner.is_some()
+            && self
+                .catalog
+                .as_deref()
+                .is_some_and(ndpipe_catalog::is_postgres_url);
+        self.replicas.unwrap_or(if in_cluster { 2 } else { 1 })
+    }
+
     /// The HTTP server's limits.
     pub(crate) fn http_limits(&self) -> ndpipe_util::serve::HttpLimits {
         ndpipe_util::serve::HttpLimits::from_config(
@@ -171,7 +185,7 @@ impl Default for Config {
             label_wait_ms: 5,
             fault_corrupt_chunks: 0,
             fault_fail_commits: 0,
-            replicas: 1,
+            replicas: None,
             repair_interval_ms: 1000,
             scrub_photos_per_second: 20,
             peer_timeout_ms: 30_000,
@@ -254,5 +268,27 @@ impl Default for GatewayConfig {
             max_uploads_per_client: store.max_uploads_per_client,
             peer_timeout_ms: store.peer_timeout_ms,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replicas_default_to_two_only_in_a_cluster() {
+        let pg = Some("postgres://ndpipe@db/ndpipe".to_string());
+        let tuner = Some("http://tuner:7070".to_string());
+        let with = |catalog: &Option<String>, tuner: &Option<String>, replicas| Config {
+            catalog: catalog.clone(),
+            tuner: tuner.clone(),
+            replicas,
+            ..Config::default()
+        };
+        assert_eq!(with(&pg, &tuner, None).replicas(), 2);
+        assert_eq!(with(&pg, &None, None).replicas(), 1, "embedded");
+        assert_eq!(with(&None, &tuner, None).replicas(), 1, "SQLite");
+        assert_eq!(with(&pg, &tuner, Some(1)).replicas(), 1, "set");
+        assert_eq!(with(&None, &None, Some(3)).replicas(), 3);
     }
 }

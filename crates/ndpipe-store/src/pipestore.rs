@@ -150,7 +150,7 @@ impl PipeStore {
             info!("online labelling started");
         }
         let ingestor = Arc::new(ingestor);
-        let replication = match (config.replicas, replica_map, ids) {
+        let replication = match (config.replicas(), replica_map, ids) {
             (0 | 1, _, _) => None,
             (_, Some(map), PhotoIds::Blocks(blocks)) => {
                 let parts = ReplicationParts {
@@ -170,7 +170,7 @@ impl PipeStore {
                     setting: "replicas",
                     reason: format!(
                         "{} copies need a catalog the nodes share: give a postgres:// catalog",
-                        config.replicas
+                        config.replicas()
                     ),
                 });
             }
@@ -253,7 +253,7 @@ async fn start_replication(config: &Config, parts: ReplicationParts) -> Result<R
     let replication = Replication::new(
         parts,
         FrontDoorConfig::new(
-            config.replicas,
+            config.replicas(),
             config.peer_timeout_ms,
             config.max_upload_bytes,
         ),
@@ -266,7 +266,7 @@ async fn start_replication(config: &Config, parts: ReplicationParts) -> Result<R
         step: "sweeping copies of deleted and unfinished photos",
         source: Box::new(e),
     })?;
-    info!(replicas = config.replicas, ?swept, "replication ready");
+    info!(replicas = config.replicas(), ?swept, "replication ready");
     Ok(replication)
 }
 

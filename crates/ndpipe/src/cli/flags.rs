@@ -120,7 +120,8 @@ pub(crate) struct PipeStoreFlags {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) label_wait_ms: Option<u64>,
     /// Copies of each photo; 2 or more makes this node a front door that places uploads on
-    /// that many nodes (needs a PostgreSQL --catalog) [replicas; default: 1].
+    /// that many nodes (needs a PostgreSQL --catalog) [replicas; default: 2 for a pipestore
+    /// with a postgres:// --catalog and a --tuner, else 1; a one-node cluster needs 1].
     #[arg(long, env = "NDPIPE_REPLICAS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) replicas: Option<u32>,
