@@ -97,6 +97,19 @@ impl FrontDoor {
         Ok(nodes)
     }
 
+    /// How many registered nodes placement may choose now (live, active, above their
+    /// free-space reserve), from a fresh read of the catalog.
+    pub(crate) async fn nodes_taking_photos(&self) -> Result<usize, ReplicationError> {
+        let catalog = self.catalog.clone();
+        let nodes = tokio::task::spawn_blocking(move || catalog.placement_nodes()).await??;
+        Ok(nodes.iter().filter(|n| placement::eligible(n)).count())
+    }
+
+    /// Copies wanted of each photo.
+    pub(crate) fn replicas(&self) -> u32 {
+        self.config.replicas
+    }
+
     /// Where an upload goes: its primary, and the other nodes it is copied to.
     pub(super) async fn place(
         &self,
@@ -317,11 +330,4 @@ pub(crate) struct NodeStatus {
     live: bool,
     active: bool,
     free_bytes: Option<u64>,
-}
-
-impl NodeStatus {
-    /// Whether placement may choose the node: live, active, above its free-space reserve.
-    pub(crate) fn takes_photos(&self) -> bool {
-        self.live && self.active && self.free_bytes != Some(0)
-    }
 }

@@ -146,7 +146,7 @@ impl Replication {
 
     /// Copies wanted of each photo.
     fn replicas(&self) -> u32 {
-        self.front.config.replicas
+        self.front.replicas()
     }
 
     /// Stores an upload on `replicas` nodes: ingested here when this node is its primary,

@@ -21,7 +21,7 @@ const UNKNOWN_FREE_BYTES: u64 = 1 << 30;
 pub(crate) fn place(key: u64, nodes: &[PlacementNode], replicas: usize) -> Vec<PlacementNode> {
     let mut scored: Vec<(f64, &PlacementNode)> = nodes
         .iter()
-        .filter(|n| n.live && n.active && n.free_bytes != Some(0))
+        .filter(|n| eligible(n))
         .map(|n| (score(key, n), n))
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
@@ -30,6 +30,11 @@ pub(crate) fn place(key: u64, nodes: &[PlacementNode], replicas: usize) -> Vec<P
         .take(replicas)
         .map(|(_, n)| n.clone())
         .collect()
+}
+
+/// Whether placement may choose `node`: live, active, above its free-space reserve.
+pub(crate) fn eligible(node: &PlacementNode) -> bool {
+    node.live && node.active && node.free_bytes != Some(0)
 }
 
 /// The nodes, best first, that should take a new copy of a photo that `holders` have: live,

@@ -172,6 +172,7 @@ async fn gateway_on(url: &str) {
         }
     }
     assert_eq!(after_kill, 20, "uploads after the kill\n{}", gateway.log());
+    assert_eq!(gateway.json("/readyz").await["live_nodes"], 2);
     all_read_back(&gateway, &acked).await;
     drop(tuner);
 }

@@ -174,16 +174,15 @@ struct Ready {
 async fn ready(State(state): State<GatewayState>) -> Result<Json<Ready>, ApiError> {
     let not_ready =
         |message: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", message);
-    let status = state
+    let live_nodes = state
         .front
-        .status()
+        .nodes_taking_photos()
         .await
         .map_err(|e| not_ready(format!("the catalog does not answer: {e}")))?;
-    let live_nodes = status.nodes.iter().filter(|n| n.takes_photos()).count();
-    if live_nodes < status.replicas as usize {
+    let wanted = state.front.replicas();
+    if live_nodes < wanted as usize {
         return Err(not_ready(format!(
-            "{live_nodes} live nodes take photos, {} copies are wanted",
-            status.replicas
+            "{live_nodes} live nodes take photos, {wanted} copies are wanted"
         )));
     }
     Ok(Json(Ready {
