@@ -414,7 +414,7 @@ fn a_new_node_takes_its_share_of_the_photos() {
 
 /// Two nodes hold 100 photos with two copies each; a third joins and rebalancing moves its
 /// share to it: every node within 15% of an even share, every photo at exactly two copies, and
-/// every photo reads back through every node.
+/// every photo reads back through every node. Drained, the third node gives its copies back.
 async fn rebalanced_on(url: &str) {
     let (tuner, mut nodes, _) = cluster_of(url, &NAMES[..2], &[]);
     tuner.wait_for_nodes(2).await;
@@ -467,6 +467,21 @@ async fn rebalanced_on(url: &str) {
         out.starts_with("replicas 2: 100 photos at target, 0 under-replicated, 0 lost"),
         "{out}"
     );
+
+    // The third node drained: its copies move back to the other two.
+    let (ok, out, err) = cli(&["nodes", "--server", &tuner.url, "drain", NAMES[2]]);
+    assert!(ok, "{out}{err}");
+    let mut polls = 0;
+    loop {
+        let counts = futures::future::join_all(nodes.iter().map(stored)).await;
+        if counts == [100, 100, 0] {
+            break;
+        }
+        polls += 1;
+        assert!(polls < POLLS, "copies per node {counts:?} after the drain");
+        tokio::time::sleep(POLL).await;
+    }
+    all_read_back(&nodes[0], &acked).await;
 }
 
 /// [`unsigned_aws`], which must succeed.
