@@ -1,8 +1,10 @@
 //! A gateway in front of three PipeStores on one PostgreSQL catalog with two copies of every
 //! photo, all real processes behind a cluster secret: uploads through the gateway land on two
 //! nodes each and read back byte for byte through it, its listing and cluster status cover
-//! them, a delete through it removes every copy, a client without its token gets 401, and with
-//! one PipeStore killed, uploads go to the survivors and every photo still reads back.
+//! them, a delete through it removes every copy, a client without its token gets 401, with
+//! one PipeStore killed, uploads go to the survivors and every photo still reads back, a
+//! gateway without the cluster secret is refused, and an access key made on a PipeStore works
+//! at the gateway.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -174,5 +176,33 @@ async fn gateway_on(url: &str) {
     assert_eq!(after_kill, 20, "uploads after the kill\n{}", gateway.log());
     assert_eq!(gateway.json("/readyz").await["live_nodes"], 2);
     all_read_back(&gateway, &acked).await;
+
+    // A gateway without the cluster secret is refused by every PipeStore: 503, nothing stored.
+    let stranger = Instance::start_gateway(&["--catalog", url, "--replicas", "2"]);
+    let (status, body, _) = upload(&stranger, 999, None).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(
+        stranger
+            .get(&format!("/v1/photos/{}", acked.keys().next().unwrap()))
+            .await
+            .0,
+        503
+    );
+
+    // An access key made on a PipeStore (the catalog is shared) lets a client through the
+    // gateway; once a key exists, a call without one is 401 there too.
+    let created = nodes[0]
+        .client()
+        .post(format!("{}/v1/admin/keys", nodes[0].url))
+        .json(&serde_json::json!({"name": "uploader", "role": "write"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status().as_u16(), 201);
+    let key: serde_json::Value = created.json().await.unwrap();
+    let secret = key["secret_key"].as_str().unwrap();
+    assert_eq!(gateway.get("/v1/photos").await.0, 401);
+    let (status, body, _) = upload(&gateway, 1000, Some(secret)).await;
+    assert_eq!(status, 201, "{body}");
     drop(tuner);
 }
