@@ -9,7 +9,7 @@ export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 PY_VENV := $(CURDIR)/target/py/venv
 PY_CRATE := python/spidercache/Cargo.toml
 
-.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication
+.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -74,13 +74,21 @@ bench-cache: build-bench
 bench-faults: build-bench
 	target/release/ndpipe-bench faults --rounds 100 --json $(CACHE)/bench-faults.json
 
-## Crash loops: 100 kill -9 cycles during uploads, deletes and compactions; every acknowledged write checked.
+## Crash loops: 100 kill -9 cycles during uploads, deletes and compactions, then 30 during
+## re-labelling and 30 during fine-tunes that deploy; every acknowledged write and label checked.
 bench-crash: build-bench
 	target/release/ndpipe-bench crash --cycles 100 --json $(CACHE)/bench-crash.json
+	target/release/ndpipe-bench crash --cycles 30 --mode relabel --max-kill-ms 2500 --json $(CACHE)/bench-crash-relabel.json
+	target/release/ndpipe-bench crash --cycles 30 --mode finetune --max-kill-ms 2500 --json $(CACHE)/bench-crash-finetune.json
 
 ## S3 throughput: the same large JPEGs up and down through aws s3 cp, s5cmd, boto3 and /v1.
 bench-s3: build-bench
 	target/release/ndpipe-bench s3 --json $(CACHE)/bench-s3.json
+
+## NDPipe's scaling on emulated PipeStores (models capped at a calibrated rate): 1-8 nodes and
+## near-data vs conventional under Tuner-ingress caps; tables and plots in docs/experiments/.
+experiment-scaling: build-bench
+	target/release/ndpipe-bench scaling --json $(CACHE)/experiment-scaling.json
 
 ## Replication: uploads and reads with 1, 2, 3 copies and the repair rate after a node's removal.
 bench-replication: build-bench

@@ -1,5 +1,5 @@
-//! PNG line charts of one series per policy over epochs, drawn with
-//! plotters' bitmap backend and encoded with `image`.
+//! PNG line charts (one series per policy over epochs, or any series over
+//! an x axis), drawn with plotters' bitmap backend and encoded with `image`.
 //!
 //! Text needs a TrueType font: `CACHEBENCH_FONT` names one, else the first
 //! of a few common system fonts found is used.
@@ -59,41 +59,79 @@ pub fn line_chart(
     y: Range<f64>,
     series: &[(String, Vec<f64>)],
 ) -> Result<()> {
+    let epochs = series
+        .iter()
+        .map(|(_, v)| v.len())
+        .max()
+        .unwrap_or(1)
+        .max(2);
+    let x: Vec<f64> = (0..epochs).map(|e| e as f64).collect();
+    xy_chart(path, title, "epoch", y_label, &x, y, series)
+}
+
+/// Writes a PNG chart of `series` (name, one value per point of `x`), each
+/// drawn as a line with a marker at each point, the y axis spanning `y`.
+pub fn xy_chart(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    x: &[f64],
+    y: Range<f64>,
+    series: &[(String, Vec<f64>)],
+) -> Result<()> {
     ensure_font()?;
     let (w, h) = SIZE;
+    let (x_min, x_max) = x
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        });
+    let x_range = if x_min < x_max {
+        x_min..x_max
+    } else {
+        0.0..1.0
+    };
+    let whole = x.iter().all(|v| v.fract() == 0.0);
     let mut pixels = vec![0u8; (w * h * 3) as usize];
     {
         let root = BitMapBackend::with_buffer(&mut pixels, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(plot_err)?;
         let (plot, legend) = root.split_horizontally(w - LEGEND_WIDTH);
-        let epochs = series
-            .iter()
-            .map(|(_, v)| v.len())
-            .max()
-            .unwrap_or(1)
-            .max(2);
         let mut chart = ChartBuilder::on(&plot)
             .caption(title, (FAMILY, 20))
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(56)
-            .build_cartesian_2d(0f64..(epochs - 1) as f64, y)
+            .build_cartesian_2d(x_range, y)
             .map_err(plot_err)?;
+        let format = |v: &f64| {
+            if whole {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.1}")
+            }
+        };
         chart
             .configure_mesh()
-            .x_desc("epoch")
+            .x_desc(x_label)
             .y_desc(y_label)
-            .x_labels(epochs)
-            .x_label_formatter(&|x| format!("{x:.0}"))
+            .x_labels(x.len().clamp(2, 12))
+            .x_label_formatter(&format)
             .label_style((FAMILY, 13))
             .draw()
             .map_err(plot_err)?;
         for (k, (name, values)) in series.iter().enumerate() {
             let color = Palette99::pick(k).to_rgba();
-            let points = values.iter().enumerate().map(|(i, &v)| (i as f64, v));
+            let points: Vec<(f64, f64)> = x.iter().copied().zip(values.iter().copied()).collect();
             chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
                 .map_err(plot_err)?;
+            if points.len() <= 16 {
+                chart
+                    .draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))
+                    .map_err(plot_err)?;
+            }
             let row = 48 + 22 * k as i32;
             legend
                 .draw(&PathElement::new(

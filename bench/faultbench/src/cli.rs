@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::{CrashConfig, CrashMode, CrashReport, FaultConfig, FaultReport, Outcome};
+use crate::{CrashConfig, CrashMode, CrashModel, CrashReport, FaultConfig, FaultReport, Outcome};
 
 /// Flags of `ndpipe-bench faults`.
 #[derive(Debug, Clone, Args)]
@@ -156,9 +156,19 @@ pub struct CrashArgs {
     /// The latest moment of the kill after the writes start (ms).
     #[arg(long, default_value_t = 1500)]
     pub max_kill_ms: u64,
-    /// What runs during the kill: uploads, or uploads with deletes and compactions.
+    /// What runs during the kill: uploads; uploads with deletes and compactions; uploads with
+    /// re-labelling jobs; or uploads with fine-tunes that deploy (the last two with the model).
     #[arg(long, value_enum, default_value_t = CrashMode::Compaction)]
     pub mode: CrashMode,
+    /// The model folder (modes relabel and finetune).
+    #[arg(long, env = "NDPIPE_MODEL_DIR", default_value = ".cache/model")]
+    pub model_dir: PathBuf,
+    /// The Fashion-MNIST folder (modes relabel and finetune).
+    #[arg(long, default_value = "/usr/share/datasets/fashion-mnist")]
+    pub fashion_mnist_dir: PathBuf,
+    /// Fashion-MNIST photos imported before the first cycle (modes relabel and finetune).
+    #[arg(long, default_value_t = 300)]
+    pub training_photos: usize,
     /// Where the store keeps its data and log (default: a temporary folder).
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
@@ -179,6 +189,11 @@ pub fn run_crash(args: CrashArgs, ndpipe: PathBuf) -> Result<()> {
         uploaders: args.uploaders,
         max_kill_ms: args.max_kill_ms,
         mode: args.mode,
+        model: Some(CrashModel {
+            model_dir: args.model_dir.clone(),
+            fashion_mnist_dir: args.fashion_mnist_dir.clone(),
+            photos: args.training_photos,
+        }),
     };
     let bar = ProgressBar::new(args.cycles as u64).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} cycles {msg} [{elapsed}]")
@@ -194,7 +209,7 @@ pub fn run_crash(args: CrashArgs, ndpipe: PathBuf) -> Result<()> {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    if report.lost > 0 || report.resurrected > 0 {
+    if report.lost > 0 || report.resurrected > 0 || report.unlabelled > 0 {
         bail!("acknowledged writes were lost: {:?}", report.problems);
     }
     Ok(())
@@ -214,12 +229,20 @@ fn print_crash_table(report: &CrashReport) {
     println!("| count | value | target |");
     println!("|---|---|---|");
     println!("| cycles (kill -9, restart) | {} | |", report.cycles.len());
+    println!(
+        "| of those, killed while a job ran | {} | |",
+        report.kills_during_job
+    );
     println!("| uploads acknowledged | {} | |", report.acknowledged);
     println!("| of those, lost or changed | {} | 0 |", report.lost);
     println!("| deletes acknowledged | {} | |", report.deleted);
     println!(
         "| of those, back after a restart | {} | 0 |",
         report.resurrected
+    );
+    println!(
+        "| acknowledged photos without labels (with a model) | {} | 0 |",
+        report.unlabelled
     );
     println!(
         "| restart to /healthz, p50 ms | {} | |",

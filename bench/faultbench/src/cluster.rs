@@ -3,7 +3,6 @@
 use std::ffi::OsString;
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -137,20 +136,11 @@ impl Cluster {
 
 /// Imports Fashion-MNIST photos `skip..skip + photos_per_node` into the PipeStore at `url`.
 fn import(config: &FaultConfig, exe: &Path, url: &str, skip: usize) -> Result<()> {
-    let out = Command::new(exe)
-        .args(["import", "--server", url, "--quiet", "--fashion-mnist"])
-        .arg("--fashion-mnist-dir")
-        .arg(&config.fashion_mnist_dir)
-        .args(["--skip", &skip.to_string()])
-        .args(["--limit", &config.photos_per_node.to_string()])
-        .output()
-        .context("running ndpipe import")?;
-    if !out.status.success() {
-        bail!(
-            "ndpipe import into {url} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
+    crate::procs::import_fashion_mnist(
+        exe,
+        url,
+        &config.fashion_mnist_dir,
+        skip,
+        config.photos_per_node,
+    )
 }

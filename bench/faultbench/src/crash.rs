@@ -1,21 +1,27 @@
-//! Crash loops: one `ndpipe serve` under concurrent uploads (and, in compaction mode, deletes
-//! and compactions) is killed with SIGKILL at a random moment, started again, and every
-//! acknowledged write is checked: each photo that got a 201 reads back byte for byte with its
-//! catalog row, and each photo whose delete got a 204 stays gone.
+//! Crash loops: one `ndpipe serve` under concurrent uploads (and, by mode, deletes and
+//! compactions, re-labelling jobs, or fine-tunes that deploy) is killed with SIGKILL at a random
+//! moment, started again, and every acknowledged write is checked: each photo that got a 201
+//! reads back byte for byte with its catalog row (and, with a model, its labels), and each photo
+//! whose delete got a 204 stays gone.
 
 use std::collections::HashMap;
 use std::io::Cursor;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::crash_jobs::Background;
 use crate::procs::Proc;
+
+/// Looks at the labels of the acknowledged photos after the last restart, this many times at
+/// most (half a second apart), until every one has them: labelling at ingest may be queued.
+const LABEL_POLLS: usize = 240;
 
 /// What runs while the process is killed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -25,6 +31,29 @@ pub enum CrashMode {
     Uploads,
     /// Uploads, deletes of acknowledged photos, and compactions.
     Compaction,
+    /// Uploads labelled by the model while re-labelling jobs run one after another.
+    Relabel,
+    /// Uploads labelled by the model while fine-tunes run one after another, each deploying
+    /// its head (a re-labelling of every photo).
+    Finetune,
+}
+
+impl CrashMode {
+    /// Whether the store runs with a model (and the photos get labels).
+    fn with_model(self) -> bool {
+        matches!(self, CrashMode::Relabel | CrashMode::Finetune)
+    }
+}
+
+/// What a store with a model needs: the model and photos with ground truth to fine-tune on.
+#[derive(Debug, Clone)]
+pub struct CrashModel {
+    /// The model folder.
+    pub model_dir: PathBuf,
+    /// The Fashion-MNIST folder (Debian's `dataset-fashion-mnist`).
+    pub fashion_mnist_dir: PathBuf,
+    /// Fashion-MNIST photos imported before the first cycle (the fine-tune's training set).
+    pub photos: usize,
 }
 
 /// How a crash loop is set up.
@@ -40,6 +69,8 @@ pub struct CrashConfig {
     pub max_kill_ms: u64,
     /// What runs during the kill.
     pub mode: CrashMode,
+    /// The model, for the modes that need one.
+    pub model: Option<CrashModel>,
 }
 
 /// One cycle's record.
@@ -55,6 +86,8 @@ pub struct Cycle {
     pub deleted: usize,
     /// Milliseconds from the restart to the first `/healthz` answer.
     pub restart_ms: u64,
+    /// Whether a compaction, re-labelling or fine-tune was running when the kill came.
+    pub during_job: bool,
 }
 
 /// What a crash loop found.
@@ -70,6 +103,11 @@ pub struct CrashReport {
     pub deleted: usize,
     /// Of those, photos that came back (target 0).
     pub resurrected: usize,
+    /// Cycles whose kill came while a background job ran.
+    pub kills_during_job: usize,
+    /// With a model: acknowledged photos still without labels after the last restart and a
+    /// bounded wait (target 0).
+    pub unlabelled: usize,
     /// What went wrong, per lost or resurrected photo (the first few).
     pub problems: Vec<String>,
 }
@@ -91,7 +129,16 @@ pub(crate) fn run(
     dir: &Path,
     mut progress: impl FnMut(&Cycle),
 ) -> Result<CrashReport> {
-    let (mut proc, url) = crate::procs::retrying_taken_ports(|| serve(exe, dir))?;
+    let model = match (&config.model, config.mode.with_model()) {
+        (Some(model), true) => Some(model),
+        (None, true) => bail!("crash mode {:?} needs a model", config.mode),
+        (_, false) => None,
+    };
+    let (mut proc, url) = crate::procs::retrying_taken_ports(|| serve(exe, dir, model))?;
+    if let Some(model) = model {
+        // The fine-tune's training set, with ground truth.
+        crate::procs::import_fashion_mnist(exe, &url, &model.fashion_mnist_dir, 0, model.photos)?;
+    }
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(30)))
         .http_status_as_error(false)
@@ -112,19 +159,17 @@ pub(crate) fn run(
                 std::thread::spawn(move || write_until(&agent, &url, &acked, &stop, seed, mode))
             })
             .collect();
-        let compactor = (config.mode == CrashMode::Compaction).then(|| {
-            let (agent, url, stop) = (agent.clone(), url.clone(), stop.clone());
-            std::thread::spawn(move || compact_until(&agent, &url, &stop))
-        });
+        let background = Background::start(config.mode, &agent, &url, &stop);
         let killed_at_ms = rng.random_range(100..=config.max_kill_ms.max(100));
         std::thread::sleep(Duration::from_millis(killed_at_ms));
+        let during_job = background.as_ref().is_some_and(Background::in_job);
         proc.kill9();
         stop.store(true, Ordering::Relaxed);
         for w in writers {
             let _ = w.join();
         }
-        if let Some(c) = compactor {
-            let _ = c.join();
+        if let Some(b) = background {
+            b.join();
         }
         let restarted = Instant::now();
         proc.start()
@@ -136,6 +181,7 @@ pub(crate) fn run(
             acknowledged: after.0 - before.0,
             deleted: after.1 - before.1,
             restart_ms: restarted.elapsed().as_millis() as u64,
+            during_job,
         };
         progress(&record);
         cycles.push(record);
@@ -161,8 +207,21 @@ pub(crate) fn run(
             ));
         }
     }
+    let unlabelled = match model {
+        Some(_) => {
+            let ids: Vec<u64> = acked.present.keys().copied().collect();
+            let missing = unlabelled(&agent, &url, &ids)?;
+            for id in missing.iter().take(5) {
+                problems.push(format!("photo {id}: acknowledged, but it has no labels"));
+            }
+            missing.len()
+        }
+        None => 0,
+    };
     problems.truncate(20);
     Ok(CrashReport {
+        kills_during_job: cycles.iter().filter(|c| c.during_job).count(),
+        unlabelled,
         acknowledged: acked.present.len() + acked.deleted.len() + acked.uncertain.len(),
         deleted: acked.deleted.len(),
         cycles,
@@ -172,17 +231,17 @@ pub(crate) fn run(
     })
 }
 
-/// Starts `ndpipe serve` (no model; S3 on a free port) on `dir/data` at a free port.
-fn serve(exe: &Path, dir: &Path) -> Result<(Proc, String)> {
+/// Starts `ndpipe serve` (with `model`'s model, or none; S3 on a free port) on `dir/data` at a
+/// free port.
+fn serve(exe: &Path, dir: &Path, model: Option<&CrashModel>) -> Result<(Proc, String)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
     let url = format!("http://127.0.0.1:{port}");
     let data = dir.join("data").to_string_lossy().to_string();
     let listen = format!("127.0.0.1:{port}");
-    let args = [
+    let mut args: Vec<std::ffi::OsString> = [
         "serve",
-        "--no-model",
         "--data",
         &data,
         "--listen",
@@ -193,6 +252,10 @@ fn serve(exe: &Path, dir: &Path) -> Result<(Proc, String)> {
     .iter()
     .map(std::ffi::OsString::from)
     .collect();
+    match model {
+        Some(m) => args.extend(["--model-dir".into(), m.model_dir.clone().into_os_string()]),
+        None => args.push("--no-model".into()),
+    }
     let mut proc = Proc::new(
         "serve",
         url.clone(),
@@ -292,20 +355,6 @@ fn write_until(
     }
 }
 
-/// Compacts the store again and again until `stop`.
-fn compact_until(agent: &ureq::Agent, url: &str, stop: &AtomicBool) {
-    while !stop.load(Ordering::Relaxed) {
-        if agent
-            .post(format!("{url}/v1/admin/compact"))
-            .send_empty()
-            .is_err()
-        {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn get(agent: &ureq::Agent, url: &str) -> Result<(u16, Vec<u8>)> {
     let mut resp = agent
         .get(url)
@@ -334,4 +383,30 @@ fn check_present(agent: &ureq::Agent, url: &str, id: u64, sha: &str) -> Result<(
         ));
     }
     Ok(())
+}
+
+/// Of `ids`, those with no labels after at most [`LABEL_POLLS`] looks.
+fn unlabelled(agent: &ureq::Agent, url: &str, ids: &[u64]) -> Result<Vec<u64>> {
+    let mut missing = ids.to_vec();
+    for _ in 0..LABEL_POLLS {
+        let mut still = Vec::new();
+        for &id in &missing {
+            let (status, body) = get(agent, &format!("{url}/v1/photos/{id}/labels"))?;
+            let labels: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let labelled = labels.as_array().is_some_and(|versions| {
+                versions
+                    .iter()
+                    .any(|v| v["labels"].as_array().is_some_and(|l| !l.is_empty()))
+            });
+            if status != 200 || !labelled {
+                still.push(id);
+            }
+        }
+        missing = still;
+        if missing.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Ok(missing)
 }

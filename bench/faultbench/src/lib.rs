@@ -1,9 +1,9 @@
 //! Fault injection against real ndpipe processes.
 //!
 //! Crash loops ([`crash()`]): one `ndpipe serve` under concurrent uploads (and deletes and
-//! compactions) is killed with SIGKILL at a random moment and restarted; every acknowledged
-//! upload must read back byte for byte with its catalog row, every acknowledged delete must
-//! stay deleted.
+//! compactions, re-labelling jobs, or fine-tunes that deploy) is killed with SIGKILL at a random
+//! moment and restarted; every acknowledged upload must read back byte for byte with its
+//! catalog row (and its labels, with a model), every acknowledged delete must stay deleted.
 //!
 //! Cluster rounds ([`run`]):
 //! A Tuner and `nodes` PipeStores of the `ndpipe` binary run on loopback (with a cluster
@@ -18,12 +18,14 @@
 //! - `api`: the Tuner's HTTP API;
 //! - `rounds`: one round and its judgement;
 //! - `crash`: the crash loops;
+//! - `crash_jobs`: the jobs a crash loop runs beside its uploads;
 //! - `cli`: `ndpipe-bench faults` and `ndpipe-bench crash`, their tables and JSON.
 
 mod api;
 pub mod cli;
 mod cluster;
 mod crash;
+mod crash_jobs;
 mod procs;
 mod rounds;
 
@@ -34,7 +36,7 @@ use anyhow::{Context, Result};
 use rand::SeedableRng;
 use serde::Serialize;
 
-pub use crash::{CrashConfig, CrashMode, CrashReport, Cycle};
+pub use crash::{CrashConfig, CrashMode, CrashModel, CrashReport, Cycle};
 pub use rounds::{Fault, Outcome, Round};
 
 /// Runs a crash loop (see [`CrashConfig`]) on an `ndpipe serve` of `exe` in `dir`.

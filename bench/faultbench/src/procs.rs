@@ -173,6 +173,33 @@ impl Proc {
     }
 }
 
+/// Imports Fashion-MNIST photos `skip..skip + limit` (with their ground truth) from `dir` into
+/// the store at `url` with `ndpipe import`.
+pub(crate) fn import_fashion_mnist(
+    exe: &Path,
+    url: &str,
+    dir: &Path,
+    skip: usize,
+    limit: usize,
+) -> Result<()> {
+    let out = Command::new(exe)
+        .args(["import", "--server", url, "--quiet", "--fashion-mnist"])
+        .arg("--fashion-mnist-dir")
+        .arg(dir)
+        .args(["--skip", &skip.to_string()])
+        .args(["--limit", &limit.to_string()])
+        .output()
+        .context("running ndpipe import")?;
+    if !out.status.success() {
+        bail!(
+            "ndpipe import into {url} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
 /// Runs `start` again (up to four more times) when it failed because a port it picked was
 /// taken meanwhile by another process: free ports are only free until someone binds them.
 pub(crate) fn retrying_taken_ports<T>(mut start: impl FnMut() -> Result<T>) -> Result<T> {

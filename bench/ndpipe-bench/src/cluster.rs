@@ -53,6 +53,17 @@ impl Cluster {
     /// `bench-0..n`, uploads `photos` round-robin and waits until they are labelled and the nodes
     /// registered.
     pub(crate) async fn start(n: usize, photos: &[Photo], model_dir: &Path) -> Result<Self> {
+        Self::start_capped(n, photos, model_dir, 0.0).await
+    }
+
+    /// [`Cluster::start`] with each PipeStore's model capped at `model_rate_limit` images/s
+    /// (0: no cap), an emulated slower accelerator.
+    pub(crate) async fn start_capped(
+        n: usize,
+        photos: &[Photo],
+        model_dir: &Path,
+        model_rate_limit: f64,
+    ) -> Result<Self> {
         eprintln!(
             "starting a Tuner and {n} PipeStores, uploading {} photos...",
             photos.len()
@@ -73,6 +84,7 @@ impl Cluster {
         for i in 0..n {
             let config = ndpipe_store::Config {
                 intra_threads: 1,
+                model_rate_limit,
                 tuner: Some(grpc.clone()),
                 name: Some(format!("bench-{i}")),
                 ..store_config(dir.path().join(format!("node{i}")), Some(model_dir))
@@ -80,7 +92,8 @@ impl Cluster {
             let store = PipeStore::open(config).await?;
             nodes.push(store.start(None, None).await?);
         }
-        for (i, node) in nodes.iter().enumerate() {
+        // Every node takes its share at once: a capped model labels slowly.
+        let uploads = nodes.iter().enumerate().map(|(i, node)| async move {
             let client = client(node.http_addr())?;
             for (png, label, split) in photos.iter().skip(i).step_by(n) {
                 client
@@ -88,8 +101,9 @@ impl Cluster {
                     .await
                     .map_err(|e| anyhow::anyhow!("upload failed: {e:?}"))?;
             }
-            wait_labelled(&client, photos.len().saturating_sub(i).div_ceil(n)).await?;
-        }
+            wait_labelled(&client, photos.len().saturating_sub(i).div_ceil(n)).await
+        });
+        futures::future::try_join_all(uploads).await?;
         let deadline = Instant::now() + Duration::from_secs(30);
         while tuner.nodes()?.iter().filter(|n| n.live).count() < n {
             ensure!(Instant::now() < deadline, "PipeStores did not register");

@@ -14,6 +14,7 @@ mod infer;
 mod ingest;
 mod replication;
 mod s3;
+mod scaling;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,6 +40,9 @@ enum Which {
     /// Fine-tuning across PipeStores: near-data vs conventional under bandwidth caps, r = 1, 2,
     /// 4, and 1, 2, 4 PipeStores, load balancing.
     Finetune(finetune::FinetuneBench),
+    /// Scaling on emulated PipeStores (each model capped at a rate calibrated in the same run):
+    /// 1, 2, 4, 8 nodes, and near-data vs conventional under a cap on the Tuner's ingress.
+    Scaling(scaling::ScalingBench),
     /// S3 throughput: the same large JPEGs up and down through aws s3 cp, s5cmd, boto3 and /v1.
     S3(s3::S3Bench),
     /// Replication: upload and read throughput with 1, 2 and 3 copies, and the repair rate after
@@ -88,6 +92,7 @@ async fn run(which: Which) -> Result<()> {
         Which::Finetune(b) => finetune::run(b).await,
         Which::Drift(b) => drift::run(b).await,
         Which::S3(b) => s3::run(b).await,
+        Which::Scaling(b) => scaling::run(b).await,
         Which::Replication(b) => replication::run(b).await,
         Which::Fuzz(b) => fuzz::run(b).await,
         Which::Cache(b) => {

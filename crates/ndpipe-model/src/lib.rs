@@ -14,6 +14,7 @@
 //!   [`extract_features`] runs it over many tensors.
 //! - [`head`]: fine-tuned classifier heads over the features: [`HeadWeights`] (what PipeStores
 //!   run to label photos) and [`HeadFile`], the one on-disk head format.
+//! - [`RateCapped`]: a model capped at a throughput, to emulate a slower accelerator.
 //! - `session` (feature `ort`, on by default): [`OrtBackend`], the model run by ONNX Runtime loaded
 //!   from a shared library at run time, checked against its manifest at load.
 //!
@@ -44,6 +45,7 @@ pub mod fuzzing;
 pub mod head;
 pub mod manifest;
 pub mod preprocess;
+mod rate_cap;
 #[cfg(feature = "ort")]
 pub mod session;
 pub mod tensor;
@@ -54,6 +56,7 @@ pub use backend::{InferenceBackend, ModelError, ModelInfo, Normalizer, Outputs, 
 pub use extract::extract_features;
 pub use head::{HeadError, HeadFile, HeadVersion, HeadWeights};
 pub use manifest::{Layout, ModelManifest, OutputNames};
+pub use rate_cap::RateCapped;
 #[cfg(feature = "ort")]
 pub use session::{ExecutionProvider, OrtBackend, RuntimeConfig};
 

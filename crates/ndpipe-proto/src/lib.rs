@@ -4,7 +4,8 @@
 //! boundary: a [`FeatureChunk`](pb::FeatureChunk) is only accepted as [`Features`] when its
 //! checksum, counts and dimensions agree, and a staged head only as a
 //! [`HeadWeights`] when its checksum holds and its byte length matches
-//! its shape. [`RunPlan`] is the chunking contract both sides compute alike.
+//! its shape. [`RunPlan`] is the chunking contract both sides compute alike, and a
+//! [`CountedChannel`] counts the bytes that cross a channel.
 #![deny(missing_docs)]
 
 use ndpipe_model::HeadWeights;
@@ -15,6 +16,7 @@ pub mod pb {
     tonic::include_proto!("ndpipe.v1");
 }
 
+mod counted;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -22,6 +24,7 @@ mod plan;
 mod tls;
 pub mod transport;
 
+pub use counted::{ByteCounter, CountedChannel};
 pub use plan::{MAX_RUNS, RunPlan};
 
 /// The protocol version this build speaks; a node with another version is refused.

@@ -98,6 +98,10 @@ pub struct Config {
     pub intra_threads: usize,
     /// Largest batch per model run (online labelling and re-labelling).
     pub max_batch: usize,
+    /// Images per second the model may do at most, over all its uses (0: no cap): emulates a
+    /// slower accelerator, so that several PipeStores on one machine behave like machines of
+    /// that rate in experiments.
+    pub model_rate_limit: f64,
     /// Where inference runs: `cpu`, `cuda` or `tensorrt`.
     pub execution_provider: ExecutionProvider,
     /// Longest wait, in ms, for concurrent uploads to fill an online-labelling batch.
@@ -181,6 +185,7 @@ impl Default for Config {
             no_model: false,
             intra_threads: 0,
             max_batch: 32,
+            model_rate_limit: 0.0,
             execution_provider: ExecutionProvider::Cpu,
             label_wait_ms: 5,
             fault_corrupt_chunks: 0,

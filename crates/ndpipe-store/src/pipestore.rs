@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ndpipe_catalog::{Catalog, ReplicaCatalog};
-use ndpipe_model::{InferenceBackend, OrtBackend, PreprocessConfig, RuntimeConfig};
+use ndpipe_model::{InferenceBackend, OrtBackend, PreprocessConfig, RateCapped, RuntimeConfig};
 use ndpipe_proto::transport::{ClusterSecret, Tls};
 use tracing::info;
 
@@ -244,6 +244,20 @@ async fn load_model(config: &Config) -> Result<Arc<dyn InferenceBackend>, Error>
             dir: config.model_dir.clone(),
             source,
         })?;
+    let rate = config.model_rate_limit;
+    if !(rate.is_finite() && rate >= 0.0) {
+        return Err(Error::Config {
+            setting: "model_rate_limit",
+            reason: format!("{rate} is not a rate: give images per second >= 0 (0: no cap)"),
+        });
+    }
+    if rate > 0.0 {
+        info!(
+            images_per_second = rate,
+            "model throughput capped (an emulated slower accelerator)"
+        );
+        return Ok(Arc::new(RateCapped::new(Arc::new(backend), rate)));
+    }
     Ok(Arc::new(backend))
 }
 

@@ -13,10 +13,10 @@ use std::time::Duration;
 use ndpipe_catalog::{CatalogError, NodeRecord, NodeRegistry, NodeState};
 use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
 use ndpipe_proto::transport::{self, ClusterSecret, Tls};
+use ndpipe_proto::{ByteCounter, CountedChannel};
 use ndpipe_util::sync::lock;
 use ndpipe_util::time::now_ms;
 use serde::{Deserialize, Serialize};
-use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::info;
 
@@ -53,13 +53,16 @@ pub struct NodeView {
     pub last_seen_ms: i64,
 }
 
+/// A client of a PipeStore, its bytes counted at the transport.
+pub(crate) type NodeClient = PipeStoreClient<CountedChannel>;
+
 /// A registered PipeStore with its client, as a job uses it.
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
     pub(crate) id: u32,
     pub(crate) name: String,
     pub(crate) url: String,
-    client: PipeStoreClient<Channel>,
+    client: NodeClient,
     /// The deadline of its unary calls and the longest silence of its streams.
     timeout: Duration,
     /// Sent with every call, when the cluster has one.
@@ -81,7 +84,7 @@ impl Node {
     pub(crate) async fn unary<Req, T, Fut>(
         &self,
         message: Req,
-        call: impl FnOnce(PipeStoreClient<Channel>, Request<Req>) -> Fut,
+        call: impl FnOnce(NodeClient, Request<Req>) -> Fut,
     ) -> Result<T, Status>
     where
         Fut: Future<Output = Result<Response<T>, Status>>,
@@ -94,7 +97,7 @@ impl Node {
     pub(crate) async fn open<Req, T, Fut>(
         &self,
         message: Req,
-        call: impl FnOnce(PipeStoreClient<Channel>, Request<Req>) -> Fut,
+        call: impl FnOnce(NodeClient, Request<Req>) -> Fut,
     ) -> Result<Streaming<T>, Status>
     where
         Fut: Future<Output = Result<Response<Streaming<T>>, Status>>,
@@ -117,7 +120,7 @@ impl Node {
             id: 1,
             name: name.to_string(),
             url: url.to_string(),
-            client: client(url, None).unwrap(),
+            client: client(url, None, &Arc::default()).unwrap(),
             timeout: Duration::from_secs(1),
             secret: None,
         }
@@ -146,8 +149,10 @@ pub(crate) struct Nodes {
     timeout: Duration,
     secret: Option<ClusterSecret>,
     tls: Option<Tls>,
+    /// The bytes of every node's channel together: what the Tuner sends and receives.
+    traffic: Arc<ByteCounter>,
     /// Clients by node id, with the url they were made for.
-    clients: Mutex<HashMap<u32, (String, PipeStoreClient<Channel>)>>,
+    clients: Mutex<HashMap<u32, (String, NodeClient)>>,
     /// Why bringing a node to the active version failed last, by node id.
     sync_errors: Mutex<HashMap<u32, String>>,
 }
@@ -168,9 +173,15 @@ impl Nodes {
             timeout,
             secret,
             tls,
+            traffic: Arc::default(),
             clients: Mutex::new(HashMap::new()),
             sync_errors: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The bytes sent and received over every node's channel, counted at the transport.
+    pub(crate) fn traffic(&self) -> &ByteCounter {
+        &self.traffic
     }
 
     /// How often a node should heartbeat: three times per lease.
@@ -193,7 +204,7 @@ impl Nodes {
         if name.trim().is_empty() {
             return Err(TunerError::InvalidArgument("a node needs a name".into()));
         }
-        let client = client(url, self.tls.as_ref())?;
+        let client = client(url, self.tls.as_ref(), &self.traffic)?;
         let now = now_ms();
         let record = self
             .registry
@@ -341,7 +352,7 @@ impl Nodes {
         let client = match clients.get(&r.id) {
             Some((url, client)) if *url == r.url => client.clone(),
             _ => {
-                let made = client(&r.url, self.tls.as_ref())?;
+                let made = client(&r.url, self.tls.as_ref(), &self.traffic)?;
                 clients.insert(r.id, (r.url.clone(), made.clone()));
                 made
             }
@@ -362,13 +373,20 @@ fn in_sync(r: &NodeRecord, active: Option<&str>) -> bool {
     active.is_none_or(|a| r.version.as_deref() == Some(a))
 }
 
-/// A lazily connecting client for the PipeStore at `url`, with keepalive (over `tls`).
-fn client(url: &str, tls: Option<&Tls>) -> Result<PipeStoreClient<Channel>, TunerError> {
+/// A lazily connecting client for the PipeStore at `url`, with keepalive (over `tls`), its
+/// bytes counted into `traffic`.
+fn client(
+    url: &str,
+    tls: Option<&Tls>,
+    traffic: &Arc<ByteCounter>,
+) -> Result<NodeClient, TunerError> {
     let channel =
         transport::channel(url, tls).map_err(|e| TunerError::InvalidArgument(e.to_string()))?;
-    Ok(PipeStoreClient::new(channel)
-        .max_decoding_message_size(MAX_MESSAGE)
-        .max_encoding_message_size(MAX_MESSAGE))
+    Ok(
+        PipeStoreClient::new(CountedChannel::new(channel, traffic.clone()))
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE),
+    )
 }
 
 #[cfg(test)]

@@ -40,7 +40,7 @@ pub use request::{CachePolicy, DEFAULT_MEMORY_BUDGET, FinetuneRequest, Mode, Val
 
 use self::cached::CacheSetup;
 use self::intake::Intake;
-use self::streams::{Msg, Source};
+use self::streams::{Ingress, Msg, Source};
 use self::trainer::{TrainedRun, Trainer, TrainerSetup, validate};
 use crate::control::JobEnv;
 use crate::jobs::Phase;
@@ -58,6 +58,7 @@ pub(crate) async fn finetune(
     req: FinetuneRequest,
 ) -> Result<FinetuneReport, TunerError> {
     let started = Instant::now();
+    let wire_before = env.nodes.traffic().received();
     let snapshot = members.nodes.clone();
     if snapshot.is_empty() {
         return Err(TunerError::NoNodes);
@@ -99,6 +100,9 @@ pub(crate) async fn finetune(
         .collect();
     let (mut report, head) = done.into_report(&survey, &job_id, parent, started);
     report.skipped = members.skipped.clone();
+    report.wire_bytes_received = env.nodes.traffic().received() - wire_before;
+    report.wire_bytes_per_image =
+        report.wire_bytes_received as f64 / (report.train_images + report.val_images).max(1) as f64;
     // Recorded before the version, so that no version exists without its training photos.
     env.registry.save_trained(&report.version, &trained)?;
     let record = register(env.registry, &survey, &req, &report, &head)?;
@@ -301,6 +305,8 @@ struct Job<'a> {
     timeline: Vec<RunTimeline>,
     rebalanced: Vec<Rebalanced>,
     extract_seconds: Option<f64>,
+    /// The Tuner's receive cap, shared by every stream of the job.
+    ingress: Ingress,
 }
 
 /// What a job ends with.
@@ -346,6 +352,8 @@ impl Done {
             val_top1: runs.last().map_or(0.0, |t| t.val_top1),
             bytes_received: bytes,
             bytes_per_image: bytes as f64 / (train_images + val_images).max(1) as f64,
+            wire_bytes_received: 0,
+            wire_bytes_per_image: 0.0,
             chunks_refetched: self.intake.refetched(),
             extract_seconds,
             train_seconds: runs.iter().map(|t| t.train_seconds).sum(),
@@ -375,6 +383,7 @@ impl<'a> Job<'a> {
         started: Instant,
     ) -> (Self, mpsc::Receiver<Msg>) {
         let (tx, rx) = mpsc::channel::<Msg>(64);
+        let ingress = Ingress::new(req.ingress_bytes_per_second);
         for (i, node) in nodes.iter().enumerate() {
             let request = pb::ExtractRequest {
                 job_id: job_id.to_string(),
@@ -388,7 +397,7 @@ impl<'a> Job<'a> {
                 ship_tensors: conventional.is_some(),
                 bandwidth_bytes_per_second: req.bandwidth_bytes_per_second,
             };
-            streams::spawn_extract(i, node, request, tx.clone());
+            streams::spawn_extract(i, node, request, tx.clone(), ingress.clone());
         }
         let cache = survey.cache_setup(nodes, req);
         let intake = Intake::new(
@@ -416,6 +425,7 @@ impl<'a> Job<'a> {
             timeline: Vec::new(),
             rebalanced: Vec::new(),
             extract_seconds: None,
+            ingress,
         };
         (job, rx)
     }
@@ -565,7 +575,8 @@ impl<'a> Job<'a> {
         for h in handoffs {
             let k = self.intake.add_takeover(h.slow, h.fast);
             self.rebalanced.push(h.moved);
-            streams::spawn_takeover(k, &self.nodes[h.fast], h.request, tx.clone());
+            let ingress = self.ingress.clone();
+            streams::spawn_takeover(k, &self.nodes[h.fast], h.request, tx.clone(), ingress);
         }
         Ok(())
     }

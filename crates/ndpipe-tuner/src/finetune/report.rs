@@ -34,6 +34,15 @@ pub struct FinetuneReport {
     pub bytes_received: u64,
     /// `bytes_received / (train + val images)`.
     pub bytes_per_image: f64,
+    /// Bytes the Tuner received over its channels to the nodes while the job ran, counted at
+    /// the transport (gRPC frames of every call: features, tensors, surveys, re-fetches;
+    /// other traffic of those channels meanwhile, such as heartbeat answers, too). Absent
+    /// (0) in reports of older versions.
+    #[serde(default)]
+    pub wire_bytes_received: u64,
+    /// `wire_bytes_received / (train + val images)`.
+    #[serde(default)]
+    pub wire_bytes_per_image: f64,
     /// Chunks whose checksum failed and were fetched again.
     pub chunks_refetched: u64,
     /// Seconds from start until the last node sent its last run.

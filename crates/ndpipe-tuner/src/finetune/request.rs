@@ -45,6 +45,9 @@ pub struct FinetuneRequest {
     pub mode: Mode,
     /// Cap on each node's sending rate, bytes/s (0: none): a stand-in for a slower network.
     pub bandwidth_bytes_per_second: f64,
+    /// Cap on what the Tuner receives from all nodes together, bytes/s (0: none): a stand-in
+    /// for the Tuner's own link, which near-data and conventional jobs share differently.
+    pub ingress_bytes_per_second: f64,
     /// Once every node has sent its validation set, move work from slow nodes to fast ones in
     /// proportion to their measured throughput (the fast node fetches the slow node's tensors).
     /// Default true.
@@ -74,6 +77,7 @@ impl Default for FinetuneRequest {
             throttle: BTreeMap::new(),
             mode: Mode::NearData,
             bandwidth_bytes_per_second: 0.0,
+            ingress_bytes_per_second: 0.0,
             load_balance: true,
             memory_budget_bytes: DEFAULT_MEMORY_BUDGET,
             cache_policy: CachePolicy::SpiderCache,

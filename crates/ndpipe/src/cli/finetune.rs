@@ -148,11 +148,12 @@ fn print_finetune(r: &FinetuneReport) {
         );
     }
     println!(
-        "validation top-1 {:.1}% (before: {:.1}%); {:.0} bytes/image on the wire ({} chunks re-fetched); \
+        "validation top-1 {:.1}% (before: {:.1}%); {:.0} bytes/image of features, {:.0} counted at the transport ({} chunks re-fetched); \
          extraction {:.1} s, training {:.1} s of which {:.1} s hidden behind extraction; total {:.1} s",
         100.0 * r.val_top1,
         100.0 * r.val_top1_before,
         r.bytes_per_image,
+        r.wire_bytes_per_image,
         r.chunks_refetched,
         r.extract_seconds,
         r.train_seconds,

@@ -110,6 +110,11 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_MAX_BATCH")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_batch: Option<usize>,
+    /// Cap the model at this many images/s, 0: no cap; emulates a slower accelerator for
+    /// experiments with several PipeStores on one machine [model_rate_limit; default: 0].
+    #[arg(long, env = "NDPIPE_MODEL_RATE_LIMIT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) model_rate_limit: Option<f64>,
     /// Where inference runs: cpu, cuda or tensorrt [execution_provider; default: cpu].
     #[arg(long, env = "NDPIPE_EXECUTION_PROVIDER")]
     #[serde(skip_serializing_if = "Option::is_none")]

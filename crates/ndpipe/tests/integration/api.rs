@@ -462,11 +462,7 @@ async fn label_search_treats_wildcards_as_characters() {
     let (status, body) = inst.upload(sample("chelsea.png"), "").await;
     assert_eq!(status, 201, "{body}");
     let id = body["id"].as_u64().unwrap();
-    let labels = inst
-        .wait_for(&format!("/v1/photos/{id}/labels"), 60, |v| {
-            v.as_array().is_some_and(|a| !a.is_empty())
-        })
-        .await;
+    let labels = inst.labels_when_ready(id).await;
     // A class with synonyms ("tabby, tabby cat"): the patterns below matched it as wildcards.
     let synonyms = labels[0]["labels"]
         .as_array()

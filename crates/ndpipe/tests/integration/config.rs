@@ -50,3 +50,37 @@ async fn the_file_configures_the_server_and_flags_override_it() {
     let (status, body) = inst.upload(big, "").await;
     assert_eq!(status, 201, "the flag overrides the file: {body}");
 }
+
+/// `--model-rate-limit` (an emulated slower accelerator, for experiments): a cap is announced at
+/// start and the capped model still labels uploads; a rate that is not one stops the server.
+#[tokio::test]
+async fn a_capped_model_still_labels_and_a_bad_rate_is_refused() {
+    let (ok, _, err) = cli(&[
+        "serve",
+        "--data",
+        tempfile::tempdir().unwrap().path().to_str().unwrap(),
+        "--model-dir",
+        crate::common::model_dir().to_str().unwrap(),
+        "--model-rate-limit=-1",
+    ]);
+    assert!(!ok, "a negative rate must stop the server");
+    assert!(
+        err.contains("model_rate_limit"),
+        "the error names the key: {err}"
+    );
+
+    let inst = Instance::start_with_model(&["--model-rate-limit", "50"]);
+    assert!(
+        inst.log().contains("model throughput capped"),
+        "{}",
+        inst.log()
+    );
+    let (status, body) = inst.upload(jpeg(320, 240, 7), "").await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_u64().unwrap();
+    let labels = inst.labels_when_ready(id).await;
+    assert!(
+        !labels[0]["labels"].as_array().unwrap().is_empty(),
+        "{labels}"
+    );
+}

@@ -3,14 +3,21 @@
 //! kill -9, SIGSTOP or a restart of a random process, the Tuner included, at a random moment of
 //! a fine-tune or deploy. No job may hang, every job ends done or failed with a message, and
 //! the nodes always settle on one version. `ndpipe-bench faults --rounds 100` is the long run.
-//! And three crash cycles: `ndpipe serve` killed with SIGKILL during concurrent uploads,
-//! deletes and compactions loses no acknowledged write (`ndpipe-bench crash --cycles 100`).
+//! And crash cycles: `ndpipe serve` killed with SIGKILL during concurrent uploads with
+//! deletes and compactions, with re-labelling jobs, or with fine-tunes that deploy, loses no
+//! acknowledged write and leaves no acknowledged photo without labels
+//! (`ndpipe-bench crash --cycles 100 --mode ...`).
 
 use std::path::PathBuf;
 
-use faultbench::{FaultConfig, FaultReport};
+use faultbench::{CrashMode, CrashModel, FaultConfig, FaultReport};
 
 use crate::common::{exe, model_dir};
+
+fn fashion_mnist_dir() -> PathBuf {
+    std::env::var_os("NDPIPE_FASHION_MNIST_DIR")
+        .map_or_else(|| "/usr/share/datasets/fashion-mnist".into(), PathBuf::from)
+}
 
 fn five_rounds(seed: u64, catalog: Option<String>) -> FaultReport {
     let dir = tempfile::tempdir().unwrap();
@@ -25,8 +32,7 @@ fn five_rounds(seed: u64, catalog: Option<String>) -> FaultReport {
         throttle_images_per_second: 40.0,
         catalog,
         model_dir: model_dir(),
-        fashion_mnist_dir: std::env::var_os("NDPIPE_FASHION_MNIST_DIR")
-            .map_or_else(|| "/usr/share/datasets/fashion-mnist".into(), PathBuf::from),
+        fashion_mnist_dir: fashion_mnist_dir(),
     };
     faultbench::run(&config, &exe(), dir.path(), |_| {}).unwrap()
 }
@@ -51,26 +57,53 @@ fn five_random_faults_leave_no_hang_no_split_version_and_no_unresolved_job() {
     );
 }
 
-#[test]
-fn three_kills_during_uploads_deletes_and_compactions_lose_no_acknowledged_write() {
+/// `cycles` crash cycles of `mode`; the report's counts with a target of 0 must be 0.
+fn crash_cycles(mode: CrashMode, cycles: usize, max_kill_ms: u64) -> faultbench::CrashReport {
     let dir = tempfile::tempdir().unwrap();
     let config = faultbench::CrashConfig {
-        cycles: 3,
+        cycles,
         seed: 5,
         uploaders: 3,
-        max_kill_ms: 1200,
-        mode: faultbench::CrashMode::Compaction,
+        max_kill_ms,
+        mode,
+        model: Some(CrashModel {
+            model_dir: model_dir(),
+            fashion_mnist_dir: fashion_mnist_dir(),
+            photos: 200,
+        }),
     };
     let report = faultbench::crash(&config, &exe(), dir.path(), |_| {}).unwrap();
-    assert_eq!(report.cycles.len(), 3);
+    assert_eq!(report.cycles.len(), cycles);
     assert!(
         report.acknowledged > 0,
         "uploads were acknowledged before the kills"
     );
     assert_eq!(
-        (report.lost, report.resurrected),
-        (0, 0),
+        (report.lost, report.resurrected, report.unlabelled),
+        (0, 0, 0),
         "{:?}",
         report.problems
     );
+    report
+}
+
+#[test]
+fn three_kills_during_uploads_deletes_and_compactions_lose_no_acknowledged_write() {
+    let report = crash_cycles(CrashMode::Compaction, 3, 1200);
+    assert!(
+        report.deleted > 0,
+        "deletes were acknowledged before the kills"
+    );
+}
+
+#[test]
+fn kills_during_relabelling_and_fine_tunes_that_deploy_lose_nothing_and_leave_labels() {
+    for mode in [CrashMode::Relabel, CrashMode::Finetune] {
+        let report = crash_cycles(mode, 2, 2500);
+        assert!(
+            report.kills_during_job >= 1,
+            "{mode:?}: no kill came while a job ran: {:?}",
+            report.cycles
+        );
+    }
 }

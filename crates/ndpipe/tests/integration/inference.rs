@@ -286,10 +286,6 @@ async fn photos_stored_without_a_model_are_labelled_after_a_restart_with_one() {
     let dir = model_dir();
     inst.set_flags(&["--model-dir", dir.to_str().unwrap(), "--intra-threads", "2"]);
     inst.restart();
-    let labels = inst
-        .wait_for(&format!("/v1/photos/{id}/labels"), 60, |v| {
-            v.as_array().is_some_and(|a| !a.is_empty())
-        })
-        .await;
+    let labels = inst.labels_when_ready(id).await;
     assert_eq!(top_labels(&labels)[0], "espresso");
 }

@@ -89,6 +89,13 @@ async fn two_pipestores_finetune_deploy_relabel_and_roll_back() {
         per_image < 3000.0,
         "features (2.5 KB), not 150 KB tensors, cross the network: {per_image}"
     );
+    // Counted at the transport: about the features (ids and labels travel as varints, not the
+    // 8 and 4 bytes the job counts; framing and the survey are added), and still not tensors.
+    let wire = report["wire_bytes_per_image"].as_f64().unwrap();
+    assert!(
+        (0.9 * per_image..4000.0).contains(&wire),
+        "transport bytes per image {wire} vs features {per_image}"
+    );
     assert!(
         report["chunks_refetched"].as_u64().unwrap() >= 2,
         "damaged chunks are fetched again: {report}"

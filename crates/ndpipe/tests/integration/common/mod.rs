@@ -261,6 +261,14 @@ impl Instance {
         std::fs::read_to_string(self._tmp.path().join("serve.log")).unwrap_or_default()
     }
 
+    /// Waits (at most 60 s) until photo `id` has labels; its `/labels` JSON.
+    pub(crate) async fn labels_when_ready(&self, id: u64) -> serde_json::Value {
+        self.wait_for(&format!("/v1/photos/{id}/labels"), 60, |v| {
+            v.as_array().is_some_and(|a| !a.is_empty())
+        })
+        .await
+    }
+
     /// Polls `path` until `ready` holds for its JSON, or panics after `secs`.
     pub(crate) async fn wait_for(
         &self,
