@@ -88,7 +88,8 @@ impl Cluster {
                 &secret,
             ]);
             if let Some(url) = &config.catalog {
-                ps_args.extend(args(&["--catalog", url]));
+                // One copy of each photo, as the faults are measured without replication.
+                ps_args.extend(args(&["--catalog", url, "--replicas", "1"]));
             }
             procs.push(Proc::new(
                 &name,

@@ -127,7 +127,7 @@ async fn one_round(
             tuner: Some(grpc.clone()),
             name: Some(format!("bench-{i}")),
             catalog: Some(url.to_string()),
-            replicas,
+            replicas: Some(replicas),
             repair_interval_ms: 200,
             scrub_photos_per_second: 0,
             ..store_config(dir.path().join(format!("node{i}")), Some(&args.model_dir))

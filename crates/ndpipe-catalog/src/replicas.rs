@@ -103,6 +103,18 @@ pub trait ReplicaCatalog: Send + Sync {
     /// registered nodes, with their current holders, lowest id first.
     fn under_replicated(&self, wanted: u32, limit: u32) -> Result<Vec<PhotoCopies>, CatalogError>;
 
+    /// Up to `limit` photos whose primary is this node with ids above `after`, in id order,
+    /// with their holders (what rebalancing walks through).
+    fn primaries_after(
+        &self,
+        after: Option<PhotoId>,
+        limit: u32,
+    ) -> Result<Vec<PhotoCopies>, CatalogError>;
+
+    /// Makes `to` the primary of photo `id` when this node is its primary and `to` holds a
+    /// copy; whether it did.
+    fn hand_over(&self, id: PhotoId, to: &str) -> Result<bool, CatalogError>;
+
     /// Makes a live, active holder of a copy (the lowest name) the primary of each photo of
     /// `node`, which stopped answering, without forgetting `node`'s copies: jobs then reach
     /// every photo through a live node, each through one.

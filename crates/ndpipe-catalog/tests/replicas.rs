@@ -67,6 +67,23 @@ fn copies_are_counted_on_registered_nodes_and_survive_a_removal() {
         "every node's, after 1"
     );
 
+    // Rebalancing walks a's own photos, and hands one over only to a holder.
+    let mine: Vec<u64> = a
+        .primaries_after(Some(1), 10)
+        .unwrap()
+        .iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(mine, [2], "a's photos after 1");
+    assert!(!a.hand_over(2, "b").unwrap(), "b holds no copy of photo 2");
+    assert!(
+        !b.hand_over(1, "b").unwrap(),
+        "photo 1 is not b's to hand over"
+    );
+    assert!(a.hand_over(1, "b").unwrap());
+    assert_eq!(a.copies(1).unwrap().unwrap().primary, "b");
+    assert!(b.hand_over(1, "a").unwrap());
+
     // a is removed: photo 1 passes to b, photo 2 (a's alone) is lost.
     assert!(a.remove_node("a").unwrap());
     let one = b.copies(1).unwrap().unwrap();

@@ -1,5 +1,6 @@
-//! The PipeStore's settings: one serde struct, the `[pipestore]` section of `ndpipe.toml`, which
-//! the `ndpipe serve` and `ndpipe pipestore` flags override.
+//! The settings: [`Config`], the `[pipestore]` section of `ndpipe.toml`, which the `ndpipe
+//! serve` and `ndpipe pipestore` flags override, and [`GatewayConfig`], the `[gateway]`
+//! section (`ndpipe gateway`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -107,8 +108,10 @@ pub struct Config {
     pub label_wait_ms: u64,
     /// Copies of each photo on the cluster's nodes; 2 or more makes every node's client API a
     /// front door that places photos (needs a PostgreSQL `catalog`); 1 keeps each photo on the
-    /// node it was uploaded to.
-    pub replicas: u32,
+    /// node it was uploaded to. Unset: 2 on a cluster (a `postgres://` catalog and a `tuner`
+    /// to join, as `ndpipe pipestore` runs), else 1 (`ndpipe serve`, a SQLite catalog); see
+    /// [`Config::replicas`].
+    pub replicas: Option<u32>,
     /// Pause between rounds of the replication worker (repair, scrub, free-space report), in ms.
     pub repair_interval_ms: u64,
     /// Local copies the scrub re-reads and verifies per second (0: no scrub).
@@ -124,6 +127,18 @@ pub struct Config {
 }
 
 impl Config {
+    /// Copies of each photo: `replicas`, else 2 when the node runs in a cluster (a shared
+    /// PostgreSQL catalog and a Tuner to join) and 1 when it runs alone or embedded, where a
+    /// second copy has nowhere to go.
+    pub fn replicas(&self) -> u32 {
+        let in_cluster = self.tuner.is_some()
+            && self
+                .catalog
+                .as_deref()
+                .is_some_and(ndpipe_catalog::is_postgres_url);
+        self.replicas.unwrap_or(if in_cluster { 2 } else { 1 })
+    }
+
     /// The HTTP server's limits.
     pub(crate) fn http_limits(&self) -> ndpipe_util::serve::HttpLimits {
         ndpipe_util::serve::HttpLimits::from_config(
@@ -175,10 +190,110 @@ impl Default for Config {
             label_wait_ms: 5,
             fault_corrupt_chunks: 0,
             fault_fail_commits: 0,
-            replicas: 1,
+            replicas: None,
             repair_interval_ms: 1000,
             scrub_photos_per_second: 20,
             peer_timeout_ms: 30_000,
         }
+    }
+}
+
+/// Everything `ndpipe gateway` can be told: the `[gateway]` section of `ndpipe.toml`. A gateway
+/// is a front door that holds no photo, so it has no data directory; it needs the cluster's
+/// PostgreSQL catalog.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Address of the client API (`/v1/photos`, `/v1/cluster`, `/healthz`, `/metrics`).
+    pub listen: SocketAddr,
+    /// The cluster's catalog: a `postgres://` URL (required).
+    pub catalog: Option<String>,
+    /// Copies of each photo placed by this gateway; the PipeStores' `replicas` should be the
+    /// same, since their repair brings photos to theirs.
+    pub replicas: u32,
+    /// Bearer token required for writes (unset: none needed); access keys in the catalog are
+    /// checked too.
+    pub token: Option<String>,
+    /// File whose first line is the bearer token (used when `token` is unset).
+    pub token_file: Option<PathBuf>,
+    /// Serve `/metrics` without credentials even when access keys exist.
+    pub metrics_open: bool,
+    /// File whose first line is the cluster secret, sent with every call to a PipeStore.
+    pub cluster_secret_file: Option<PathBuf>,
+    /// This gateway's TLS certificate (PEM): with `tls_key` and `tls_ca`, calls to the
+    /// PipeStores are mutual TLS.
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `tls_cert` (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM).
+    pub tls_ca: Option<PathBuf>,
+    /// Longest wait, in ms, for a request's headers.
+    pub header_timeout_ms: u64,
+    /// Longest wait, in ms, for the next piece of a request body.
+    pub body_idle_timeout_ms: u64,
+    /// HTTP connections served at once; more are closed at once.
+    pub max_connections: usize,
+    /// Largest accepted upload, in bytes (no larger than the PipeStores').
+    pub max_upload_bytes: usize,
+    /// Uploads one client address may have in flight at once; more answer 429. 0: no cap.
+    pub max_uploads_per_client: usize,
+    /// Deadline of each call to a PipeStore (an upload's ingest and copies included), in ms.
+    pub peer_timeout_ms: u64,
+}
+
+impl GatewayConfig {
+    /// The HTTP server's limits.
+    pub(crate) fn http_limits(&self) -> ndpipe_util::serve::HttpLimits {
+        ndpipe_util::serve::HttpLimits::from_config(
+            self.header_timeout_ms,
+            self.body_idle_timeout_ms,
+            self.max_connections,
+        )
+    }
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        let store = Config::default();
+        GatewayConfig {
+            listen: store.listen,
+            catalog: None,
+            replicas: 2,
+            token: None,
+            token_file: None,
+            metrics_open: false,
+            cluster_secret_file: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
+            header_timeout_ms: store.header_timeout_ms,
+            body_idle_timeout_ms: store.body_idle_timeout_ms,
+            max_connections: store.max_connections,
+            max_upload_bytes: store.max_upload_bytes,
+            max_uploads_per_client: store.max_uploads_per_client,
+            peer_timeout_ms: store.peer_timeout_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replicas_default_to_two_only_in_a_cluster() {
+        let pg = Some("postgres://ndpipe@db/ndpipe".to_string());
+        let tuner = Some("http://tuner:7070".to_string());
+        let with = |catalog: &Option<String>, tuner: &Option<String>, replicas| Config {
+            catalog: catalog.clone(),
+            tuner: tuner.clone(),
+            replicas,
+            ..Config::default()
+        };
+        assert_eq!(with(&pg, &tuner, None).replicas(), 2);
+        assert_eq!(with(&pg, &None, None).replicas(), 1, "embedded");
+        assert_eq!(with(&None, &tuner, None).replicas(), 1, "SQLite");
+        assert_eq!(with(&pg, &tuner, Some(1)).replicas(), 1, "set");
+        assert_eq!(with(&None, &None, Some(3)).replicas(), 3);
     }
 }

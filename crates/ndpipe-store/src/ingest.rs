@@ -284,6 +284,18 @@ impl Ingestor {
         }
     }
 
+    /// Removes this node's copy of photo `id` (store and features) and keeps its catalog row:
+    /// the photo stays on its other holders (rebalancing moved it). Whether the store had it.
+    pub(crate) async fn release(&self, id: u64) -> Result<bool, IngestError> {
+        let existed = self.store.delete(id).await?;
+        if existed {
+            self.metrics.photos.dec();
+        }
+        let features = self.features.clone();
+        tokio::task::spawn_blocking(move || features.remove_photo(id)).await??;
+        Ok(existed)
+    }
+
     /// Whether `id` is gone from the store while its catalog row may still be there: the API
     /// answers as if the row were gone.
     pub(crate) fn is_deleted(&self, id: u64) -> bool {

@@ -50,6 +50,9 @@ pub enum KeyError {
     /// A sealed secret did not open: another master key sealed it, or it was damaged.
     #[error("the secret of access key {0} cannot be opened with this data directory's master key")]
     Unsealable(String),
+    /// This process keeps no master key (a gateway), so it cannot seal or open a secret.
+    #[error("no master key here: access keys are made and S3 secrets opened on a PipeStore")]
+    NoMasterKey,
     /// The system's random source failed.
     #[error("no randomness: {0}")]
     Random(String),
@@ -87,7 +90,9 @@ pub struct KeyInfo {
 /// The access keys of a data directory, and the admin token.
 pub struct KeyStore {
     catalog: Arc<dyn AccessKeys>,
-    cipher: ChaCha20Poly1305,
+    /// `None` without a master key: bearer tokens are checked, secrets cannot be sealed or
+    /// opened.
+    cipher: Option<ChaCha20Poly1305>,
     admin_token: Option<String>,
 }
 
@@ -113,9 +118,27 @@ impl KeyStore {
         let key = master_key(&data.join(MASTER_FILE))?;
         Ok(KeyStore {
             catalog,
-            cipher: ChaCha20Poly1305::new(Key::from_slice(&key)),
+            cipher: Some(ChaCha20Poly1305::new(Key::from_slice(&key))),
             admin_token,
         })
+    }
+
+    /// The keys in `catalog` without a master key, for a process that keeps no data directory
+    /// (a gateway): bearer tokens are checked by their hashes; creating keys and opening
+    /// secrets (S3 signatures) fail with [`KeyError::NoMasterKey`].
+    pub(crate) fn bearer_only(
+        catalog: Arc<dyn AccessKeys>,
+        admin_token: Option<String>,
+    ) -> KeyStore {
+        KeyStore {
+            catalog,
+            cipher: None,
+            admin_token,
+        }
+    }
+
+    fn cipher(&self) -> Result<&ChaCha20Poly1305, KeyError> {
+        self.cipher.as_ref().ok_or(KeyError::NoMasterKey)
     }
 
     /// Creates a key named `name` with `role`; the reply holds its secret.
@@ -205,7 +228,7 @@ impl KeyStore {
     fn seal(&self, access_key: &str, secret: &str) -> Result<Vec<u8>, KeyError> {
         let nonce = random_bytes::<NONCE_BYTES>()?;
         let sealed = self
-            .cipher
+            .cipher()?
             .encrypt(
                 Nonce::from_slice(&nonce),
                 Payload {
@@ -224,7 +247,7 @@ impl KeyStore {
         }
         let (nonce, sealed) = key.sealed_secret.split_at(NONCE_BYTES);
         let plain = self
-            .cipher
+            .cipher()?
             .decrypt(
                 Nonce::from_slice(nonce),
                 Payload {

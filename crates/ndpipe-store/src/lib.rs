@@ -4,7 +4,9 @@
 //! # Public API
 //!
 //! A binary runs a node with [`PipeStore::open`] (from a [`Config`]), [`PipeStore::start`] and
-//! [`Running::stop`]; every failure is an [`Error`]. [`KeyStore`] manages a data directory's
+//! [`Running::stop`], and a gateway (a front door without photos) with [`Gateway::open`] (from
+//! a [`GatewayConfig`]), [`Gateway::start`] and [`RunningGateway::stop`]; every failure is an
+//! [`Error`]. [`KeyStore`] manages a data directory's
 //! access keys without a server. The building blocks a benchmark needs are
 //! public too: the [`PhotoStore`] ([`StoreConfig`], [`NewPhoto`], [`RecoveryReport`],
 //! [`CompactionReport`], [`StoreError`]), the [`FeatureStore`], and a full re-labelling with a
@@ -28,7 +30,8 @@
 //! - `replication`: the cluster as one store (on a shared PostgreSQL catalog): placement of
 //!   each upload on `replicas` nodes by weighted rendezvous hashing, copies made durable before
 //!   the 201, reads that fall back to another copy and repair a damaged one, deletes behind a
-//!   tombstone, and the background worker that repairs, sweeps and scrubs;
+//!   tombstone, and the background worker that repairs, sweeps and scrubs; `gateway` serves
+//!   its front door alone, in a process that holds no photo;
 //! - `keys`: access keys ([`KeyStore`]): secrets sealed under the data directory's master key,
 //!   roles, the bearer token as an admin key;
 //! - `jobs`: long-running re-labellings, one at a time, resumed after a restart;
@@ -53,6 +56,7 @@ mod error;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+mod gateway;
 mod inference;
 mod ingest;
 mod jobs;
@@ -67,8 +71,9 @@ mod storage;
 #[cfg(test)]
 mod testing;
 
-pub use config::{Config, DEFAULT_MAX_UPLOAD_BYTES};
+pub use config::{Config, DEFAULT_MAX_UPLOAD_BYTES, GatewayConfig};
 pub use error::Error;
+pub use gateway::{Gateway, RunningGateway};
 pub use inference::{ActiveModel, InferenceError, RelabelOptions, RelabelReport, Relabeler};
 pub use keys::{ADMIN_ACCESS_KEY, KeyError, KeyInfo, KeyStore, NewKey};
 pub use pipestore::PipeStore;

@@ -1,6 +1,6 @@
 //! The composition root: [`PipeStore::open`] builds a whole node from its [`Config`].
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use crate::jobs::Jobs;
 use crate::keys::KeyStore;
 use crate::metrics::StoreMetrics;
 use crate::node::PipeStoreNode;
-use crate::replication::{RepairConfig, Replication, ReplicationConfig, ReplicationParts};
+use crate::replication::{FrontDoorConfig, RepairConfig, Replication, ReplicationParts};
 use crate::storage::{FeatureStore, PhotoIds, PhotoStore, StoreConfig, StoreError};
 
 /// A PipeStore, opened and ready to serve: its photo and feature stores, catalog, model,
@@ -70,17 +70,13 @@ impl PipeStore {
                 setting: "tensor_level",
                 reason: e.to_string(),
             })?;
-        let token = token(&config)?;
-        let cluster_secret = cluster_secret(&config)?;
-        let tls = Tls::from_files(
+        let token = token(config.token.as_ref(), config.token_file.as_ref())?;
+        let cluster_secret = cluster_secret(config.cluster_secret_file.as_ref())?;
+        let tls = tls(
             config.tls_cert.as_deref(),
             config.tls_key.as_deref(),
             config.tls_ca.as_deref(),
-        )
-        .map_err(|e| Error::Config {
-            setting: "tls_cert, tls_key, tls_ca",
-            reason: e.to_string(),
-        })?;
+        )?;
         let name = node_name(config.name.as_deref(), &config.data);
         let (catalog, ids, replica_map) = open_catalog(&config, &name).await?;
         let (store, features) = open_stores(&config, ids.clone()).await?;
@@ -154,7 +150,7 @@ impl PipeStore {
             info!("online labelling started");
         }
         let ingestor = Arc::new(ingestor);
-        let replication = match (config.replicas, replica_map, ids) {
+        let replication = match (config.replicas(), replica_map, ids) {
             (0 | 1, _, _) => None,
             (_, Some(map), PhotoIds::Blocks(blocks)) => {
                 let parts = ReplicationParts {
@@ -174,7 +170,7 @@ impl PipeStore {
                     setting: "replicas",
                     reason: format!(
                         "{} copies need a catalog the nodes share: give a postgres:// catalog",
-                        config.replicas
+                        config.replicas()
                     ),
                 });
             }
@@ -270,23 +266,21 @@ async fn load_model(config: &Config) -> Result<Arc<dyn InferenceBackend>, Error>
 async fn start_replication(config: &Config, parts: ReplicationParts) -> Result<Replication, Error> {
     let replication = Replication::new(
         parts,
-        ReplicationConfig {
-            replicas: config.replicas,
-            peer_timeout: Duration::from_millis(config.peer_timeout_ms.max(1)),
-            // The tensor of a photo is at most 3 x 224 x 224 f32 values (600 KiB) before
-            // compression; the rest is metadata.
-            max_message: config.max_upload_bytes.saturating_add(4 << 20),
-            repair: RepairConfig {
-                interval: Duration::from_millis(config.repair_interval_ms.max(10)),
-                scrub_per_second: config.scrub_photos_per_second,
-            },
+        FrontDoorConfig::new(
+            config.replicas(),
+            config.peer_timeout_ms,
+            config.max_upload_bytes,
+        ),
+        RepairConfig {
+            interval: Duration::from_millis(config.repair_interval_ms.max(10)),
+            scrub_per_second: config.scrub_photos_per_second,
         },
     );
     let swept = replication.sweep().await.map_err(|e| Error::Startup {
         step: "sweeping copies of deleted and unfinished photos",
         source: Box::new(e),
     })?;
-    info!(replicas = config.replicas, ?swept, "replication ready");
+    info!(replicas = config.replicas(), ?swept, "replication ready");
     Ok(replication)
 }
 
@@ -371,9 +365,12 @@ async fn open_models(
     Ok(Arc::new(models))
 }
 
-/// The bearer token: `config.token`, else the first line of `config.token_file`.
-fn token(config: &Config) -> Result<Option<String>, Error> {
-    match (&config.token, &config.token_file) {
+/// The bearer token: `token`, else the first line of `token_file`.
+pub(crate) fn token(
+    token: Option<&String>,
+    token_file: Option<&PathBuf>,
+) -> Result<Option<String>, Error> {
+    match (token, token_file) {
         (Some(t), _) => Ok(Some(t.clone())),
         (None, Some(path)) => ndpipe_util::fs::read_secret(path)
             .map(Some)
@@ -385,9 +382,21 @@ fn token(config: &Config) -> Result<Option<String>, Error> {
     }
 }
 
-/// The cluster secret: the first line of `config.cluster_secret_file`, when set.
-fn cluster_secret(config: &Config) -> Result<Option<ClusterSecret>, Error> {
-    let Some(path) = &config.cluster_secret_file else {
+/// Mutual TLS from the certificate, key and CA files, when all three are set.
+pub(crate) fn tls(
+    cert: Option<&Path>,
+    key: Option<&Path>,
+    ca: Option<&Path>,
+) -> Result<Option<Tls>, Error> {
+    Tls::from_files(cert, key, ca).map_err(|e| Error::Config {
+        setting: "tls_cert, tls_key, tls_ca",
+        reason: e.to_string(),
+    })
+}
+
+/// The cluster secret: the first line of `file`, when set.
+pub(crate) fn cluster_secret(file: Option<&PathBuf>) -> Result<Option<ClusterSecret>, Error> {
+    let Some(path) = file else {
         return Ok(None);
     };
     let secret = ndpipe_util::fs::read_secret(path).map_err(|source| Error::SecretFile {

@@ -328,13 +328,15 @@ async fn start_s3(
     ))
 }
 
-async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Error> {
+/// A listener on `addr`; failing, an error naming `what` it was for.
+pub(crate) async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Error> {
     TcpListener::bind(addr)
         .await
         .map_err(|source| Error::Bind { what, addr, source })
 }
 
-fn local_addr(
+/// The address `listener` is bound to (the real port when `addr` asked for port 0).
+pub(crate) fn local_addr(
     what: &'static str,
     listener: &TcpListener,
     addr: SocketAddr,

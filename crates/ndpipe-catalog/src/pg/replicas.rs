@@ -221,6 +221,43 @@ impl ReplicaCatalog for PgCatalog {
         })
     }
 
+    fn primaries_after(
+        &self,
+        after: Option<PhotoId>,
+        limit: u32,
+    ) -> Result<Vec<PhotoCopies>, CatalogError> {
+        let node = self.node();
+        let after = after.map(sql_id).transpose()?.unwrap_or(-1);
+        let limit = i64::from(limit);
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    &format!(
+                        "{COPIES_SELECT} WHERE p.node = $1 AND p.id > $2{GROUP_BY}
+                         ORDER BY p.id LIMIT $3"
+                    ),
+                    &[&node, &after, &limit],
+                )
+                .map_err(db("list this node's photos"))?;
+            rows.iter().map(copies_from_row).collect()
+        })
+    }
+
+    fn hand_over(&self, id: PhotoId, to: &str) -> Result<bool, CatalogError> {
+        let id = sql_id(id)?;
+        let node = self.node();
+        self.with(|conn| {
+            let moved = conn
+                .execute(
+                    "UPDATE photos SET node = $2 WHERE id = $1 AND node = $3
+                       AND EXISTS (SELECT 1 FROM replicas WHERE photo_id = $1 AND node = $2)",
+                    &[&id, &to, &node],
+                )
+                .map_err(db("hand a photo over"))?;
+            Ok(moved == 1)
+        })
+    }
+
     fn fail_over(&self, node: &str) -> Result<FailOver, CatalogError> {
         let now = now_ms();
         self.tx("fail over a node's photos", |tx| {

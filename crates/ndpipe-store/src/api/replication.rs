@@ -47,7 +47,7 @@ impl ReplicationService {
         replication: Arc<Replication>,
         secret: Option<ClusterSecret>,
     ) -> InterceptedService<ReplicationServer<Self>, Guard> {
-        let limit = replication.max_message();
+        let limit = replication.front().max_message();
         let server = ReplicationServer::new(ReplicationService(replication))
             .max_decoding_message_size(limit)
             .max_encoding_message_size(limit);
@@ -173,7 +173,7 @@ impl ReplicationRpc for ReplicationService {
     ) -> Result<Response<pb::DropCopyReply>, Status> {
         let existed = self
             .0
-            .drop_local(request.into_inner().id)
+            .drop_asked(request.into_inner().id)
             .await
             .map_err(|e: ReplicationError| api_status(e.into()))?;
         Ok(Response::new(pb::DropCopyReply { existed }))

@@ -1,7 +1,7 @@
 //! Copies of one photo: sending them (the primary), receiving, reading and dropping them (every
 //! holder), and replacing a damaged one from an intact one.
 
-use ndpipe_catalog::{PhotoCopies, PhotoMeta};
+use ndpipe_catalog::PhotoMeta;
 use ndpipe_proto::pb;
 use sha2::{Digest, Sha256};
 use tracing::warn;
@@ -73,7 +73,7 @@ impl Replication {
         };
         let sends = copies
             .iter()
-            .map(|peer| self.peers.put_copy(&peer.url, copy.clone()));
+            .map(|peer| self.front.peers.put_copy(&peer.url, copy.clone()));
         let results = futures::future::join_all(sends).await;
         let failed: Vec<String> = copies
             .iter()
@@ -89,7 +89,7 @@ impl Replication {
         }
         for (peer, result) in copies.iter().zip(&results) {
             if result.is_ok()
-                && let Err(e) = self.peers.drop_copy(&peer.url, id).await
+                && let Err(e) = self.front.peers.drop_copy(&peer.url, id).await
             {
                 warn!(photo = id, node = %peer.name, error = %e.message(),
                     "cannot take back a copy of an upload that failed; its next start drops it");
@@ -164,32 +164,27 @@ impl Replication {
         Ok(self.ingestor.delete(id).await?)
     }
 
-    /// An intact copy of the photo from a holder other than this node, live ones first.
-    pub(super) async fn fetch_intact(
-        &self,
-        copies: &PhotoCopies,
-    ) -> Result<pb::PhotoCopy, ReplicationError> {
-        let nodes = self.placement_nodes().await?;
-        let mut holders: Vec<_> = nodes
-            .iter()
-            .filter(|n| n.name != self.name && copies.holders.contains(&n.name))
-            .collect();
-        holders.sort_by_key(|n| !n.live);
-        let mut tried = Vec::new();
-        for node in holders {
-            match self.peers.read_copy(&node.url, copies.id).await {
-                Ok(copy) if intact(&copies.meta, &copy.original) => return Ok(copy),
-                Ok(_) => tried.push(format!("{}: damaged in transit", node.name)),
-                Err(e) => tried.push(format!("{}: {}", node.name, e.message())),
-            }
+    /// Removes this node's copy of photo `id` and its record, keeping the photo's catalog row
+    /// (its other holders keep it). Whether this node had it.
+    pub(super) async fn release_local(&self, id: u64) -> Result<bool, ReplicationError> {
+        let (catalog, name) = (self.catalog.clone(), self.name.clone());
+        tokio::task::spawn_blocking(move || catalog.drop_copy(id, &name)).await??;
+        Ok(self.ingestor.release(id).await?)
+    }
+
+    /// What another node's `DropCopy` does here: while the photo is catalogued (rebalancing
+    /// moves it away), this node's copy and its record only, and never the primary's; once it
+    /// is deleted or was never catalogued (an upload taken back), all of it. Whether this node
+    /// had it.
+    pub(crate) async fn drop_asked(&self, id: u64) -> Result<bool, ReplicationError> {
+        match self.front.copies_of(id).await? {
+            Some(c) if c.primary == self.name => Err(ReplicationError::IsPrimary {
+                id,
+                node: self.name.clone(),
+            }),
+            Some(_) => self.release_local(id).await,
+            None => self.drop_local(id).await,
         }
-        if tried.is_empty() {
-            tried.push("no other node holds a copy".into());
-        }
-        Err(ReplicationError::NoIntactCopy {
-            id: copies.id,
-            reason: tried.join("; "),
-        })
     }
 
     /// Replaces this node's damaged or missing copy of photo `id` with `copy`.
@@ -220,10 +215,10 @@ impl Replication {
 
     /// Repairs this node's copy of photo `id` from another holder, when it is damaged.
     pub(crate) async fn repair_local(&self, id: u64) -> Result<(), ReplicationError> {
-        let Some(copies) = self.copies_of(id).await? else {
+        let Some(copies) = self.front.copies_of(id).await? else {
             return Ok(());
         };
-        let copy = self.fetch_intact(&copies).await?;
+        let copy = self.front.fetch_intact(&copies).await?;
         self.metrics.replication.damaged.inc();
         self.replace_local(id, &copy).await
     }

@@ -22,6 +22,8 @@ pub(crate) struct ReplicationMetrics {
     pub(crate) scrubbed: Counter,
     /// Photos deleted through this node's front door.
     pub(crate) deletes: Counter,
+    /// This node's photos moved to where placement puts them (a copy made, one dropped).
+    pub(crate) rebalanced: Counter,
     /// Photos of the cluster at the wanted copy count.
     pub(crate) at_target: Gauge,
     /// Photos of the cluster below it, with at least one copy.
@@ -66,6 +68,11 @@ impl ReplicationMetrics {
                 &self.scrubbed,
             ),
             ("deletes", "Photos deleted on every holder", &self.deletes),
+            (
+                "rebalanced",
+                "Photos moved to where placement puts them",
+                &self.rebalanced,
+            ),
         ];
         for (name, help, counter) in counters {
             r.register(name, help, counter.clone());

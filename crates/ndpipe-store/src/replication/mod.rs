@@ -6,50 +6,36 @@
 //! is damaged or missing, repairing it. Deletes write a tombstone first, so a node that was away
 //! drops its copy when it returns. A background worker ([`repair`]) brings photos back to
 //! `replicas` copies after a node is removed, drops what tombstones and unfinished uploads
-//! leave, and scrubs the local copies.
+//! leave, and scrubs the local copies; it also moves photos onto a node that joined
+//! ([`rebalance`]). The front-door logic itself ([`front`]) needs no local
+//! store: `ndpipe gateway` runs it alone.
 //!
 //! Replication needs a shared catalog (PostgreSQL): the replica map is
 //! [`ndpipe_catalog::ReplicaCatalog`].
 
 mod copies;
+mod front;
 mod metrics;
 mod peers;
 mod placement;
+mod rebalance;
 mod repair;
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use ndpipe_catalog::{
-    CatalogError, GroundTruth, PhotoIdBlocks, PhotoMeta, PhotoRecord, PlacementNode, ReplicaCatalog,
+    CatalogError, GroundTruth, PhotoIdBlocks, PhotoMeta, PhotoRecord, ReplicaCatalog,
 };
 use ndpipe_proto::pb;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
-use ndpipe_util::sync::lock;
 
 use crate::ingest::{IngestError, Ingestor};
 use crate::metrics::StoreMetrics;
 use crate::storage::{PhotoStore, StoreError};
 pub(crate) use copies::CopyError;
+pub(crate) use front::{ClusterStatus, FrontDoor, FrontDoorConfig};
 pub(crate) use metrics::ReplicationMetrics;
-use peers::Peers;
 pub(crate) use repair::RepairConfig;
-
-/// How long a front door reuses the node list it read from the catalog.
-const NODES_TTL: Duration = Duration::from_secs(1);
-
-/// Settings of replication.
-#[derive(Debug, Clone)]
-pub(crate) struct ReplicationConfig {
-    /// Copies of each photo (1: placement only).
-    pub(crate) replicas: u32,
-    /// Deadline of each call to another node.
-    pub(crate) peer_timeout: Duration,
-    /// Largest message between nodes: the largest upload, with room for its tensor.
-    pub(crate) max_message: usize,
-    /// The background worker's settings.
-    pub(crate) repair: RepairConfig,
-}
 
 /// Why a replicated operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -90,22 +76,30 @@ pub(crate) enum ReplicationError {
     /// The local store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A node was asked to drop its copy of a photo it is the primary of.
+    #[error("node {node} is photo {id}'s primary: it keeps its copy until it hands the photo over")]
+    IsPrimary {
+        /// The photo.
+        id: u64,
+        /// The node.
+        node: String,
+    },
     /// A worker task died.
     #[error("internal error: {0}")]
     Task(#[from] tokio::task::JoinError),
 }
 
-/// One node's part of the replicated store.
+/// One node's part of the replicated store: the cluster's front door on this node, with the
+/// local shortcuts (ingesting as the primary, the local copy first) and the copies it holds.
 pub(crate) struct Replication {
     name: String,
-    config: ReplicationConfig,
+    front: FrontDoor,
+    repair: RepairConfig,
     catalog: Arc<dyn ReplicaCatalog>,
     blocks: Arc<dyn PhotoIdBlocks>,
     store: Arc<PhotoStore>,
     ingestor: Arc<Ingestor>,
     metrics: Arc<StoreMetrics>,
-    peers: Peers,
-    nodes: Mutex<Option<(Instant, Vec<PlacementNode>)>>,
 }
 
 /// What a [`Replication`] is built from.
@@ -121,92 +115,52 @@ pub(crate) struct ReplicationParts {
 }
 
 impl Replication {
-    /// Node `parts.name`'s replication with `config`.
-    pub(crate) fn new(parts: ReplicationParts, config: ReplicationConfig) -> Self {
+    /// Node `parts.name`'s replication: a front door with `front`, a worker with `repair`.
+    pub(crate) fn new(
+        parts: ReplicationParts,
+        front: FrontDoorConfig,
+        repair: RepairConfig,
+    ) -> Self {
         Replication {
-            peers: Peers::new(
-                parts.secret,
-                parts.tls,
-                config.peer_timeout,
-                config.max_message,
+            front: FrontDoor::new(
+                Some(parts.name.clone()),
+                parts.catalog.clone(),
+                parts.metrics.clone(),
+                (parts.secret, parts.tls),
+                front,
             ),
+            repair,
             name: parts.name,
-            config,
             catalog: parts.catalog,
             blocks: parts.blocks,
             store: parts.store,
             ingestor: parts.ingestor,
             metrics: parts.metrics,
-            nodes: Mutex::default(),
         }
     }
 
-    /// The registered nodes, read at most once per [`NODES_TTL`].
-    async fn placement_nodes(&self) -> Result<Vec<PlacementNode>, ReplicationError> {
-        if let Some((at, nodes)) = &*lock(&self.nodes)
-            && at.elapsed() < NODES_TTL
-        {
-            return Ok(nodes.clone());
-        }
-        let catalog = self.catalog.clone();
-        let nodes = tokio::task::spawn_blocking(move || catalog.placement_nodes()).await??;
-        *lock(&self.nodes) = Some((Instant::now(), nodes.clone()));
-        Ok(nodes)
+    /// The cluster's front door on this node (listing, holders, status).
+    pub(crate) fn front(&self) -> &FrontDoor {
+        &self.front
     }
 
-    /// The largest message this node sends or takes from another node.
-    pub(crate) fn max_message(&self) -> usize {
-        self.config.max_message
+    /// Copies wanted of each photo.
+    fn replicas(&self) -> u32 {
+        self.front.replicas()
     }
 
-    /// Stores an upload on `replicas` nodes: ingested by the primary, copied to the others, and
-    /// catalogued once every copy is durable.
+    /// Stores an upload on `replicas` nodes: ingested here when this node is its primary,
+    /// else forwarded to the primary ([`FrontDoor::upload`]).
     pub(crate) async fn upload(
         &self,
         bytes: bytes::Bytes,
         truth: Option<GroundTruth>,
     ) -> Result<PhotoRecord, ReplicationError> {
-        let nodes = self.placement_nodes().await?;
-        let wanted = self.config.replicas;
-        let chosen = placement::place(placement::key_of(&bytes), &nodes, wanted as usize);
-        if chosen.len() < wanted as usize {
-            return Err(ReplicationError::NotEnoughNodes {
-                wanted,
-                live: chosen.len(),
-            });
-        }
-        let (primary, copies) = chosen.split_first().expect("at least one copy is wanted");
-        let copies: Vec<pb::Peer> = copies
-            .iter()
-            .map(|n| pb::Peer {
-                name: n.name.clone(),
-                url: n.url.clone(),
-            })
-            .collect();
+        let (primary, copies) = self.front.place(&bytes).await?;
         if primary.name == self.name {
             return self.ingest_primary(bytes, truth, copies).await;
         }
-        let (label, split) = match truth {
-            Some(t) => (t.label, t.split.as_str().to_string()),
-            None => (String::new(), String::new()),
-        };
-        let req = pb::IngestRequest {
-            original: bytes.to_vec(),
-            label,
-            split,
-            copies,
-        };
-        let reply = self
-            .peers
-            .ingest(&primary.url, req)
-            .await
-            .map_err(ReplicationError::Remote)?;
-        let meta =
-            copies::meta_from_json(&reply.meta_json).map_err(|reason| ReplicationError::Peer {
-                url: primary.url.clone(),
-                reason,
-            })?;
-        Ok(PhotoRecord { id: reply.id, meta })
+        self.front.forward(&primary, copies, bytes, truth).await
     }
 
     /// Ingests an upload here, as its primary, copying it to `copies` before it is catalogued.
@@ -225,26 +179,6 @@ impl Replication {
         Ok(record)
     }
 
-    /// Photo `id`'s catalog row and holders; `None` when it is deleted or was never catalogued.
-    pub(crate) async fn copies_of(
-        &self,
-        id: u64,
-    ) -> Result<Option<ndpipe_catalog::PhotoCopies>, ReplicationError> {
-        let catalog = self.catalog.clone();
-        Ok(tokio::task::spawn_blocking(move || catalog.copies(id)).await??)
-    }
-
-    /// Up to `limit` photos of the whole cluster after `after`, with their holders.
-    pub(crate) async fn list(
-        &self,
-        after: Option<u64>,
-        limit: usize,
-    ) -> Result<Vec<ndpipe_catalog::PhotoCopies>, ReplicationError> {
-        let catalog = self.catalog.clone();
-        let limit = u32::try_from(limit).unwrap_or(u32::MAX);
-        Ok(tokio::task::spawn_blocking(move || catalog.list_cluster(after, limit)).await??)
-    }
-
     /// Photo `id`'s original, from this node's copy or, when that is missing or damaged, from
     /// another holder's (repairing this node's copy from it). `None` when no such photo exists.
     pub(crate) async fn read(
@@ -259,10 +193,10 @@ impl Replication {
             Err(StoreError::Corrupt { .. }) => true,
             Err(e) => return Err(e.into()),
         };
-        let Some(copies) = self.copies_of(id).await? else {
+        let Some(copies) = self.front.copies_of(id).await? else {
             return Ok(None);
         };
-        let copy = self.fetch_intact(&copies).await?;
+        let copy = self.front.fetch_intact(&copies).await?;
         if damaged {
             self.metrics.replication.damaged.inc();
             self.replace_local(id, &copy).await?;
@@ -271,98 +205,15 @@ impl Replication {
         Ok(Some((meta, copy.original)))
     }
 
-    /// Deletes photo `id` everywhere: a tombstone and the catalog row first (in one
-    /// transaction), then every holder's copy; a holder that cannot be reached drops its copy
-    /// when it returns. Whether the photo existed.
+    /// Deletes photo `id` everywhere ([`FrontDoor::delete`]), this node's copy included.
+    /// Whether the photo existed.
     pub(crate) async fn delete(&self, id: u64) -> Result<bool, ReplicationError> {
-        let Some(copies) = self.copies_of(id).await? else {
+        let Some(copies) = self.front.delete(id).await? else {
             return Ok(false);
         };
-        let catalog = self.catalog.clone();
-        tokio::task::spawn_blocking(move || catalog.add_tombstone(id)).await??;
-        let nodes = self.placement_nodes().await?;
-        for holder in &copies.holders {
-            if *holder == self.name {
-                self.drop_local(id).await?;
-                continue;
-            }
-            let Some(node) = nodes.iter().find(|n| n.name == *holder) else {
-                continue;
-            };
-            if let Err(e) = self.peers.drop_copy(&node.url, id).await {
-                tracing::warn!(photo = id, node = %holder, error = %e,
-                    "a holder could not drop its copy now; it will when it returns");
-            }
+        if copies.holders.contains(&self.name) {
+            self.drop_local(id).await?;
         }
-        self.metrics.replication.deletes.inc();
         Ok(true)
-    }
-}
-
-/// What `GET /v1/cluster` answers: the nodes placement sees, the cluster's copy counts and this
-/// node's replication work.
-#[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct ClusterStatus {
-    /// Copies wanted of each photo.
-    pub(crate) replicas: u32,
-    /// Every registered node.
-    pub(crate) nodes: Vec<NodeStatus>,
-    /// Photos at the wanted copies.
-    pub(crate) at_target: u64,
-    /// Photos below it (at least one copy left).
-    pub(crate) under_replicated: u64,
-    /// Photos no registered node holds.
-    pub(crate) lost: u64,
-    /// Deleted photos remembered.
-    pub(crate) tombstones: u64,
-    /// This node's copies made by repair.
-    pub(crate) copies_made: u64,
-    /// This node's copies received.
-    pub(crate) copies_received: u64,
-    /// This node's damaged copies found and replaced.
-    pub(crate) repaired: u64,
-}
-
-/// A node as [`ClusterStatus`] shows it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct NodeStatus {
-    name: String,
-    live: bool,
-    active: bool,
-    free_bytes: Option<u64>,
-}
-
-impl Replication {
-    /// The cluster as this node sees it.
-    pub(crate) async fn status(&self) -> Result<ClusterStatus, ReplicationError> {
-        let catalog = self.catalog.clone();
-        let wanted = self.config.replicas;
-        let (nodes, counts) = tokio::task::spawn_blocking(move || {
-            Ok::<_, CatalogError>((
-                catalog.placement_nodes()?,
-                catalog.replication_counts(wanted)?,
-            ))
-        })
-        .await??;
-        let m = &self.metrics.replication;
-        Ok(ClusterStatus {
-            replicas: wanted,
-            nodes: nodes
-                .into_iter()
-                .map(|n| NodeStatus {
-                    name: n.name,
-                    live: n.live,
-                    active: n.active,
-                    free_bytes: n.free_bytes,
-                })
-                .collect(),
-            at_target: counts.at_target,
-            under_replicated: counts.under_replicated,
-            lost: counts.lost,
-            tombstones: counts.tombstones,
-            copies_made: m.copies_made.get(),
-            copies_received: m.copies_received.get(),
-            repaired: m.repaired.get(),
-        })
     }
 }

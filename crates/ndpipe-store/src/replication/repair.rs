@@ -1,7 +1,8 @@
 //! The background worker of replication. Every round it reports this node's free space (what
 //! placement weighs nodes by), copies each of its photos that has fewer than `replicas` copies
-//! (after a node was removed) to the node rendezvous hashing picks, and scrubs a few local
-//! copies, replacing a damaged one from another holder. At start it first drops what must not
+//! (after a node was removed) to the node rendezvous hashing picks, scrubs a few local
+//! copies, replacing a damaged one from another holder, and moves a few photos to where
+//! placement puts them now (`rebalance.rs`). At start it first drops what must not
 //! stay: copies of deleted photos (a node that was away during a delete) and copies of uploads
 //! that never finished (the primary failed before cataloguing them).
 
@@ -71,7 +72,7 @@ impl Replication {
             if own_blocks.iter().any(|b| b.contains(&id)) {
                 continue; // this node's own upload: the ingestor reconciles it
             }
-            match self.copies_of(id).await? {
+            match self.front.copies_of(id).await? {
                 Some(c) if !c.holders.contains(&self.name) => {
                     let (catalog, name) = (self.catalog.clone(), self.name.clone());
                     tokio::task::spawn_blocking(move || catalog.add_copy(id, &name)).await??;
@@ -93,6 +94,7 @@ impl Replication {
     /// Runs rounds until `stop` turns true.
     pub(crate) async fn run_worker(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut scrub_cursor = 0u64;
+        let mut rebalance_cursor = None;
         let mut deletes_seen = now_ms();
         loop {
             if let Err(e) = self.drop_deleted(&mut deletes_seen).await {
@@ -101,8 +103,11 @@ impl Replication {
             if let Err(e) = self.round(&mut scrub_cursor).await {
                 warn!(error = %e, "a replication round failed; trying again");
             }
+            if let Err(e) = self.rebalance_round(&mut rebalance_cursor).await {
+                warn!(error = %e, "a rebalancing round failed; trying again");
+            }
             tokio::select! {
-                _ = tokio::time::sleep(self.config.repair.interval) => {}
+                _ = tokio::time::sleep(self.repair.interval) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
         }
@@ -132,7 +137,7 @@ impl Replication {
         self.repair_round().await?;
         self.scrub_round(scrub_cursor).await?;
         let catalog = self.catalog.clone();
-        let wanted = self.config.replicas;
+        let wanted = self.replicas();
         let counts =
             tokio::task::spawn_blocking(move || catalog.replication_counts(wanted)).await??;
         self.metrics.replication.set_counts(&counts);
@@ -143,7 +148,7 @@ impl Replication {
     async fn repair_round(&self) -> Result<(), ReplicationError> {
         loop {
             let catalog = self.catalog.clone();
-            let wanted = self.config.replicas;
+            let wanted = self.replicas();
             let short = tokio::task::spawn_blocking(move || catalog.under_replicated(wanted, PAGE))
                 .await??;
             if short.is_empty() {
@@ -168,7 +173,7 @@ impl Replication {
 
     /// Copies `photo` to the best node that holds none; whether it did.
     async fn copy_once(&self, photo: &PhotoCopies, nodes: &[PlacementNode]) -> bool {
-        let key = placement::key_of(&photo.id.to_le_bytes());
+        let key = placement::key_of(&photo.meta.sha256);
         let Some(target) = placement::targets(key, nodes, &photo.holders)
             .into_iter()
             .next()
@@ -183,7 +188,7 @@ impl Replication {
             }
         };
         let bytes = copy.original.len() as u64;
-        match self.peers.put_copy(&target.url, copy).await {
+        match self.front.peers.put_copy(&target.url, copy).await {
             Ok(()) => {
                 self.metrics.replication.copies_made.inc();
                 self.metrics.replication.copied_bytes.inc_by(bytes);
@@ -198,8 +203,8 @@ impl Replication {
 
     /// Re-reads up to a second's worth of local copies from `cursor` on, replacing damaged ones.
     async fn scrub_round(&self, cursor: &mut u64) -> Result<(), ReplicationError> {
-        let per_round = (u64::from(self.config.repair.scrub_per_second)
-            * self.config.repair.interval.as_millis() as u64)
+        let per_round = (u64::from(self.repair.scrub_per_second)
+            * self.repair.interval.as_millis() as u64)
             .div_ceil(1000);
         if per_round == 0 {
             return Ok(());

@@ -1,6 +1,6 @@
 //! `ndpipe cluster status`: a replicated cluster as one of its PipeStores sees it: the nodes
 //! placement chooses from, photos at the wanted copies, under-replicated and lost, and the
-//! node's repair work.
+//! node's repair and rebalancing work.
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -62,10 +62,11 @@ fn render(s: &Value) -> String {
         );
     }
     out += &format!(
-        "this node: {} copies made by repair, {} received, {} damaged copies replaced\n",
+        "this node: {} copies made by repair, {} received, {} damaged copies replaced, {} photos moved by rebalancing\n",
         n("copies_made"),
         n("copies_received"),
-        n("repaired")
+        n("repaired"),
+        n("rebalanced")
     );
     out
 }
@@ -80,7 +81,7 @@ mod tests {
             "replicas": 2, "at_target": 10, "under_replicated": 3, "lost": 1, "tombstones": 4,
             "nodes": [{"name": "a", "live": true, "active": true, "free_bytes": 1u64 << 31},
                       {"name": "b", "live": false, "active": true, "free_bytes": null}],
-            "copies_made": 5, "copies_received": 6, "repaired": 7
+            "copies_made": 5, "copies_received": 6, "repaired": 7, "rebalanced": 8
         });
         let text = render(&status);
         assert!(
@@ -96,7 +97,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("5 copies made by repair, 6 received, 7 damaged"),
+            text.contains(
+                "5 copies made by repair, 6 received, 7 damaged copies replaced, 8 photos moved"
+            ),
             "{text}"
         );
     }

@@ -1,4 +1,4 @@
-//! `ndpipe.toml`: one file for every role, `[pipestore]` and `[tuner]`, each section the
+//! `ndpipe.toml`: one file for every role, `[pipestore]`, `[tuner]` and `[gateway]`, each section the
 //! library's own `Config`. Flags and `NDPIPE_*` variables override the file, which overrides the
 //! defaults; `ndpipe config example` prints a fully commented file with every key.
 
@@ -22,6 +22,8 @@ pub(crate) struct FileConfig {
     pub(crate) pipestore: ndpipe_store::Config,
     /// `ndpipe tuner`.
     pub(crate) tuner: ndpipe_tuner::Config,
+    /// `ndpipe gateway`.
+    pub(crate) gateway: ndpipe_store::GatewayConfig,
 }
 
 /// The `--config` flag shared by the server commands.

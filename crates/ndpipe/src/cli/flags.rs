@@ -52,35 +52,12 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_CATALOG")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) catalog: Option<String>,
-    /// Bearer token required for writes and admin calls [token].
-    #[arg(
-        long,
-        env = "NDPIPE_TOKEN",
-        hide_env_values = true,
-        conflicts_with = "token_file"
-    )]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) token: Option<String>,
-    /// File whose first line is the bearer token [token_file].
-    #[arg(long, env = "NDPIPE_TOKEN_FILE")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) token_file: Option<PathBuf>,
-    /// Serve /metrics without credentials even when access keys exist [metrics_open].
-    #[arg(long)]
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) metrics_open: bool,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) clients: ClientFlags,
     #[command(flatten)]
     #[serde(flatten)]
     pub(crate) peers: PeerFlags,
-    /// Largest accepted upload, in bytes [max_upload_bytes; default: 64 MiB].
-    #[arg(long, env = "NDPIPE_MAX_UPLOAD_BYTES")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) max_upload_bytes: Option<usize>,
-    /// Uploads one client address may have in flight at once; more answer 429, 0: no cap
-    /// [max_uploads_per_client; default: 32].
-    #[arg(long, env = "NDPIPE_MAX_UPLOADS_PER_CLIENT")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) max_uploads_per_client: Option<usize>,
     /// Largest accepted image in pixels, checked before decoding [max_pixels; default: 64 Mpx].
     #[arg(long, env = "NDPIPE_MAX_PIXELS")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -148,7 +125,8 @@ pub(crate) struct PipeStoreFlags {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) label_wait_ms: Option<u64>,
     /// Copies of each photo; 2 or more makes this node a front door that places uploads on
-    /// that many nodes (needs a PostgreSQL --catalog) [replicas; default: 1].
+    /// that many nodes (needs a PostgreSQL --catalog) [replicas; default: 2 for a pipestore
+    /// with a postgres:// --catalog and a --tuner, else 1; a one-node cluster needs 1].
     #[arg(long, env = "NDPIPE_REPLICAS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) replicas: Option<u32>,
@@ -233,6 +211,69 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_NODE_LEASE_MS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) node_lease_ms: Option<u64>,
+}
+
+/// Flags of `ndpipe gateway`: keys of `[gateway]`.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+pub(crate) struct GatewayFlags {
+    /// Address of the client API [listen; default: 127.0.0.1:8080].
+    #[arg(long, env = "NDPIPE_GATEWAY_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) listen: Option<SocketAddr>,
+    /// The cluster's catalog, a postgres:// URL (required) [catalog].
+    #[arg(long, env = "NDPIPE_CATALOG")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) catalog: Option<String>,
+    /// Copies of each photo, placed on that many live PipeStores; give the PipeStores' value
+    /// [replicas; default: 2].
+    #[arg(long, env = "NDPIPE_REPLICAS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) replicas: Option<u32>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) clients: ClientFlags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) peers: PeerFlags,
+    /// Deadline of each call to a PipeStore, an upload's ingest and copies included, in ms
+    /// [peer_timeout_ms; default: 30000].
+    #[arg(long, env = "NDPIPE_PEER_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) peer_timeout_ms: Option<u64>,
+}
+
+/// Flags of the servers that take photos from clients (PipeStores and gateways): who may
+/// call, and how much one upload and one client may send; the same keys in `[pipestore]`
+/// and `[gateway]`.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+pub(crate) struct ClientFlags {
+    /// Bearer token required for writes and admin calls [token].
+    #[arg(
+        long,
+        env = "NDPIPE_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "token_file"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) token: Option<String>,
+    /// File whose first line is the bearer token [token_file].
+    #[arg(long, env = "NDPIPE_TOKEN_FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) token_file: Option<PathBuf>,
+    /// Serve /metrics without credentials even when access keys exist [metrics_open].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) metrics_open: bool,
+    /// Largest accepted upload, in bytes (a gateway's no larger than the PipeStores')
+    /// [max_upload_bytes; default: 64 MiB].
+    #[arg(long, env = "NDPIPE_MAX_UPLOAD_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_upload_bytes: Option<usize>,
+    /// Uploads one client address may have in flight at once; more answer 429, 0: no cap
+    /// [max_uploads_per_client; default: 32].
+    #[arg(long, env = "NDPIPE_MAX_UPLOADS_PER_CLIENT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_uploads_per_client: Option<usize>,
 }
 
 /// Flags of every server on how it meets its peers and clients: the cluster secret, mutual

@@ -1,10 +1,11 @@
-//! The subcommands: servers (`serve`, `pipestore`, `tuner`), operator tools over HTTP, and the
+//! The subcommands: servers (`serve`, `pipestore`, `tuner`, `gateway`), operator tools over HTTP, and the
 //! configuration file.
 
 mod cluster;
 mod config;
 mod finetune;
 mod flags;
+mod gateway;
 mod import;
 mod keys;
 mod nodes;
@@ -33,6 +34,8 @@ enum Command {
     Pipestore(serve::ServeArgs),
     /// Run the Tuner: training server and coordinator of PipeStores.
     Tuner(tuner::TunerArgs),
+    /// Run a gateway: a front door to a replicated cluster that holds no photo itself.
+    Gateway(gateway::GatewayArgs),
     /// Fine-tune a new classifier head from the PipeStores' features, deploy it, re-label.
     Finetune(finetune::FinetuneArgs),
     /// List the model versions the Tuner knows (* marks the serving one).
@@ -64,6 +67,7 @@ impl Cli {
             Command::Serve(args) => serve::serve(args).await,
             Command::Pipestore(args) => serve::pipestore(args).await,
             Command::Tuner(args) => tuner::run(args).await,
+            Command::Gateway(args) => gateway::run(args).await,
             Command::Finetune(args) => finetune::finetune(args).await,
             Command::Versions(args) => finetune::versions(args).await,
             Command::Rollback(args) => finetune::rollback(args).await,

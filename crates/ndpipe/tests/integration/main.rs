@@ -19,6 +19,8 @@
 //!   search and versions.
 //! - `replication`: three PipeStores with two copies of each photo: placement, a node killed
 //!   during uploads, repair after its removal, a delete while a node is away, a flipped byte.
+//! - `gateway`: a gateway in front of three PipeStores with two copies of each photo:
+//!   placement, reads and deletes through it, its token, a PipeStore killed behind it.
 
 mod api;
 mod cache;
@@ -29,6 +31,7 @@ mod config;
 mod disk;
 mod durability;
 mod faults;
+mod gateway;
 mod inference;
 mod limits;
 mod postgres;

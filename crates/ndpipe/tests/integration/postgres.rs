@@ -70,7 +70,8 @@ fn three_pipestores_on_postgres_share_ids_search_and_one_version() {
 }
 
 async fn cluster_on(url: &str) {
-    let catalog = ["--catalog", url];
+    // One copy of each photo: the node a photo was uploaded to keeps it.
+    let catalog = ["--catalog", url, "--replicas", "1"];
     let mut tuner = TunerProcess::start_with(&["--catalog", url]);
     let nodes: Vec<Instance> = NAMES
         .iter()

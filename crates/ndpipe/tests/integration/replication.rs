@@ -87,8 +87,37 @@ fn two_copies_survive_a_lost_node_and_a_flipped_byte() {
 /// A Tuner and the three PipeStores with two copies of every photo, each with S3 on the port
 /// returned beside it.
 fn replicated_cluster(url: &str) -> (TunerProcess, Vec<Instance>, Vec<u16>) {
-    let tuner = TunerProcess::start_with(&["--catalog", url, "--node-lease-ms", "3000"]);
-    let flags = [
+    cluster_of(url, &NAMES, &[])
+}
+
+/// A Tuner and PipeStores `names` with two copies of every photo, each with S3 on the port
+/// returned beside it; `extra` goes to the Tuner and to every PipeStore.
+pub(crate) fn cluster_of(
+    url: &str,
+    names: &[&str],
+    extra: &[&str],
+) -> (TunerProcess, Vec<Instance>, Vec<u16>) {
+    let mut tuner_flags = vec!["--catalog", url, "--node-lease-ms", "3000"];
+    tuner_flags.extend_from_slice(extra);
+    let tuner = TunerProcess::start_with(&tuner_flags);
+    let (nodes, s3_ports) = names
+        .iter()
+        .map(|name| replicated_node(url, &tuner, name, extra))
+        .unzip();
+    (tuner, nodes, s3_ports)
+}
+
+/// PipeStore `name` of a cluster with two copies of every photo, with `extra` flags and S3 on
+/// the port returned beside it.
+pub(crate) fn replicated_node(
+    url: &str,
+    tuner: &TunerProcess,
+    name: &str,
+    extra: &[&str],
+) -> (Instance, u16) {
+    let port = free_port();
+    let s3 = format!("127.0.0.1:{port}");
+    let mut flags = vec![
         "--catalog",
         url,
         "--replicas",
@@ -99,19 +128,11 @@ fn replicated_cluster(url: &str) -> (TunerProcess, Vec<Instance>, Vec<u16>) {
         "0",
         "--peer-timeout-ms",
         "5000",
+        "--s3-listen",
+        s3.as_str(),
     ];
-    let s3_ports: Vec<u16> = NAMES.iter().map(|_| free_port()).collect();
-    let nodes: Vec<Instance> = NAMES
-        .iter()
-        .zip(&s3_ports)
-        .map(|(name, port)| {
-            let s3 = format!("127.0.0.1:{port}");
-            let mut extra = flags.to_vec();
-            extra.extend(["--s3-listen", s3.as_str()]);
-            Instance::start_pipestore(&tuner.grpc, name, &extra)
-        })
-        .collect();
-    (tuner, nodes, s3_ports)
+    flags.extend_from_slice(extra);
+    (Instance::start_pipestore(&tuner.grpc, name, &flags), port)
 }
 
 async fn replicated_on(url: &str) {
@@ -379,6 +400,88 @@ async fn finetune_on(url: &str) {
     for node in &nodes[..2] {
         assert_eq!(node.active_versions().await, [version]);
     }
+}
+
+#[test]
+fn a_new_node_takes_its_share_of_the_photos() {
+    let Some(db) = test_postgres::database("rebalance") else {
+        return;
+    };
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(rebalanced_on(&db.url));
+}
+
+/// Two nodes hold 100 photos with two copies each; a third joins and rebalancing moves its
+/// share to it: every node within 15% of an even share, every photo at exactly two copies, and
+/// every photo reads back through every node. Drained, the third node gives its copies back.
+async fn rebalanced_on(url: &str) {
+    let (tuner, mut nodes, _) = cluster_of(url, &NAMES[..2], &[]);
+    tuner.wait_for_nodes(2).await;
+    let mut acked = BTreeMap::new();
+    for seed in 0..100 {
+        let (id, sum) = upload(&nodes[0], seed)
+            .await
+            .unwrap_or_else(|e| panic!("upload {seed}: {e:?}\n{}", nodes[0].log()));
+        acked.insert(id, sum);
+    }
+    nodes.push(replicated_node(url, &tuner, NAMES[2], &[]).0);
+    tuner.wait_for_nodes(3).await;
+    // 200 copies on three nodes: 66.7 each, within 15%.
+    let even = 200.0 / 3.0;
+    let mut polls = 0;
+    loop {
+        let counts = futures::future::join_all(nodes.iter().map(stored)).await;
+        let shared = counts.iter().sum::<u64>() == 200
+            && counts
+                .iter()
+                .all(|&c| (c as f64 - even).abs() <= 0.15 * even);
+        let page = nodes[2].json("/v1/photos?limit=1000").await;
+        let listed = page["photos"].as_array().unwrap();
+        let two_each = listed.len() == 100
+            && listed
+                .iter()
+                .all(|p| p["copies"].as_array().unwrap().len() == 2);
+        if shared && two_each {
+            break;
+        }
+        polls += 1;
+        assert!(
+            polls < POLLS,
+            "copies per node {counts:?}\n{}",
+            nodes[0].log()
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    let mut moved = 0.0;
+    for node in &nodes {
+        moved += metric(node, "ndpipe_store_replication_rebalanced_total").await;
+    }
+    assert!(moved >= 50.0, "{moved} photos moved");
+    for node in &nodes {
+        all_read_back(node, &acked).await;
+    }
+    let (ok, out, err) = cli(&["cluster", "--server", &nodes[2].url, "status"]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.starts_with("replicas 2: 100 photos at target, 0 under-replicated, 0 lost"),
+        "{out}"
+    );
+
+    // The third node drained: its copies move back to the other two.
+    let (ok, out, err) = cli(&["nodes", "--server", &tuner.url, "drain", NAMES[2]]);
+    assert!(ok, "{out}{err}");
+    let mut polls = 0;
+    loop {
+        let counts = futures::future::join_all(nodes.iter().map(stored)).await;
+        if counts == [100, 100, 0] {
+            break;
+        }
+        polls += 1;
+        assert!(polls < POLLS, "copies per node {counts:?} after the drain");
+        tokio::time::sleep(POLL).await;
+    }
+    all_read_back(&nodes[0], &acked).await;
 }
 
 /// [`unsigned_aws`], which must succeed.

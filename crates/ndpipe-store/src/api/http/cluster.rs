@@ -22,6 +22,7 @@ pub(super) async fn status(State(state): State<AppState>) -> Result<Json<Cluster
         ));
     };
     let status = replication
+        .front()
         .status()
         .await
         .map_err(|e| count(&state, e.into()))?;

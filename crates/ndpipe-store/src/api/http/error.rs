@@ -10,6 +10,7 @@ use ndpipe_model::PreprocessError;
 use super::AppState;
 use crate::ingest::IngestError;
 use crate::jobs::JobError;
+use crate::metrics::StoreMetrics;
 use crate::replication::ReplicationError;
 use crate::storage::StoreError;
 
@@ -60,9 +61,21 @@ pub(crate) fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
 }
 
+/// A handler state with the metrics its errors are counted in.
+pub(crate) trait Counted {
+    /// The metrics.
+    fn metrics(&self) -> &StoreMetrics;
+}
+
+impl Counted for AppState {
+    fn metrics(&self) -> &StoreMetrics {
+        &self.metrics
+    }
+}
+
 /// Counts `e` under its kind in `ndpipe_store_errors_total` and passes it on.
-pub(crate) fn count(state: &AppState, e: ApiError) -> ApiError {
-    state.metrics.error(e.kind);
+pub(crate) fn count(state: &impl Counted, e: ApiError) -> ApiError {
+    state.metrics().error(e.kind);
     e
 }
 
@@ -99,7 +112,7 @@ pub(crate) fn kind_of(status: StatusCode) -> &'static str {
 /// Runs blocking work (store reads, catalog queries, jobs) off the async runtime; its error, or
 /// a failure of the task itself (500 `internal`), is counted and answered.
 pub(crate) async fn blocking<T, E>(
-    state: &AppState,
+    state: &impl Counted,
     f: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, ApiError>
 where
@@ -195,6 +208,9 @@ impl From<ReplicationError> for ApiError {
             ReplicationError::NotEnoughNodes { .. } => unavailable("insufficient_replicas", &e),
             ReplicationError::Peer { .. } | ReplicationError::NoIntactCopy { .. } => {
                 unavailable("replica_unavailable", &e)
+            }
+            ReplicationError::IsPrimary { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
             }
             ReplicationError::Task(_) => internal(e),
         }

@@ -3,7 +3,8 @@
 //!
 //! Route groups: [`photos`] (upload, read, list, delete, ground truth), [`labels`] (labels,
 //! search, models), [`jobs`] (re-labelling jobs), [`ops`] (health, metrics, compaction),
-//! [`keys`] (access keys). [`auth`] gives every call the role it needs (bearer token or an
+//! [`keys`] (access keys); [`gateway`] is the photo routes of `ndpipe gateway`, a front door
+//! with no store of its own. [`auth`] gives every call the role it needs (bearer token or an
 //! access key's secret). Every error is a JSON body
 //! (`{"error": kind, "message": ...}`) and is counted by kind ([`error`]): handlers answer
 //! [`ApiError`]s, and a layer gives one to any error that comes without a body (405 from the
@@ -12,6 +13,7 @@
 mod auth;
 mod cluster;
 mod error;
+mod gateway;
 mod jobs;
 mod keys;
 mod labels;
@@ -23,10 +25,11 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::HttpBody;
 use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::handler::Handler;
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
+use axum::routing::{MethodRouter, delete, get, post, put};
 use ndpipe_catalog::Catalog;
 use ndpipe_util::per_client::{PerClientLimit, limit_per_client};
 
@@ -39,6 +42,8 @@ use crate::replication::Replication;
 use crate::storage::PhotoStore;
 pub(crate) use auth::{Guard, authorize};
 pub(crate) use error::ApiError;
+use error::Counted;
+pub(crate) use gateway::{GatewayState, gateway_router};
 
 /// Largest page of `GET /v1/photos` and `GET /v1/search`.
 const MAX_PAGE: usize = 1000;
@@ -124,12 +129,11 @@ pub(crate) fn router(
     max_upload_bytes: usize,
     uploads_per_client: usize,
 ) -> Router {
-    let uploads = PerClientLimit::new(uploads_per_client);
-    let upload = post(photos::upload).layer(middleware::from_fn(move |req, next| {
-        limit_per_client(uploads.clone(), req, next)
-    }));
     let writes = Router::new()
-        .route("/v1/photos", upload)
+        .route(
+            "/v1/photos",
+            limited_upload(photos::upload, uploads_per_client),
+        )
         .route("/v1/photos/{id}", delete(photos::delete))
         .route(
             "/v1/photos/{id}/ground-truth",
@@ -152,9 +156,31 @@ pub(crate) fn router(
         .route("/v1/jobs/{id}", get(jobs::get_job))
         .route("/healthz", get(ops::health))
         .route("/readyz", get(ops::ready))
-        .route("/metrics", get(ops::metrics));
-    writes
-        .merge(reads)
+        .route("/metrics", get(ops::metrics::<AppState>));
+    finish(writes.merge(reads), state, max_upload_bytes)
+}
+
+/// `POST` to `handler`, behind the cap of `uploads_per_client` uploads in flight per client
+/// address (0: no cap), counted before the body is read.
+fn limited_upload<H, T, S>(handler: H, uploads_per_client: usize) -> MethodRouter<S>
+where
+    H: Handler<T, S>,
+    T: 'static,
+    S: Clone + Send + Sync + 'static,
+{
+    let uploads = PerClientLimit::new(uploads_per_client);
+    post(handler).layer(middleware::from_fn(move |req, next| {
+        limit_per_client(uploads.clone(), req, next)
+    }))
+}
+
+/// `routes` with what every client API has: JSON 404 and 405 answers, a JSON body for every
+/// error that has none (counted), the header limit and the body limit of `max_upload_bytes`.
+fn finish<S>(routes: Router<S>, state: S, max_upload_bytes: usize) -> Router
+where
+    S: Counted + Clone + Send + Sync + 'static,
+{
+    routes
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -165,7 +191,7 @@ pub(crate) fn router(
         })
         .layer(middleware::map_response_with_state(
             state.clone(),
-            json_errors,
+            json_errors::<S>,
         ))
         .layer(middleware::from_fn(limit_headers))
         .layer(DefaultBodyLimit::max(max_upload_bytes))
@@ -192,14 +218,14 @@ async fn limit_headers(req: Request, next: Next) -> Response {
 
 /// Gives an error response that has no body the JSON error body (keeping its headers, e.g.
 /// `Allow` of a 405) and counts it.
-async fn json_errors(State(state): State<AppState>, response: Response) -> Response {
+async fn json_errors<S: Counted>(State(state): State<S>, response: Response) -> Response {
     let status = response.status();
     let is_error = status.is_client_error() || status.is_server_error();
     if !is_error || response.body().size_hint().exact() != Some(0) {
         return response;
     }
     let kind = error::kind_of(status);
-    state.metrics.error(kind);
+    state.metrics().error(kind);
     let message = status.canonical_reason().unwrap_or("error").to_lowercase();
     let mut json = ApiError::new(status, kind, message).into_response();
     for (name, value) in response.headers() {

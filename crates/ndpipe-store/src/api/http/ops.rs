@@ -7,7 +7,7 @@ use axum::response::IntoResponse;
 use serde::Serialize;
 
 use super::AppState;
-use super::error::{ApiError, blocking, count};
+use super::error::{ApiError, Counted, blocking, count};
 use crate::storage::{CompactionReport, StoreError};
 
 #[derive(Debug, Serialize)]
@@ -75,13 +75,13 @@ pub(super) async fn ready(State(state): State<AppState>) -> Result<Json<Ready>, 
 }
 
 /// `GET /metrics`: the OpenMetrics exposition.
-pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+pub(super) async fn metrics<S: Counted>(State(state): State<S>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.metrics.encode(),
+        state.metrics().encode(),
     )
 }
 

@@ -1,5 +1,6 @@
 //! Photos: upload, read back (original, tensor, metadata), list, delete, set ground truth.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Json;
@@ -8,12 +9,12 @@ use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use ndpipe_catalog::{Catalog, CatalogError, GroundTruth, PhotoRecord, Split};
+use ndpipe_catalog::{Catalog, CatalogError, GroundTruth, PhotoMeta, PhotoRecord, Split};
 use serde::{Deserialize, Serialize};
 
-use super::error::{ApiError, MAX_PHOTO_ID, blocking, count, parse_id};
+use super::error::{ApiError, Counted, MAX_PHOTO_ID, blocking, count, parse_id};
 use super::{AppState, page_limit};
-use crate::replication::Replication;
+use crate::replication::FrontDoor;
 
 /// Query parameters of an upload; the same values may come as `x-ndpipe-label`/`x-ndpipe-split`.
 #[derive(Debug, Deserialize)]
@@ -41,46 +42,61 @@ pub(super) async fn upload(
 ) -> Result<(StatusCode, Json<UploadReply>), ApiError> {
     let started = Instant::now();
     let result = async {
-        let Query(params) = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
-        let body = body.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "body_too_large",
-                    e.body_text(),
-                )
-            } else {
-                ApiError::bad_request("bad_body", e.body_text())
-            }
-        })?;
-        let truth = ground_truth(&headers, params)?;
-        let size = body.len() as u64;
-        let record = match &state.replication {
+        let (body, truth) = upload_input(&headers, query, body)?;
+        Ok(match &state.replication {
             Some(replication) => replication.upload(body, truth).await?,
             None => state.ingestor.ingest(body, truth).await?,
-        };
-        state.metrics.uploads.inc();
-        state.metrics.upload_bytes.inc_by(size);
-        Ok(record)
+        })
     }
     .await;
-    state
-        .metrics
+    answer_upload(&state, started, result)
+}
+
+/// The body and ground truth of an upload, or why the request is refused.
+pub(super) fn upload_input(
+    headers: &HeaderMap,
+    query: Result<Query<UploadParams>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(Bytes, Option<GroundTruth>), ApiError> {
+    let Query(params) = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                e.body_text(),
+            )
+        } else {
+            ApiError::bad_request("bad_body", e.body_text())
+        }
+    })?;
+    Ok((body, ground_truth(headers, params)?))
+}
+
+/// The answer to an upload that began at `started`: 201 with the photo, or the error; timed
+/// and counted either way.
+pub(super) fn answer_upload(
+    state: &impl Counted,
+    started: Instant,
+    result: Result<PhotoRecord, ApiError>,
+) -> Result<(StatusCode, Json<UploadReply>), ApiError> {
+    let metrics = state.metrics();
+    metrics
         .ingest_seconds
         .observe(started.elapsed().as_secs_f64());
-    match result {
-        Ok(PhotoRecord { id, meta }) => Ok((
-            StatusCode::CREATED,
-            Json(UploadReply {
-                id,
-                sha256: meta.sha256,
-                bytes: meta.bytes,
-                width: meta.width,
-                height: meta.height,
-            }),
-        )),
-        Err(e) => Err(count(&state, e)),
-    }
+    let PhotoRecord { id, meta } = result.map_err(|e| count(state, e))?;
+    metrics.uploads.inc();
+    metrics.upload_bytes.inc_by(meta.bytes);
+    Ok((
+        StatusCode::CREATED,
+        Json(UploadReply {
+            id,
+            sha256: meta.sha256,
+            bytes: meta.bytes,
+            width: meta.width,
+            height: meta.height,
+        }),
+    ))
 }
 
 /// The ground truth of an upload, from its query or headers; a split needs a label.
@@ -137,10 +153,21 @@ pub(super) async fn get_photo(
                 .map(|(entry, bytes)| (entry.meta, bytes))
         }
     };
+    photo_response(&state, id, found, &headers)
+}
+
+/// Photo `id`'s original as the answer to a `GET`, with an ETag of its SHA-256 (304 when the
+/// client has it); 404 when `found` is `None`.
+pub(super) fn photo_response(
+    state: &impl Counted,
+    id: u64,
+    found: Option<(PhotoMeta, Vec<u8>)>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
     let Some((meta, bytes)) = found else {
-        return Err(count(&state, ApiError::photo_not_found(id)));
+        return Err(count(state, ApiError::photo_not_found(id)));
     };
-    state.metrics.reads.inc();
+    state.metrics().reads.inc();
     let etag = format!("\"{}\"", meta.sha256);
     if headers
         .get(header::IF_NONE_MATCH)
@@ -202,30 +229,44 @@ pub(super) async fn get_meta(
     Path(raw): Path<String>,
 ) -> Result<Json<MetaReply>, ApiError> {
     let id = parse_id(&raw).map_err(|e| count(&state, e))?;
+    if state.ingestor.is_deleted(id) {
+        return Err(count(&state, ApiError::photo_not_found(id)));
+    }
+    if let Some(replication) = &state.replication {
+        return cluster_meta(&state, replication.front(), &state.catalog, id)
+            .await
+            .map(Json);
+    }
     let catalog = state.catalog.clone();
-    let (mut row, object) = blocking(&state, move || {
+    let (row, object) = blocking(&state, move || {
         Ok::<_, CatalogError>((catalog.photo(id)?, catalog.object_of_photo(id)?))
     })
     .await?;
-    let mut copies = None;
-    if let Some(replication) = &state.replication {
-        // Any node's photo, with the nodes that hold its copies.
-        let found = replication
-            .copies_of(id)
-            .await
-            .map_err(|e| count(&state, e.into()))?;
-        row = found.map(|c| {
-            copies = Some(c.holders);
-            PhotoRecord { id, meta: c.meta }
-        });
-    }
-    let record = row
-        .filter(|_| !state.ingestor.is_deleted(id))
-        .ok_or_else(|| count(&state, ApiError::photo_not_found(id)))?;
-    Ok(Json(MetaReply {
-        copies,
+    let record = row.ok_or_else(|| count(&state, ApiError::photo_not_found(id)))?;
+    Ok(Json(MetaReply::new(record, object)))
+}
+
+/// Any node's photo `id` with the nodes that hold its copies, and its bucket and key.
+pub(super) async fn cluster_meta(
+    state: &impl Counted,
+    front: &FrontDoor,
+    catalog: &Arc<dyn Catalog>,
+    id: u64,
+) -> Result<MetaReply, ApiError> {
+    let found = front
+        .copies_of(id)
+        .await
+        .map_err(|e| count(state, e.into()))?;
+    let Some(c) = found else {
+        return Err(count(state, ApiError::photo_not_found(id)));
+    };
+    let catalog = catalog.clone();
+    let object = blocking(state, move || catalog.object_of_photo(id)).await?;
+    let record = PhotoRecord { id, meta: c.meta };
+    Ok(MetaReply {
+        copies: Some(c.holders),
         ..MetaReply::new(record, object)
-    }))
+    })
 }
 
 impl MetaReply {
@@ -273,22 +314,14 @@ pub(super) async fn list(
     State(state): State<AppState>,
     query: Result<Query<PageParams>, QueryRejection>,
 ) -> Result<Json<Page>, ApiError> {
-    let Query(params) =
-        query.map_err(|e| count(&state, ApiError::bad_request("bad_query", e.body_text())))?;
-    let limit = page_limit(params.limit, 100).map_err(|e| count(&state, e))?;
-    if params.after.is_some_and(|a| a > MAX_PHOTO_ID) {
-        return Err(count(
-            &state,
-            ApiError::bad_request("bad_query", format!("after must be at most {MAX_PHOTO_ID}")),
-        ));
-    }
+    let (after, limit) = page_params(&state, query)?;
     if let Some(replication) = &state.replication {
-        return list_cluster(&state, replication, params.after, limit).await;
+        return cluster_page(&state, replication.front(), &state.catalog, after, limit).await;
     }
     // Rows of unfinished deletes are left out: ask for that many more.
     let asked = limit + state.ingestor.unfinished_deletes();
     let catalog = state.catalog.clone();
-    let mut photos = blocking(&state, move || catalog.list_photos(params.after, asked)).await?;
+    let mut photos = blocking(&state, move || catalog.list_photos(after, asked)).await?;
     let more = photos.len() == asked;
     photos.retain(|p| !state.ingestor.is_deleted(p.id));
     let more = more || photos.len() > limit;
@@ -299,21 +332,39 @@ pub(super) async fn list(
     Ok(Json(Page { photos, next_after }))
 }
 
+/// `after` and `limit` of a listing, checked.
+pub(super) fn page_params(
+    state: &impl Counted,
+    query: Result<Query<PageParams>, QueryRejection>,
+) -> Result<(Option<u64>, usize), ApiError> {
+    let Query(params) =
+        query.map_err(|e| count(state, ApiError::bad_request("bad_query", e.body_text())))?;
+    let limit = page_limit(params.limit, 100).map_err(|e| count(state, e))?;
+    if params.after.is_some_and(|a| a > MAX_PHOTO_ID) {
+        return Err(count(
+            state,
+            ApiError::bad_request("bad_query", format!("after must be at most {MAX_PHOTO_ID}")),
+        ));
+    }
+    Ok((params.after, limit))
+}
+
 /// A page of every node's photos, with their holders (a replicated cluster's listing).
-async fn list_cluster(
-    state: &AppState,
-    replication: &Replication,
+pub(super) async fn cluster_page(
+    state: &impl Counted,
+    front: &FrontDoor,
+    catalog: &Arc<dyn Catalog>,
     after: Option<u64>,
     limit: usize,
 ) -> Result<Json<Page>, ApiError> {
-    let mut copies = replication
+    let mut copies = front
         .list(after, limit + 1)
         .await
         .map_err(|e| count(state, e.into()))?;
     let more = copies.len() > limit;
     copies.truncate(limit);
     let next_after = more.then(|| copies.last().map(|p| p.id)).flatten();
-    let catalog = state.catalog.clone();
+    let catalog = catalog.clone();
     let photos = blocking(state, move || {
         copies
             .into_iter()
@@ -344,11 +395,20 @@ pub(super) async fn delete(
         Some(replication) => replication.delete(id).await.map_err(ApiError::from),
         None => state.ingestor.delete(id).await.map_err(ApiError::from),
     };
-    if existed.map_err(|e| count(&state, e))? {
-        state.metrics.deletes.inc();
+    answer_delete(&state, id, existed)
+}
+
+/// The answer to a delete of photo `id`: 204 when it existed, else 404.
+pub(super) fn answer_delete(
+    state: &impl Counted,
+    id: u64,
+    existed: Result<bool, ApiError>,
+) -> Result<StatusCode, ApiError> {
+    if existed.map_err(|e| count(state, e))? {
+        state.metrics().deletes.inc();
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(count(&state, ApiError::photo_not_found(id)))
+        Err(count(state, ApiError::photo_not_found(id)))
     }
 }
 

@@ -142,6 +142,12 @@ impl Instance {
         Self::launch_as("pipestore", &flags)
     }
 
+    /// Starts `ndpipe gateway` with `extra` (besides `--listen`; a gateway has no data
+    /// directory).
+    pub(crate) fn start_gateway(extra: &[&str]) -> Self {
+        Self::launch_as("gateway", extra)
+    }
+
     /// Starts `ndpipe serve` with exactly `extra` (besides `--data` and `--listen`).
     pub(crate) fn launch(extra: &[&str]) -> Self {
         Self::launch_as("serve", extra)
@@ -195,10 +201,12 @@ impl Instance {
             .append(true)
             .open(self._tmp.path().join("serve.log"))
             .unwrap();
-        let child = Command::new(exe())
-            .arg(self.command)
-            .arg("--data")
-            .arg(&self.data)
+        let mut command = Command::new(exe());
+        command.arg(self.command);
+        if self.command != "gateway" {
+            command.arg("--data").arg(&self.data);
+        }
+        let child = command
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
             .args(&self.extra)

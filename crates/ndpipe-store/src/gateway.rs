@@ -1,0 +1,160 @@
+//! A gateway: the cluster's front door as a process of its own, holding no photo. It places
+//! each upload on `replicas` live PipeStores by the rendezvous hashing they use, has the
+//! primary ingest it and copy it to the others (201 once every copy is durable and
+//! catalogued), reads any copy with its checksum verified, and deletes behind a tombstone:
+//! the same [`FrontDoor`] a replicated PipeStore runs, without the local shortcuts. Clients
+//! are checked as a PipeStore checks them (bearer token, access keys' secrets by hash); calls
+//! to the PipeStores carry the cluster secret.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use ndpipe_catalog::{Catalog, PgCatalog, PgOptions, is_postgres_url};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::info;
+
+use crate::api::http::{self, GatewayState};
+use crate::config::GatewayConfig;
+use crate::error::Error;
+use crate::keys::KeyStore;
+use crate::metrics::StoreMetrics;
+use crate::pipestore::{cluster_secret, tls, token};
+use crate::replication::{FrontDoor, FrontDoorConfig};
+use crate::server::{bind, local_addr};
+
+/// The name a gateway's catalog handle goes by (it owns no photos, jobs or ids).
+const CATALOG_NODE: &str = "gateway";
+
+/// A gateway, connected to the catalog and ready to serve.
+pub struct Gateway {
+    config: GatewayConfig,
+    front: Arc<FrontDoor>,
+    catalog: Arc<dyn Catalog>,
+    keys: Arc<KeyStore>,
+    metrics: Arc<StoreMetrics>,
+}
+
+impl Gateway {
+    /// Reads the token, cluster secret and TLS files of `config` and connects to its
+    /// PostgreSQL catalog. Fails with [`Error::Config`] when `catalog` is not a `postgres://`
+    /// URL or `replicas` is 0.
+    pub async fn open(config: GatewayConfig) -> Result<Gateway, Error> {
+        let url = match &config.catalog {
+            Some(url) if is_postgres_url(url) => url.clone(),
+            _ => {
+                return Err(Error::Config {
+                    setting: "catalog",
+                    reason: "a gateway needs the cluster's postgres:// catalog".into(),
+                });
+            }
+        };
+        if config.replicas == 0 {
+            return Err(Error::Config {
+                setting: "replicas",
+                reason: "at least one copy of each photo is needed".into(),
+            });
+        }
+        let token = token(config.token.as_ref(), config.token_file.as_ref())?;
+        let secret = cluster_secret(config.cluster_secret_file.as_ref())?;
+        let tls = tls(
+            config.tls_cert.as_deref(),
+            config.tls_key.as_deref(),
+            config.tls_ca.as_deref(),
+        )?;
+        let what = ndpipe_catalog::describe(&url, std::path::Path::new(""));
+        let options = PgOptions {
+            node: CATALOG_NODE.into(),
+            ..PgOptions::default()
+        };
+        let pg = tokio::task::spawn_blocking(move || PgCatalog::connect_with(&url, &options))
+            .await?
+            .map_err(|source| Error::Catalog {
+                what: what.clone(),
+                source,
+            })?;
+        let pg = Arc::new(pg);
+        info!(catalog = %what, replicas = config.replicas, "gateway catalog open");
+        let metrics = Arc::new(StoreMetrics::default());
+        let front = FrontDoor::new(
+            None,
+            pg.clone(),
+            metrics.clone(),
+            (secret, tls),
+            FrontDoorConfig::new(
+                config.replicas,
+                config.peer_timeout_ms,
+                config.max_upload_bytes,
+            ),
+        );
+        Ok(Gateway {
+            keys: Arc::new(KeyStore::bearer_only(pg.clone(), token)),
+            front: Arc::new(front),
+            catalog: pg,
+            metrics,
+            config,
+        })
+    }
+
+    /// Binds `config.listen` and serves the client API until [`RunningGateway::stop`].
+    pub async fn start(self) -> Result<RunningGateway, Error> {
+        let Gateway {
+            config,
+            front,
+            catalog,
+            keys,
+            metrics,
+        } = self;
+        let state = GatewayState::new(front, catalog, metrics.clone());
+        let guard = http::Guard {
+            keys,
+            metrics,
+            metrics_open: config.metrics_open,
+        };
+        let app = http::gateway_router(
+            state,
+            config.max_upload_bytes,
+            config.max_uploads_per_client,
+        )
+        .layer(axum::middleware::from_fn_with_state(guard, http::authorize));
+        let listener = bind("HTTP", config.listen).await?;
+        let http_addr = local_addr("HTTP", &listener, config.listen)?;
+        let (shutdown, mut stopped) = watch::channel(false);
+        let http = tokio::spawn(ndpipe_util::serve::serve(
+            listener,
+            app,
+            config.http_limits(),
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            },
+        ));
+        info!(%http_addr, "gateway listening");
+        Ok(RunningGateway {
+            http_addr,
+            shutdown,
+            http,
+        })
+    }
+}
+
+/// A gateway serving in this process.
+pub struct RunningGateway {
+    http_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    http: JoinHandle<()>,
+}
+
+impl RunningGateway {
+    /// The bound HTTP address.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// Stops accepting requests and drains those in flight.
+    pub async fn stop(self) -> Result<(), Error> {
+        let _ = self.shutdown.send(true);
+        self.http.await?;
+        info!("gateway stopped");
+        Ok(())
+    }
+}

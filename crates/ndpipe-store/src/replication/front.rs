@@ -1,0 +1,333 @@
+//! The front door of a replicated cluster, without a store of its own: it places each upload
+//! on `replicas` live nodes and has the primary ingest it, reads any copy with its checksum
+//! verified (falling back to the next holder), deletes behind a tombstone, and lists and
+//! reports the whole cluster. A PipeStore's [`Replication`](super::Replication) runs one and
+//! adds its local shortcuts (ingesting as the primary, reading and dropping its own copy); a
+//! gateway runs one alone.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ndpipe_catalog::{
+    CatalogError, GroundTruth, PhotoCopies, PhotoMeta, PhotoRecord, PlacementNode, ReplicaCatalog,
+};
+use ndpipe_proto::pb;
+use ndpipe_proto::transport::{ClusterSecret, Tls};
+use ndpipe_util::sync::lock;
+use sha2::{Digest, Sha256};
+
+use super::copies::{intact, meta_from_json};
+use super::peers::Peers;
+use super::{ReplicationError, placement};
+use crate::metrics::StoreMetrics;
+
+/// How long a front door reuses the node list it read from the catalog.
+const NODES_TTL: Duration = Duration::from_secs(1);
+
+/// Settings of a front door.
+#[derive(Debug, Clone)]
+pub(crate) struct FrontDoorConfig {
+    /// Copies of each photo.
+    pub(crate) replicas: u32,
+    /// Deadline of each call to a node.
+    pub(crate) peer_timeout: Duration,
+    /// Largest message between nodes: the largest upload, with room for its tensor.
+    pub(crate) max_message: usize,
+}
+
+impl FrontDoorConfig {
+    /// `replicas` copies, calls within `peer_timeout_ms`, uploads up to `max_upload_bytes`.
+    pub(crate) fn new(replicas: u32, peer_timeout_ms: u64, max_upload_bytes: usize) -> Self {
+        FrontDoorConfig {
+            replicas,
+            peer_timeout: Duration::from_millis(peer_timeout_ms.max(1)),
+            // The tensor of a photo is at most 3 x 224 x 224 f32 values (600 KiB) before
+            // compression; the rest is metadata.
+            max_message: max_upload_bytes.saturating_add(4 << 20),
+        }
+    }
+}
+
+/// The cluster as one store, seen from a front door.
+pub(crate) struct FrontDoor {
+    /// The node this front door runs on (`None`: a gateway, which holds no copy).
+    here: Option<String>,
+    pub(super) config: FrontDoorConfig,
+    pub(super) catalog: Arc<dyn ReplicaCatalog>,
+    pub(super) peers: Peers,
+    pub(super) metrics: Arc<StoreMetrics>,
+    nodes: Mutex<Option<(Instant, Vec<PlacementNode>)>>,
+}
+
+impl FrontDoor {
+    /// A front door on node `here` (`None`: on no node) over the replica map `catalog`,
+    /// calling the nodes with `secret` over `tls`.
+    pub(crate) fn new(
+        here: Option<String>,
+        catalog: Arc<dyn ReplicaCatalog>,
+        metrics: Arc<StoreMetrics>,
+        (secret, tls): (Option<ClusterSecret>, Option<Tls>),
+        config: FrontDoorConfig,
+    ) -> Self {
+        FrontDoor {
+            here,
+            peers: Peers::new(secret, tls, config.peer_timeout, config.max_message),
+            config,
+            catalog,
+            metrics,
+            nodes: Mutex::default(),
+        }
+    }
+
+    /// The largest message this front door sends or takes.
+    pub(crate) fn max_message(&self) -> usize {
+        self.config.max_message
+    }
+
+    /// The registered nodes, read at most once per [`NODES_TTL`].
+    pub(super) async fn placement_nodes(&self) -> Result<Vec<PlacementNode>, ReplicationError> {
+        if let Some((at, nodes)) = &*lock(&self.nodes)
+            && at.elapsed() < NODES_TTL
+        {
+            return Ok(nodes.clone());
+        }
+        let catalog = self.catalog.clone();
+        let nodes = tokio::task::spawn_blocking(move || catalog.placement_nodes()).await??;
+        *lock(&self.nodes) = Some((Instant::now(), nodes.clone()));
+        Ok(nodes)
+    }
+
+    /// How many registered nodes placement may choose now (live, active, above their
+    /// free-space reserve), from a fresh read of the catalog.
+    pub(crate) async fn nodes_taking_photos(&self) -> Result<usize, ReplicationError> {
+        let catalog = self.catalog.clone();
+        let nodes = tokio::task::spawn_blocking(move || catalog.placement_nodes()).await??;
+        Ok(nodes.iter().filter(|n| placement::eligible(n)).count())
+    }
+
+    /// Copies wanted of each photo.
+    pub(crate) fn replicas(&self) -> u32 {
+        self.config.replicas
+    }
+
+    /// Where an upload goes: its primary, and the other nodes it is copied to.
+    pub(super) async fn place(
+        &self,
+        bytes: &[u8],
+    ) -> Result<(PlacementNode, Vec<pb::Peer>), ReplicationError> {
+        let nodes = self.placement_nodes().await?;
+        let wanted = self.config.replicas;
+        let key = placement::key_of(&hex::encode(Sha256::digest(bytes)));
+        let mut chosen = placement::place(key, &nodes, wanted as usize);
+        if chosen.len() < wanted as usize || chosen.is_empty() {
+            return Err(ReplicationError::NotEnoughNodes {
+                wanted,
+                live: chosen.len(),
+            });
+        }
+        let primary = chosen.remove(0);
+        let copies = chosen
+            .into_iter()
+            .map(|n| pb::Peer {
+                name: n.name,
+                url: n.url,
+            })
+            .collect();
+        Ok((primary, copies))
+    }
+
+    /// Stores an upload on `replicas` nodes: ingested by the primary, copied to the others, and
+    /// catalogued once every copy is durable.
+    pub(crate) async fn upload(
+        &self,
+        bytes: bytes::Bytes,
+        truth: Option<GroundTruth>,
+    ) -> Result<PhotoRecord, ReplicationError> {
+        let (primary, copies) = self.place(&bytes).await?;
+        self.forward(&primary, copies, bytes, truth).await
+    }
+
+    /// Has `primary` ingest an upload and copy it to `copies` (`Replication/Ingest`).
+    pub(super) async fn forward(
+        &self,
+        primary: &PlacementNode,
+        copies: Vec<pb::Peer>,
+        bytes: bytes::Bytes,
+        truth: Option<GroundTruth>,
+    ) -> Result<PhotoRecord, ReplicationError> {
+        let (label, split) = match truth {
+            Some(t) => (t.label, t.split.as_str().to_string()),
+            None => (String::new(), String::new()),
+        };
+        let req = pb::IngestRequest {
+            original: bytes.to_vec(),
+            label,
+            split,
+            copies,
+        };
+        let reply = self
+            .peers
+            .ingest(&primary.url, req)
+            .await
+            .map_err(ReplicationError::Remote)?;
+        let meta = meta_from_json(&reply.meta_json).map_err(|reason| ReplicationError::Peer {
+            url: primary.url.clone(),
+            reason,
+        })?;
+        Ok(PhotoRecord { id: reply.id, meta })
+    }
+
+    /// Photo `id`'s catalog row and holders; `None` when it is deleted or was never catalogued.
+    pub(crate) async fn copies_of(&self, id: u64) -> Result<Option<PhotoCopies>, ReplicationError> {
+        let catalog = self.catalog.clone();
+        Ok(tokio::task::spawn_blocking(move || catalog.copies(id)).await??)
+    }
+
+    /// Up to `limit` photos of the whole cluster after `after`, with their holders.
+    pub(crate) async fn list(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<PhotoCopies>, ReplicationError> {
+        let catalog = self.catalog.clone();
+        let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+        Ok(tokio::task::spawn_blocking(move || catalog.list_cluster(after, limit)).await??)
+    }
+
+    /// Photo `id`'s original from the first holder whose copy is intact. `None` when no such
+    /// photo exists.
+    pub(crate) async fn read(
+        &self,
+        id: u64,
+    ) -> Result<Option<(PhotoMeta, Vec<u8>)>, ReplicationError> {
+        let Some(copies) = self.copies_of(id).await? else {
+            return Ok(None);
+        };
+        let copy = self.fetch_intact(&copies).await?;
+        Ok(Some((copies.meta, copy.original)))
+    }
+
+    /// An intact copy of the photo from a holder other than this node, live ones first.
+    pub(super) async fn fetch_intact(
+        &self,
+        copies: &PhotoCopies,
+    ) -> Result<pb::PhotoCopy, ReplicationError> {
+        let nodes = self.placement_nodes().await?;
+        let mut holders: Vec<_> = nodes
+            .iter()
+            .filter(|n| Some(&n.name) != self.here.as_ref() && copies.holders.contains(&n.name))
+            .collect();
+        holders.sort_by_key(|n| !n.live);
+        let mut tried = Vec::new();
+        for node in holders {
+            match self.peers.read_copy(&node.url, copies.id).await {
+                Ok(copy) if intact(&copies.meta, &copy.original) => return Ok(copy),
+                Ok(_) => tried.push(format!("{}: damaged in transit", node.name)),
+                Err(e) => tried.push(format!("{}: {}", node.name, e.message())),
+            }
+        }
+        if tried.is_empty() {
+            tried.push("no other node holds a copy".into());
+        }
+        Err(ReplicationError::NoIntactCopy {
+            id: copies.id,
+            reason: tried.join("; "),
+        })
+    }
+
+    /// Deletes photo `id` everywhere but here: a tombstone and the catalog row first (in one
+    /// transaction), then every other holder's copy; a holder that cannot be reached drops its
+    /// copy when it returns. The photo's holders as they were (the caller drops its own
+    /// copy), `None` when it did not exist.
+    pub(crate) async fn delete(&self, id: u64) -> Result<Option<PhotoCopies>, ReplicationError> {
+        let Some(copies) = self.copies_of(id).await? else {
+            return Ok(None);
+        };
+        let catalog = self.catalog.clone();
+        tokio::task::spawn_blocking(move || catalog.add_tombstone(id)).await??;
+        let nodes = self.placement_nodes().await?;
+        for holder in &copies.holders {
+            if Some(holder) == self.here.as_ref() {
+                continue;
+            }
+            let Some(node) = nodes.iter().find(|n| n.name == *holder) else {
+                continue;
+            };
+            if let Err(e) = self.peers.drop_copy(&node.url, id).await {
+                tracing::warn!(photo = id, node = %holder, error = %e,
+                    "a holder could not drop its copy now; it will when it returns");
+            }
+        }
+        self.metrics.replication.deletes.inc();
+        Ok(Some(copies))
+    }
+
+    /// The cluster as this front door sees it.
+    pub(crate) async fn status(&self) -> Result<ClusterStatus, ReplicationError> {
+        let catalog = self.catalog.clone();
+        let wanted = self.config.replicas;
+        let (nodes, counts) = tokio::task::spawn_blocking(move || {
+            Ok::<_, CatalogError>((
+                catalog.placement_nodes()?,
+                catalog.replication_counts(wanted)?,
+            ))
+        })
+        .await??;
+        let m = &self.metrics.replication;
+        Ok(ClusterStatus {
+            replicas: wanted,
+            nodes: nodes
+                .into_iter()
+                .map(|n| NodeStatus {
+                    name: n.name,
+                    live: n.live,
+                    active: n.active,
+                    free_bytes: n.free_bytes,
+                })
+                .collect(),
+            at_target: counts.at_target,
+            under_replicated: counts.under_replicated,
+            lost: counts.lost,
+            tombstones: counts.tombstones,
+            copies_made: m.copies_made.get(),
+            copies_received: m.copies_received.get(),
+            repaired: m.repaired.get(),
+            rebalanced: m.rebalanced.get(),
+        })
+    }
+}
+
+/// What `GET /v1/cluster` answers: the nodes placement sees, the cluster's copy counts and this
+/// node's replication work (0 on a gateway).
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct ClusterStatus {
+    /// Copies wanted of each photo.
+    pub(crate) replicas: u32,
+    /// Every registered node.
+    pub(crate) nodes: Vec<NodeStatus>,
+    /// Photos at the wanted copies.
+    pub(crate) at_target: u64,
+    /// Photos below it (at least one copy left).
+    pub(crate) under_replicated: u64,
+    /// Photos no registered node holds.
+    pub(crate) lost: u64,
+    /// Deleted photos remembered.
+    pub(crate) tombstones: u64,
+    /// This node's copies made by repair.
+    pub(crate) copies_made: u64,
+    /// This node's copies received.
+    pub(crate) copies_received: u64,
+    /// This node's damaged copies found and replaced.
+    pub(crate) repaired: u64,
+    /// This node's photos moved to where placement puts them.
+    pub(crate) rebalanced: u64,
+}
+
+/// A node as [`ClusterStatus`] shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct NodeStatus {
+    name: String,
+    live: bool,
+    active: bool,
+    free_bytes: Option<u64>,
+}
