@@ -1,4 +1,4 @@
-//! PNG line charts of one series per policy over epochs, drawn with
+//! PNG line charts of one series per policy over epochs (or over any x), drawn with
 //! plotters' bitmap backend and encoded with `image`.
 //!
 //! Text needs a TrueType font: `CACHEBENCH_FONT` names one, else the first
@@ -59,38 +59,55 @@ pub fn line_chart(
     y: Range<f64>,
     series: &[(String, Vec<f64>)],
 ) -> Result<()> {
+    let epochs = series
+        .iter()
+        .map(|(_, v)| v.len())
+        .max()
+        .unwrap_or(1)
+        .max(2);
+    let xs: Vec<f64> = (0..epochs).map(|e| e as f64).collect();
+    line_chart_over(path, title, ("epoch", &xs), y_label, y, series)
+}
+
+/// Writes a PNG chart of `series` (name, the value at each of `x`'s points) with the x axis
+/// named `x.0` and the y axis spanning `y`.
+pub fn line_chart_over(
+    path: &Path,
+    title: &str,
+    x: (&str, &[f64]),
+    y_label: &str,
+    y: Range<f64>,
+    series: &[(String, Vec<f64>)],
+) -> Result<()> {
     ensure_font()?;
+    let (x_desc, xs) = x;
     let (w, h) = SIZE;
     let mut pixels = vec![0u8; (w * h * 3) as usize];
     {
         let root = BitMapBackend::with_buffer(&mut pixels, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(plot_err)?;
         let (plot, legend) = root.split_horizontally(w - LEGEND_WIDTH);
-        let epochs = series
-            .iter()
-            .map(|(_, v)| v.len())
-            .max()
-            .unwrap_or(1)
-            .max(2);
+        let first = xs.first().copied().unwrap_or(0.0);
+        let last = xs.last().copied().unwrap_or(1.0).max(first + 1.0);
         let mut chart = ChartBuilder::on(&plot)
             .caption(title, (FAMILY, 20))
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(56)
-            .build_cartesian_2d(0f64..(epochs - 1) as f64, y)
+            .build_cartesian_2d(first..last, y)
             .map_err(plot_err)?;
         chart
             .configure_mesh()
-            .x_desc("epoch")
+            .x_desc(x_desc)
             .y_desc(y_label)
-            .x_labels(epochs)
+            .x_labels(xs.len().max(2))
             .x_label_formatter(&|x| format!("{x:.0}"))
             .label_style((FAMILY, 13))
             .draw()
             .map_err(plot_err)?;
         for (k, (name, values)) in series.iter().enumerate() {
             let color = Palette99::pick(k).to_rgba();
-            let points = values.iter().enumerate().map(|(i, &v)| (i as f64, v));
+            let points = xs.iter().copied().zip(values.iter().copied());
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))
                 .map_err(plot_err)?;
