@@ -9,7 +9,7 @@ export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 PY_VENV := $(CURDIR)/target/py/venv
 PY_CRATE := python/spidercache/Cargo.toml
 
-.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep
+.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep bench-scale
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -98,3 +98,8 @@ experiment-rsweep: build-bench
 ## Replication: uploads and reads with 1, 2, 3 copies and the repair rate after a node's removal.
 bench-replication: build-bench
 	target/release/ndpipe-bench replication --json $(CACHE)/bench-replication.json
+
+## One node filled to SCALE_PHOTOS photos: ingest rate, search and list p99, disk, RSS, fine-tune.
+SCALE_PHOTOS ?= 1000000
+bench-scale: build-bench
+	target/release/ndpipe-bench scale --photos $(SCALE_PHOTOS) --json $(CACHE)/bench-scale.json

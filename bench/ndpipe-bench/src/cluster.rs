@@ -92,7 +92,13 @@ impl Cluster {
             let store = PipeStore::open(config).await?;
             nodes.push(store.start(None, None).await?);
         }
-        // Every node takes its share at once: a capped model labels slowly.
+        // Every node takes its share at once: a capped model labels slowly, and one batch of
+        // it (32 photos) may take longer than the usual pause that counts as no progress.
+        let stall = if model_rate_limit > 0.0 {
+            STALL.max(Duration::from_secs_f64(3.0 * 32.0 / model_rate_limit))
+        } else {
+            STALL
+        };
         let uploads = nodes.iter().enumerate().map(|(i, node)| async move {
             let client = client(node.http_addr())?;
             for (png, label, split) in photos.iter().skip(i).step_by(n) {
@@ -101,7 +107,8 @@ impl Cluster {
                     .await
                     .map_err(|e| anyhow::anyhow!("upload failed: {e:?}"))?;
             }
-            wait_labelled(&client, photos.len().saturating_sub(i).div_ceil(n)).await
+            let mine = photos.len().saturating_sub(i).div_ceil(n);
+            wait_labelled_within(&client, mine, stall).await
         });
         futures::future::try_join_all(uploads).await?;
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -147,9 +154,17 @@ impl Cluster {
     }
 }
 
+/// How long a node's labelling count may stand still before it counts as stopped.
+const STALL: Duration = Duration::from_secs(2);
+
 /// Waits until a node's online labelling has caught up with its uploads (or stopped making
 /// progress, when its queue overflowed), so that it does not compete with the experiment.
 pub(crate) async fn wait_labelled(client: &Client, n: usize) -> Result<()> {
+    wait_labelled_within(client, n, STALL).await
+}
+
+/// [`wait_labelled`], counting labelling as stopped after `stall` without progress.
+async fn wait_labelled_within(client: &Client, n: usize, stall: Duration) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
     let (mut last, mut since) = (0usize, Instant::now());
     loop {
@@ -160,7 +175,7 @@ pub(crate) async fn wait_labelled(client: &Client, n: usize) -> Result<()> {
             .and_then(|v| v.trim().parse::<f64>().ok())
             .unwrap_or(0.0);
         let labelled = labelled as usize;
-        if labelled >= n || (labelled == last && since.elapsed() > Duration::from_secs(2)) {
+        if labelled >= n || (labelled == last && since.elapsed() > stall) {
             return Ok(());
         }
         if labelled != last {

@@ -16,6 +16,7 @@ mod ingest;
 mod replication;
 mod rsweep;
 mod s3;
+mod scale;
 mod scaling;
 
 use std::path::PathBuf;
@@ -53,6 +54,9 @@ enum Which {
     /// Replication: upload and read throughput with 1, 2 and 3 copies, and the repair rate after
     /// a node is removed, on three PipeStores sharing PostgreSQL.
     Replication(replication::ReplicationBench),
+    /// Scale: one node filled to N photos; ingest rate, search and listing p99, disk per photo
+    /// and RSS at every step, then a fine-tune from stored features and its re-labelling.
+    Scale(scale::ScaleBench),
     /// Drift: classes arrive in stages; stale vs fine-tuned accuracy at each stage.
     Drift(drift::DriftBench),
     /// SpiderCache and its peers on a real training run reading a PipeStore (or a replay).
@@ -101,6 +105,7 @@ async fn run(which: Which) -> Result<()> {
         Which::Rsweep(b) => rsweep::run(b).await,
         Which::Replication(b) => replication::run(b).await,
         Which::Fuzz(b) => fuzz::run(b).await,
+        Which::Scale(b) => scale::run(b).await,
         Which::Cache(b) => {
             let ndpipe = ndpipe_binary()?;
             tokio::task::spawn_blocking(move || cachebench::cli::run(b, ndpipe)).await?

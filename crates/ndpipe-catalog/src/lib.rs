@@ -28,6 +28,7 @@
 
 mod error;
 mod keys;
+mod label_terms;
 mod objects;
 mod pg;
 mod replicas;
@@ -108,8 +109,9 @@ pub trait PhotoCatalog: Send + Sync {
     /// The predictions of every model version for one photo, grouped by version, best first.
     fn predictions(&self, id: PhotoId) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError>;
 
-    /// Photos whose predictions under `model_version` include `label` (exactly, or as one of the
-    /// comma-separated names of a class such as "tabby, tabby cat"), best score first.
+    /// Photos whose predictions under `model_version` include `label` (the whole label exactly,
+    /// or one of the comma-separated names of a class such as "tabby, tabby cat" ignoring ASCII
+    /// case), best score first: one lookup of the label index, whatever the catalog's size.
     fn search(
         &self,
         label: &str,

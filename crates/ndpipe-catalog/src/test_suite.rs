@@ -1,6 +1,10 @@
 //! Behaviour every [`Catalog`] implementation must show, run by each implementation's tests
 //! ([`run`]), and every [`NodeRegistry`] ([`run_nodes`]).
 
+mod search;
+
+pub use search::{INDEX_LABELS, index_label_answers, store_index_labels};
+
 use crate::{
     AccessKeyRecord, Bucket, Catalog, CatalogError, GroundTruth, JobRecord, ModelVersion,
     NodeRegistry, NodeState, ObjectBody, ObjectRecord, PhotoMeta, PhotoRecord, Prediction, Role,
@@ -43,70 +47,11 @@ pub fn run(c: &dyn Catalog) {
     ground_truth_updates(c);
     predictions_replace_per_version(c);
     models_have_one_active(c);
-    search_matches_class_names(c);
-    search_treats_wildcards_literally(c);
+    search::run(c);
     jobs_round_trip(c);
     buckets_create_list_and_delete_only_when_empty(c);
     objects_replace_list_by_prefix_and_follow_their_photo(c);
     access_keys_are_unique_by_name_id_and_secret(c);
-}
-
-fn search_matches_class_names(c: &dyn Catalog) {
-    let p = |label: &str, score| Prediction {
-        label: label.into(),
-        score,
-    };
-    c.upsert_photo(&photo(10, None)).unwrap();
-    c.upsert_photo(&photo(11, None)).unwrap();
-    c.put_predictions(10, "m", &[p("tabby, tabby cat", 0.4), p("tiger cat", 0.3)])
-        .unwrap();
-    c.put_predictions(
-        11,
-        "m",
-        &[p("Egyptian cat", 0.5), p("tabby, tabby cat", 0.45)],
-    )
-    .unwrap();
-    c.put_predictions(11, "other", &[p("tabby, tabby cat", 0.99)])
-        .unwrap();
-    let hits = c.search("tabby", "m", 0, 10).unwrap();
-    let ids: Vec<(u64, u32)> = hits.iter().map(|h| (h.id, h.rank)).collect();
-    assert_eq!(ids, vec![(11, 1), (10, 0)]);
-    assert_eq!(c.search("tabby cat", "m", 0, 10).unwrap().len(), 2);
-    assert_eq!(
-        c.search("cat", "m", 0, 10).unwrap().len(),
-        0,
-        "no partial-word matches"
-    );
-    assert_eq!(c.search("tabby", "m", 1, 10).unwrap().len(), 1);
-    assert_eq!(c.search("Egyptian cat", "m", 0, 10).unwrap()[0].id, 11);
-}
-
-/// `%`, `_` and `\` in a searched label are characters, not SQL LIKE wildcards.
-fn search_treats_wildcards_literally(c: &dyn Catalog) {
-    let p = |label: &str| Prediction {
-        label: label.into(),
-        score: 0.5,
-    };
-    c.upsert_photo(&photo(20, None)).unwrap();
-    c.upsert_photo(&photo(21, None)).unwrap();
-    c.put_predictions(20, "w", &[p("tabby, tabby cat")])
-        .unwrap();
-    c.put_predictions(21, "w", &[p("100% wool, a_b, back\\slash")])
-        .unwrap();
-    for wildcard in ["%", "_", "%%", "t_bby", "tab%", "%cat", "\\"] {
-        assert!(
-            c.search(wildcard, "w", 0, 10).unwrap().is_empty(),
-            "{wildcard:?} must match only itself"
-        );
-    }
-    for literal in ["100% wool", "a_b", "back\\slash"] {
-        let hits = c.search(literal, "w", 0, 10).unwrap();
-        assert_eq!(
-            hits.iter().map(|h| h.id).collect::<Vec<_>>(),
-            vec![21],
-            "{literal:?}"
-        );
-    }
 }
 
 fn jobs_round_trip(c: &dyn Catalog) {

@@ -19,7 +19,8 @@
 //!
 //! - `connect`: URLs, the first connection and the pool's manager;
 //! - `schema`: the numbered migrations and `schema_migrations`;
-//! - `photos`: [`PhotoCatalog`](crate::PhotoCatalog) and the cluster-wide search;
+//! - `photos`: [`PhotoCatalog`](crate::PhotoCatalog);
+//! - `search`: label search by the label index, of one node or of the cluster;
 //! - `models`: [`ModelRegistry`](crate::ModelRegistry);
 //! - `jobs`: [`JobLog`](crate::JobLog);
 //! - `nodes`: [`NodeRegistry`](crate::NodeRegistry), the cluster's PipeStores and their leases;
@@ -44,6 +45,7 @@ mod open;
 mod photos;
 mod replicas;
 mod schema;
+mod search;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,6 +8,7 @@ use postgres::{Row, Transaction};
 
 use super::error::db;
 use super::{PgCatalog, from_sql, sql_id};
+use crate::label_terms::label_terms;
 use crate::{
     CatalogError, GroundTruth, NodeHit, PhotoCatalog, PhotoId, PhotoMeta, PhotoRecord, Prediction,
     SearchHit, Split,
@@ -16,24 +17,6 @@ use crate::{
 const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
                              p.created_ms, g.label, g.split";
 const PHOTO_FROM: &str = "photos p LEFT JOIN ground_truth g ON g.photo_id = p.id";
-
-/// ASCII upper case folded to lower case, nothing else: what SQLite's `LIKE` ignores.
-const FOLD_FROM: &str = "'ABCDEFGHIJKLMNOPQRSTUVWXYZ'";
-const FOLD_TO: &str = "'abcdefghijklmnopqrstuvwxyz'";
-
-/// The search condition over `pr.label` for the query `$2`, as SQLite's: the whole label exactly,
-/// or one of its ", "-separated class names ignoring ASCII case. String functions rather than
-/// `LIKE`, so `%`, `_` and `\` in a query are plain characters.
-fn label_matches() -> String {
-    let fold = |e: &str| format!("translate({e}, {FOLD_FROM}, {FOLD_TO})");
-    let (label, query) = (fold("pr.label"), fold("$2::text"));
-    format!(
-        "(pr.label = $2::text \
-          OR starts_with({label}, {query} || ',') \
-          OR strpos({label}, ', ' || {query} || ',') > 0 \
-          OR right({label}, char_length($2::text) + 2) = ', ' || {query})"
-    )
-}
 
 pub(super) fn photo_from_row(row: &Row) -> Result<PhotoRecord, CatalogError> {
     let int = |i: usize| row.try_get::<_, i64>(i).map_err(db("read photo"));
@@ -60,18 +43,6 @@ pub(super) fn photo_from_row(row: &Row) -> Result<PhotoRecord, CatalogError> {
             created_ms: int(6)?,
             ground_truth,
         },
-    })
-}
-
-fn hit_from_row(row: &Row) -> Result<SearchHit, CatalogError> {
-    let op = "search";
-    let id: i64 = row.try_get(0).map_err(db(op))?;
-    let rank: i32 = row.try_get(3).map_err(db(op))?;
-    Ok(SearchHit {
-        id: from_sql(id, "photo id")?,
-        label: row.try_get(1).map_err(db(op))?,
-        score: row.try_get(2).map_err(db(op))?,
-        rank: from_sql(i64::from(rank), "prediction rank")?,
     })
 }
 
@@ -140,10 +111,41 @@ fn insert_predictions(
         &[&version, &ids, &ranks, &labels, &scores],
     )
     .map_err(db("write predictions"))?;
+    index_labels(tx, version, &ids, &ranks, &labels, &scores)
+}
+
+/// Inserts the search terms (`label_terms`) of the predictions just inserted, in one statement.
+fn index_labels(
+    tx: &mut Transaction<'_>,
+    version: &str,
+    ids: &[i64],
+    ranks: &[i32],
+    labels: &[&str],
+    scores: &[f32],
+) -> Result<(), CatalogError> {
+    let (mut t_ids, mut t_ranks, mut t_scores, mut kinds, mut terms) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (((id, rank), label), score) in ids.iter().zip(ranks).zip(labels).zip(scores) {
+        for (kind, term) in label_terms(label) {
+            t_ids.push(*id);
+            t_ranks.push(*rank);
+            t_scores.push(*score);
+            kinds.push(kind);
+            terms.push(term);
+        }
+    }
+    tx.execute(
+        "INSERT INTO photo_labels (model_version, kind, term, score, photo_id, rank)
+         SELECT $1::text, r.kind, r.term, r.score, r.photo_id, r.rank
+         FROM UNNEST($2::integer[], $3::text[], $4::real[], $5::bigint[], $6::integer[])
+           AS r (kind, term, score, photo_id, rank)",
+        &[&version, &kinds, &terms, &t_scores, &t_ids, &t_ranks],
+    )
+    .map_err(db("index labels"))?;
     Ok(())
 }
 
-fn limit_offset(offset: usize, limit: usize) -> (i64, i64) {
+pub(super) fn limit_offset(offset: usize, limit: usize) -> (i64, i64) {
     (
         i64::try_from(offset).unwrap_or(i64::MAX),
         i64::try_from(limit).unwrap_or(i64::MAX),
@@ -439,23 +441,12 @@ impl PhotoCatalog for PgCatalog {
         offset: usize,
         limit: usize,
     ) -> Result<Vec<SearchHit>, CatalogError> {
-        let (offset, limit) = limit_offset(offset, limit);
-        self.with(|conn| {
-            conn.query(
-                &format!(
-                    "SELECT pr.photo_id, pr.label, pr.score, pr.rank
-                     FROM predictions pr JOIN photos p ON p.id = pr.photo_id
-                     WHERE pr.model_version = $1 AND p.node = $5 AND {}
-                     ORDER BY pr.score DESC, pr.photo_id, pr.rank LIMIT $3 OFFSET $4",
-                    label_matches()
-                ),
-                &[&model_version, &label, &limit, &offset, &self.node()],
-            )
-            .map_err(db("search"))?
-            .iter()
-            .map(hit_from_row)
-            .collect()
-        })
+        Ok(
+            super::search::search(self, label, model_version, offset, limit, Some(self.node()))?
+                .into_iter()
+                .map(|h| h.hit)
+                .collect(),
+        )
     }
 
     fn search_cluster(
@@ -465,32 +456,6 @@ impl PhotoCatalog for PgCatalog {
         offset: usize,
         limit: usize,
     ) -> Result<Vec<NodeHit>, CatalogError> {
-        let (offset, limit) = limit_offset(offset, limit);
-        self.with(|conn| {
-            let rows = conn
-                .query(
-                    &format!(
-                        "SELECT pr.photo_id, pr.label, pr.score, pr.rank, p.node,
-                                COALESCE(n.lease_expires_ms > $5, false)
-                         FROM predictions pr JOIN photos p ON p.id = pr.photo_id
-                         LEFT JOIN nodes n ON n.name = p.node
-                         WHERE pr.model_version = $1 AND {}
-                         ORDER BY pr.score DESC, pr.photo_id, pr.rank LIMIT $3 OFFSET $4",
-                        label_matches()
-                    ),
-                    &[&model_version, &label, &limit, &offset, &now_ms()],
-                )
-                .map_err(db("search the cluster"))?;
-            rows.iter()
-                .map(|r| {
-                    let op = "search the cluster";
-                    Ok(NodeHit {
-                        node: Some(r.try_get(4).map_err(db(op))?),
-                        available: r.try_get(5).map_err(db(op))?,
-                        hit: hit_from_row(r)?,
-                    })
-                })
-                .collect()
-        })
+        super::search::search(self, label, model_version, offset, limit, None)
     }
 }

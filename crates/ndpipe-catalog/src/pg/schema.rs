@@ -136,6 +136,35 @@ CREATE TABLE node_space (
     updated_ms  BIGINT NOT NULL
 );
 "#,
+    // Label search by an index (`label_terms.rs`): one row per term of every prediction, kept
+    // with the prediction's rows (deleted with them by the cascade), backfilled from them here.
+    // `translate` folds ASCII case only, as the Rust side does.
+    r#"
+CREATE TABLE photo_labels (
+    model_version  TEXT COLLATE "C" NOT NULL,
+    kind           INTEGER NOT NULL,
+    term           TEXT COLLATE "C" NOT NULL,
+    score          REAL    NOT NULL,
+    photo_id       BIGINT  NOT NULL,
+    rank           INTEGER NOT NULL,
+    FOREIGN KEY (photo_id, model_version, rank)
+        REFERENCES predictions (photo_id, model_version, rank) ON DELETE CASCADE
+);
+CREATE UNIQUE INDEX photo_labels_search
+    ON photo_labels (model_version, kind, term, score DESC, photo_id, rank);
+CREATE INDEX photo_labels_prediction ON photo_labels (photo_id, model_version, rank);
+INSERT INTO photo_labels (model_version, kind, term, score, photo_id, rank)
+    SELECT model_version, 0, label, score, photo_id, rank FROM predictions;
+INSERT INTO photo_labels (model_version, kind, term, score, photo_id, rank)
+    SELECT DISTINCT pr.model_version, 1,
+           translate(n.name, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz'),
+           pr.score, pr.photo_id, pr.rank
+    FROM predictions pr CROSS JOIN LATERAL (
+        SELECT split_part(pr.label, ',', 1) WHERE strpos(pr.label, ',') > 0
+        UNION ALL
+        SELECT m[1] FROM regexp_matches(pr.label, ', ([^,]*)', 'g') AS m
+    ) AS n (name);
+"#,
 ];
 
 /// Applies the migrations this database lacks, all in one transaction, under an advisory lock

@@ -110,4 +110,85 @@ mod tests {
         let p = c.photo(7).unwrap().unwrap();
         assert_eq!(p.meta.ground_truth.unwrap().label, "cat");
     }
+
+    fn p(label: &str, score: f32) -> crate::Prediction {
+        crate::Prediction {
+            label: label.into(),
+            score,
+        }
+    }
+
+    /// The query plan of a search, one line per step.
+    fn search_plan(c: &SqliteCatalog) -> Vec<String> {
+        c.with(|conn| {
+            let mut stmt = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {}", photos::SEARCH))
+                .unwrap();
+            let rows = stmt
+                .query_map(
+                    rusqlite::params!["v", 0, "sandal", 1, "sandal", 10, 0],
+                    |r| r.get::<_, String>(3),
+                )
+                .unwrap();
+            Ok(rows.map(Result::unwrap).collect())
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn search_reads_the_label_index_and_scans_nothing() {
+        let c = SqliteCatalog::in_memory().unwrap();
+        for id in 1..=200 {
+            c.upsert_photo(&crate::test_suite::photo(id, None)).unwrap();
+            c.put_predictions(id, "v", &[p("sandal", 0.5), p("jersey, T-shirt", 0.4)])
+                .unwrap();
+        }
+        let plan = search_plan(&c);
+        let uses_index = |line: &String| {
+            line.starts_with(
+                "SEARCH photo_labels USING PRIMARY KEY (model_version=? AND kind=? AND term=?)",
+            )
+        };
+        assert_eq!(
+            plan.iter().filter(|l| uses_index(l)).count(),
+            2,
+            "{plan:#?}"
+        );
+        assert!(plan.iter().any(|l| l == "MERGE (UNION ALL)"), "{plan:#?}");
+        let scans_a_table = |l: &String| {
+            [
+                "SCAN photo_labels",
+                "SCAN predictions",
+                "SCAN photos",
+                "SCAN pr",
+            ]
+            .iter()
+            .any(|scan| l.starts_with(scan))
+        };
+        assert!(
+            !plan.iter().any(scans_a_table) && !plan.iter().any(|l| l.contains("TEMP B-TREE")),
+            "no table is scanned, nothing sorted: {plan:#?}"
+        );
+    }
+
+    #[test]
+    fn the_migration_indexes_the_labels_already_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.sqlite");
+        let written = {
+            let c = SqliteCatalog::open(&path).unwrap();
+            crate::test_suite::store_index_labels(&c);
+            crate::test_suite::index_label_answers(&c)
+        };
+        {
+            let conn = Connection::open(&path).unwrap();
+            let before = schema::MIGRATIONS.len() - 1;
+            conn.execute_batch(&format!(
+                "DROP TABLE photo_labels; PRAGMA user_version = {before};"
+            ))
+            .unwrap();
+        }
+        let migrated = SqliteCatalog::open(&path).unwrap();
+        assert_eq!(crate::test_suite::index_label_answers(&migrated), written);
+    }
 }

@@ -3,6 +3,7 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::{SqliteCatalog, sql_id};
+use crate::label_terms::{label_terms, query_terms};
 use crate::{
     CatalogError, GroundTruth, PhotoCatalog, PhotoId, PhotoMeta, PhotoRecord, Prediction,
     SearchHit, Split,
@@ -50,6 +51,44 @@ fn write_ground_truth(
             params![id, t.label, t.split.as_str()],
         )
         .map_err(CatalogError::db("write ground truth"))?;
+    }
+    Ok(())
+}
+
+/// Inserts one prediction and its search terms (`label_terms`); a missing photo is `NotFound`.
+fn insert_prediction(
+    tx: &rusqlite::Transaction<'_>,
+    id: i64,
+    model_version: &str,
+    rank: usize,
+    prediction: &Prediction,
+) -> Result<(), CatalogError> {
+    let (rank, score) = (rank as i64, f64::from(prediction.score));
+    tx.prepare_cached(
+        "INSERT INTO predictions (photo_id, model_version, rank, label, score)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )
+    .and_then(|mut s| s.execute(params![id, model_version, rank, prediction.label, score]))
+    .map_err(|e| match e {
+        rusqlite::Error::SqliteFailure(f, _)
+            if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+        {
+            CatalogError::NotFound {
+                what: format!("photo {id}"),
+            }
+        }
+        e => CatalogError::db("write predictions")(e),
+    })?;
+    let mut term_row = tx
+        .prepare_cached(
+            "INSERT INTO photo_labels (model_version, kind, term, score, photo_id, rank)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .map_err(CatalogError::db("index labels"))?;
+    for (kind, term) in label_terms(&prediction.label) {
+        term_row
+            .execute(params![model_version, kind, term, score, id, rank])
+            .map_err(CatalogError::db("index labels"))?;
     }
     Ok(())
 }
@@ -223,21 +262,7 @@ impl PhotoCatalog for SqliteCatalog {
             )
             .map_err(CatalogError::db("clear predictions"))?;
             for (rank, p) in labels.iter().enumerate() {
-                tx.execute(
-                    "INSERT INTO predictions (photo_id, model_version, rank, label, score)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![sid, model_version, rank as i64, p.label, f64::from(p.score)],
-                )
-                .map_err(|e| match e {
-                    rusqlite::Error::SqliteFailure(f, _)
-                        if f.code == rusqlite::ErrorCode::ConstraintViolation =>
-                    {
-                        CatalogError::NotFound {
-                            what: format!("photo {id}"),
-                        }
-                    }
-                    e => CatalogError::db("write predictions")(e),
-                })?;
+                insert_prediction(&tx, sid, model_version, rank, p)?;
             }
             tx.commit().map_err(CatalogError::db("commit predictions"))
         })
@@ -260,12 +285,6 @@ impl PhotoCatalog for SqliteCatalog {
                         "DELETE FROM predictions WHERE photo_id = ?1 AND model_version = ?2",
                     )
                     .map_err(CatalogError::db("write predictions"))?;
-                let mut insert = tx
-                    .prepare_cached(
-                        "INSERT INTO predictions (photo_id, model_version, rank, label, score)
-                         VALUES (?1, ?2, ?3, ?4, ?5)",
-                    )
-                    .map_err(CatalogError::db("write predictions"))?;
                 for (id, labels) in rows {
                     let sid = sql_id(*id)?;
                     let present: bool = exists
@@ -278,15 +297,7 @@ impl PhotoCatalog for SqliteCatalog {
                         .execute(params![sid, model_version])
                         .map_err(CatalogError::db("write predictions"))?;
                     for (rank, p) in labels.iter().enumerate() {
-                        insert
-                            .execute(params![
-                                sid,
-                                model_version,
-                                rank as i64,
-                                p.label,
-                                f64::from(p.score)
-                            ])
-                            .map_err(CatalogError::db("write predictions"))?;
+                        insert_prediction(&tx, sid, model_version, rank, p)?;
                     }
                     written += 1;
                 }
@@ -357,27 +368,23 @@ impl PhotoCatalog for SqliteCatalog {
     ) -> Result<Vec<SearchHit>, CatalogError> {
         let offset = i64::try_from(offset).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let pattern = like_literal(label);
+        let [(whole, exact), (name, folded)] = query_terms(label);
         self.with(|conn| {
             let mut stmt = conn
-                .prepare_cached(
-                    "SELECT photo_id, label, score, rank FROM predictions
-                     WHERE model_version = ?1 AND (label = ?2
-                        OR label LIKE ?5 || ',%' ESCAPE '\\'
-                        OR label LIKE '%, ' || ?5 || ',%' ESCAPE '\\'
-                        OR label LIKE '%, ' || ?5 ESCAPE '\\')
-                     ORDER BY score DESC, photo_id LIMIT ?3 OFFSET ?4",
-                )
+                .prepare_cached(SEARCH)
                 .map_err(CatalogError::db("search"))?;
             let rows = stmt
-                .query_map(params![model_version, label, limit, offset, pattern], |r| {
-                    Ok(SearchHit {
-                        id: r.get::<_, i64>(0)? as u64,
-                        label: r.get(1)?,
-                        score: r.get::<_, f64>(2)? as f32,
-                        rank: r.get::<_, i64>(3)? as u32,
-                    })
-                })
+                .query_map(
+                    params![model_version, whole, exact, name, folded, limit, offset],
+                    |r| {
+                        Ok(SearchHit {
+                            id: r.get::<_, i64>(0)? as u64,
+                            label: r.get(1)?,
+                            score: r.get::<_, f64>(2)? as f32,
+                            rank: r.get::<_, i64>(3)? as u32,
+                        })
+                    },
+                )
                 .map_err(CatalogError::db("search"))?;
             rows.collect::<Result<Vec<_>, _>>()
                 .map_err(CatalogError::db("search"))
@@ -385,15 +392,15 @@ impl PhotoCatalog for SqliteCatalog {
     }
 }
 
-/// `text` as a LIKE pattern that matches only itself: `%`, `_` and the escape character `\`
-/// are escaped (the queries say `ESCAPE '\'`).
-fn like_literal(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
+/// A search: the page of the two index ranges (the whole label `?3`, a class name `?5`), merged
+/// in score order, then each hit's label; `pub(super)` for the test of its query plan.
+pub(super) const SEARCH: &str = "SELECT l.photo_id, pr.label, l.score, l.rank FROM (
+       SELECT photo_id, rank, score FROM photo_labels
+       WHERE model_version = ?1 AND kind = ?2 AND term = ?3
+       UNION ALL
+       SELECT photo_id, rank, score FROM photo_labels
+       WHERE model_version = ?1 AND kind = ?4 AND term = ?5
+       ORDER BY score DESC, photo_id, rank LIMIT ?6 OFFSET ?7) l
+     JOIN predictions pr
+       ON pr.photo_id = l.photo_id AND pr.model_version = ?1 AND pr.rank = l.rank
+     ORDER BY l.score DESC, l.photo_id, l.rank";

@@ -90,4 +90,38 @@ CREATE TABLE access_keys (
     created_ms     INTEGER NOT NULL
 );
 "#,
+    // Label search by an index (`label_terms.rs`): one row per term of every prediction, kept
+    // with the prediction's rows (deleted with them by the cascade), backfilled from them here.
+    r#"
+CREATE TABLE photo_labels (
+    model_version  TEXT    NOT NULL,
+    kind           INTEGER NOT NULL,
+    term           TEXT    NOT NULL,
+    score          REAL    NOT NULL,
+    photo_id       INTEGER NOT NULL,
+    rank           INTEGER NOT NULL,
+    PRIMARY KEY (model_version, kind, term, score DESC, photo_id, rank),
+    FOREIGN KEY (photo_id, model_version, rank)
+        REFERENCES predictions (photo_id, model_version, rank) ON DELETE CASCADE
+) WITHOUT ROWID;
+CREATE INDEX photo_labels_prediction ON photo_labels (photo_id, model_version, rank);
+INSERT INTO photo_labels (model_version, kind, term, score, photo_id, rank)
+    SELECT model_version, 0, label, score, photo_id, rank FROM predictions;
+INSERT OR IGNORE INTO photo_labels (model_version, kind, term, score, photo_id, rank)
+    SELECT model_version, 1, lower(substr(label, 1, instr(label, ',') - 1)), score, photo_id, rank
+    FROM predictions WHERE instr(label, ',') > 0;
+WITH RECURSIVE after_separator (model_version, score, photo_id, rank, rest) AS (
+    SELECT model_version, score, photo_id, rank, substr(label, instr(label, ', ') + 2)
+    FROM predictions WHERE instr(label, ', ') > 0
+    UNION ALL
+    SELECT model_version, score, photo_id, rank, substr(rest, instr(rest, ', ') + 2)
+    FROM after_separator WHERE instr(rest, ', ') > 0
+)
+INSERT OR IGNORE INTO photo_labels (model_version, kind, term, score, photo_id, rank)
+    SELECT model_version, 1,
+           lower(CASE WHEN instr(rest, ',') > 0 THEN substr(rest, 1, instr(rest, ',') - 1)
+                      ELSE rest END),
+           score, photo_id, rank
+    FROM after_separator;
+"#,
 ];
