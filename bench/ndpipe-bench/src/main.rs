@@ -7,11 +7,13 @@
 //! `faultbench` crate) start the `ndpipe` binary that sits next to this one.
 
 mod cluster;
+mod crops;
 mod drift;
 mod finetune;
 mod fuzz;
 mod infer;
 mod ingest;
+mod int8;
 mod replication;
 mod s3;
 
