@@ -31,14 +31,14 @@ pub(crate) struct Int8Args {
     /// Seed of the calibration crops; the selection and agreement crops use the next two.
     #[arg(long, default_value_t = 13)]
     crop_seed: u64,
-    /// Stop keeping layers in fp32 once the selection crops agree with fp32 this often.
+    /// Stop keeping more layers in fp32 once the selection crops agree with fp32 this often.
     #[arg(long, default_value_t = 0.97)]
     int8_target_agreement: f64,
-    /// Keep no layer in fp32 that would take int8 below this many times fp32's throughput.
+    /// The int8 model kept is the best search step at least this many times fp32's throughput.
     #[arg(long, default_value_t = 1.8)]
     int8_min_speedup: f64,
-    /// Most layers the greedy search tries keeping in fp32.
-    #[arg(long, default_value_t = 12)]
+    /// Most steps of the greedy search (op groups kept fp32 from the input on).
+    #[arg(long, default_value_t = 8)]
     int8_max_steps: usize,
     /// Rounds of the int8 vs fp32 model-only comparison.
     #[arg(long, default_value_t = 3)]
@@ -56,21 +56,29 @@ struct Try {
     speedup: f64,
 }
 
-/// One step of the greedy search: a node tried in fp32, and whether it stayed.
+/// Top-1 agreement with one op group alone kept in fp32.
+#[derive(Debug, Serialize, Deserialize)]
+struct Sensitivity {
+    group: String,
+    agreement: f64,
+}
+
+/// One step of the greedy search: the fp32 layers extended up to a group, and whether it stayed.
 #[derive(Debug, Serialize, Deserialize)]
 struct Step {
-    node: String,
+    group: String,
     agreement: f64,
     speedup: f64,
     kept: bool,
 }
 
-/// What `quantize.py` chose and why (its REPORT.json, less the per-node sensitivities).
+/// What `quantize.py` chose and why (its REPORT.json).
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Search {
     calibration_tensors: usize,
     selection_tensors: usize,
     tries: Vec<Try>,
+    sensitivity: Vec<Sensitivity>,
     steps: Vec<Step>,
     kept_fp32: Vec<String>,
     selection_agreement: f64,
@@ -293,14 +301,23 @@ pub(crate) fn print(r: &Int8Results) {
             t.speedup
         );
     }
-    println!("greedy search, layers tried in fp32 (selection crops):");
+    let alone: Vec<String> = s
+        .sensitivity
+        .iter()
+        .map(|g| format!("{} {:.1}%", g.group, 100.0 * g.agreement))
+        .collect();
+    println!(
+        "agreement with one op group alone in fp32: {}",
+        alone.join(", ")
+    );
+    println!("greedy search, fp32 from the input up to (selection crops):");
     for step in &s.steps {
         println!(
-            "  {:<40} agreement {:>5.1}%  speed-up {:.2}x  {}",
-            step.node,
+            "  {:<10} agreement {:>5.1}%  speed-up {:.2}x  {}",
+            step.group,
             100.0 * step.agreement,
             step.speedup,
-            if step.kept { "kept fp32" } else { "quantised" }
+            if step.kept { "best so far" } else { "" }
         );
     }
     println!(
