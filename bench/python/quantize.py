@@ -2,7 +2,7 @@
 top-1 agreement with fp32 kept in fp32.
 
     python quantize.py MODEL.onnx CALIBRATION.npy SELECTION.npy OUT.onnx REPORT.json
-        [--threads 2] [--batch 32] [--target-agreement 0.97] [--min-speedup 1.8] [--max-steps 12]
+        [--threads 2] [--batch 32] [--target-agreement 0.97] [--min-speedup 1.8] [--max-steps 8]
 
 CALIBRATION.npy and SELECTION.npy hold normalised fp32 NCHW tensors of two disjoint sets of crops,
 exported by `ndpipe-bench infer` (preprocessed by the store's own Rust code). Calibration sets the
@@ -13,9 +13,9 @@ measures the final agreement on a third, held-out set).
    symmetric activations, MinMax / Entropy / Percentile calibration) and keeps the one with the
    best agreement among those at least --min-speedup times as fast as fp32.
 2. Sensitivity per op group (the stem, each MBConv block with its residual add, the head): the
-   agreement (and logit error) when that group alone stays fp32. No group, and no single node
-   (measured once: at most +0.4 points), recovers much alone: the error builds up layer after
-   layer from the input, and the early layers are where keeping fp32 pays.
+   agreement (and logit error) when that group alone stays fp32. No single node (measured once:
+   at most +0.4 points) and no group but the first block recovers much alone: the error builds
+   up layer after layer from the input, and the early layers are where keeping fp32 pays.
 3. Greedy: keeps groups in fp32 from the input on, one more group a step, until the agreement
    reaches --target-agreement or --max-steps steps; every step is recorded (agreement against
    speed), and the model written is the best step still at least --min-speedup times fp32's speed.
