@@ -4,9 +4,8 @@
 //! (a) model-only throughput on tensors already in memory (the limit), (b) end-to-end
 //! re-labelling (read, decompress, batch, infer, write labels and features), (c) NDPipe's
 //! offline-inference loop ported to Python (`bench/python/ndpipe_offline.py`), (d) feed rates:
-//! (b) and (c) with the model replaced by nothing; then the same for an int8 model (static,
-//! calibrated on stored photos) with its top-1 agreement with fp32, and the 201-to-label latency
-//! of online labelling at ingest.
+//! (b) and (c) with the model replaced by nothing; then an int8 model against fp32 (see
+//! [`crate::int8`]), and the 201-to-label latency of online labelling at ingest.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -30,6 +29,7 @@ use ndpipe_store::{
 use serde::Serialize;
 
 use crate::cluster::{client, store_config};
+use crate::int8::{self, Int8Args, Int8Results, Int8Run};
 
 /// Flags of `ndpipe-bench infer`.
 #[derive(Debug, Args)]
@@ -37,7 +37,7 @@ pub(crate) struct InferBench {
     /// Photos in the benchmark store (real photos and Fashion-MNIST, repeated).
     #[arg(long, default_value_t = 3000)]
     photos: usize,
-    /// Distinct Fashion-MNIST images mixed in (they also form the int8 agreement set).
+    /// Distinct Fashion-MNIST images mixed in.
     #[arg(long, default_value_t = 500)]
     fashion: usize,
     /// Model folder (model.json, ONNX, classes, lib/, venv/).
@@ -67,6 +67,8 @@ pub(crate) struct InferBench {
     /// Skip the int8 model.
     #[arg(long)]
     skip_int8: bool,
+    #[command(flatten)]
+    int8: Int8Args,
     /// Photos uploaded one at a time to measure the 201-to-label latency.
     #[arg(long, default_value_t = 100)]
     latency_photos: usize,
@@ -84,12 +86,10 @@ struct Results {
     python_peer: Option<f64>,
     feed_ours: f64,
     feed_python: Option<f64>,
-    int8_model_only: Option<f64>,
+    int8: Option<Int8Results>,
     int8_relabel: Option<f64>,
-    int8_agreement: Option<f64>,
-    int8_agreement_photos: usize,
-    int8_agreement_real: Option<f64>,
-    int8_agreement_real_photos: usize,
+    int8_agreement_stored: Option<f64>,
+    int8_agreement_stored_photos: usize,
     label_latency_p50_ms: f64,
     label_latency_p99_ms: f64,
 }
@@ -100,7 +100,10 @@ pub(crate) async fn run(args: InferBench) -> Result<()> {
     let backend: Arc<dyn InferenceBackend> = Arc::new(load(&args.model_dir, &args)?);
     let info = backend.info().clone();
     eprintln!("preparing {} stored photos...", args.photos);
-    let (distinct, real_photos) = distinct_tensors(&args)?;
+    let distinct = distinct_tensors(&args)?;
+    let tensors: Vec<ImageTensor> = (0..args.photos)
+        .map(|i| distinct[i % distinct.len()].1.clone())
+        .collect();
     let bench = BenchStore::create(work.path(), &distinct, args.photos).await?;
     let mut r = Results {
         photos: args.photos,
@@ -118,7 +121,7 @@ pub(crate) async fn run(args: InferBench) -> Result<()> {
         eprintln!("round {round}: (a) model-only...");
         r.model_only = r
             .model_only
-            .max(model_only(&*backend, &distinct, args.photos, args.batch)?);
+            .max(model_only(&*backend, &tensors, args.batch)?);
         eprintln!("round {round}: (b) re-labelling end to end...");
         let report = bench.relabel(&fp32, args.batch)?;
         if report.images_per_second > r.relabel {
@@ -152,10 +155,18 @@ pub(crate) async fn run(args: InferBench) -> Result<()> {
         r.feed_python = Some(python_peer(&python, script, &model, &files, &args, true)?);
     }
     if !args.skip_int8 {
-        eprintln!("int8: quantising, calibrated on stored photos...");
-        let int8_dir = quantise(&python, &args.model_dir, &distinct, work.path())?;
+        let run = Int8Run {
+            args: &args.int8,
+            python: &python,
+            model_dir: &args.model_dir,
+            samples: &args.samples,
+            work: work.path(),
+            threads: args.threads,
+            batch: args.batch,
+        };
+        let (int8_dir, search, held_out) = run.quantise()?;
         let int8: Arc<dyn InferenceBackend> = Arc::new(load(&int8_dir, &args)?);
-        r.int8_model_only = Some(model_only(&*int8, &distinct, args.photos, args.batch)?);
+        r.int8 = Some(run.measure(&*backend, &*int8, &tensors, search, &held_out)?);
         let int8_model = ActiveModel {
             backend: int8,
             version: "int8".into(),
@@ -163,11 +174,8 @@ pub(crate) async fn run(args: InferBench) -> Result<()> {
         };
         r.int8_relabel = Some(bench.relabel(&int8_model, args.batch)?.images_per_second);
         let (agree, n) = bench.agreement("fp32", "int8", 1, distinct.len())?;
-        r.int8_agreement = Some(agree);
-        r.int8_agreement_photos = n;
-        let (agree_real, n_real) = bench.agreement("fp32", "int8", 1, real_photos)?;
-        r.int8_agreement_real = Some(agree_real);
-        r.int8_agreement_real_photos = n_real;
+        r.int8_agreement_stored = Some(agree);
+        r.int8_agreement_stored_photos = n;
     }
     eprintln!("201-to-label latency at ingest...");
     let (p50, p99) = label_latency(&args, work.path()).await?;
@@ -194,9 +202,8 @@ fn load(model_dir: &Path, args: &InferBench) -> Result<OrtBackend> {
 /// A photo's original bytes and its preprocessed tensor.
 type Photo = (Vec<u8>, ImageTensor);
 
-/// The distinct photos of the benchmark: real photos, then Fashion-MNIST images; and how many are
-/// real photos.
-fn distinct_tensors(args: &InferBench) -> Result<(Vec<Photo>, usize)> {
+/// The distinct photos of the benchmark: real photos, then Fashion-MNIST images.
+fn distinct_tensors(args: &InferBench) -> Result<Vec<Photo>> {
     let pre = Preprocessor::new(PreprocessConfig::default());
     let mut out = Vec::new();
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&args.samples)
@@ -223,7 +230,7 @@ fn distinct_tensors(args: &InferBench) -> Result<(Vec<Photo>, usize)> {
         "no real photos to benchmark with in {}",
         args.samples.display()
     );
-    Ok((out, real))
+    Ok(out)
 }
 
 /// A temporary store filled with `n` photos cycling over the distinct ones.
@@ -322,16 +329,13 @@ impl BenchStore {
 }
 
 /// Model-only throughput of `backend` on tensors already in memory.
-fn model_only(
+pub(crate) fn model_only(
     backend: &dyn InferenceBackend,
-    distinct: &[Photo],
-    n: usize,
+    tensors: &[ImageTensor],
     batch: usize,
 ) -> Result<f64> {
     let batch_size = batch.min(backend.max_batch()).max(1);
-    let tensors: Vec<ImageTensor> = (0..n)
-        .map(|i| distinct[i % distinct.len()].1.clone())
-        .collect();
+    let n = tensors.len();
     backend.run(&tensors[..batch_size.min(n)])?;
     let started = Instant::now();
     for chunk in tensors.chunks(batch_size) {
@@ -424,65 +428,6 @@ fn python_peer(
     Ok(images / line["seconds"].as_f64().unwrap_or(f64::INFINITY))
 }
 
-/// Quantises the model to int8 (static, calibrated on the stored photos' tensors) into a new
-/// model folder next to `work`.
-fn quantise(python: &Path, model_dir: &Path, distinct: &[Photo], work: &Path) -> Result<PathBuf> {
-    let manifest = ModelManifest::load(model_dir)?;
-    let normalizer = Normalizer::new(&manifest);
-    let calib: Vec<ImageTensor> = distinct
-        .iter()
-        .step_by((distinct.len() / 64).max(1))
-        .map(|(_, t)| t.clone())
-        .collect();
-    let mut values = Vec::new();
-    normalizer.fill(&calib, &mut values);
-    let npy = work.join("calibration.npy");
-    write_npy(&npy, &values, &normalizer.shape(calib.len()))?;
-    let dir = work.join("int8");
-    std::fs::create_dir_all(&dir)?;
-    let out_model = dir.join("model-int8.onnx");
-    let status = Command::new(python)
-        .arg("bench/python/quantize.py")
-        .arg(manifest.model_path())
-        .arg(&npy)
-        .arg(&out_model)
-        .status()
-        .with_context(|| format!("running {}", python.display()))?;
-    ensure!(status.success(), "quantisation failed");
-    let mut json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(model_dir.join("model.json"))?)?;
-    json["model_file"] = "model-int8.onnx".into();
-    json["name"] = format!("{}-int8", json["name"].as_str().unwrap_or("model")).into();
-    std::fs::write(dir.join("model.json"), serde_json::to_vec_pretty(&json)?)?;
-    let classes = json["classes_file"]
-        .as_str()
-        .unwrap_or("imagenet_classes.txt")
-        .to_string();
-    std::fs::copy(model_dir.join(&classes), dir.join(&classes))?;
-    Ok(dir)
-}
-
-/// Writes a little-endian f32 `.npy` file.
-fn write_npy(path: &Path, values: &[f32], shape: &[usize]) -> Result<()> {
-    let dims = shape
-        .iter()
-        .map(|d| d.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({dims},), }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    out.extend_from_slice(header.as_bytes());
-    for v in values {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-    std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
-}
-
 /// Uploads photos one at a time to a store with a model and measures, per photo, the time from
 /// its 201 to its labels being readable.
 async fn label_latency(args: &InferBench, work: &Path) -> Result<(f64, f64)> {
@@ -562,8 +507,7 @@ fn print_table(r: &Results, args: &InferBench) {
     if let Some(p) = r.feed_python {
         row("(d) feed rate, NDPipe's Python loader", p);
     }
-    if let (Some(a), Some(b)) = (r.int8_model_only, r.int8_relabel) {
-        row("int8 (a) model-only", a);
+    if let Some(b) = r.int8_relabel {
         row("int8 (b) re-label end to end", b);
     }
     println!();
@@ -579,16 +523,15 @@ fn print_table(r: &Results, args: &InferBench) {
         r.feed_python
             .map_or("n/a".into(), |p| format!("{:.1}x", r.feed_ours / p)),
     );
-    if let (Some(a), Some(agree)) = (r.int8_model_only, r.int8_agreement) {
+    if let Some(agree) = r.int8_agreement_stored {
         println!(
-            "int8: {:.2}x fp32 model-only throughput; top-1 agreement with fp32 {:.1}% on {} real photos, \
-             {:.1}% on all {} distinct photos (real + Fashion-MNIST) (target >= 1.8x at <= 1 point lower agreement)",
-            a / r.model_only,
-            100.0 * r.int8_agreement_real.unwrap_or(0.0),
-            r.int8_agreement_real_photos,
-            100.0 * agree,
-            r.int8_agreement_photos
+            "int8 on the {} distinct stored photos (sample photos + Fashion-MNIST): {:.1}% top-1 agreement with fp32",
+            r.int8_agreement_stored_photos,
+            100.0 * agree
         );
+    }
+    if let Some(q) = &r.int8 {
+        int8::print(q);
     }
     println!(
         "online labelling at ingest: 201-to-label latency p50 {:.1} ms, p99 {:.1} ms ({} photos, one at a time)",

@@ -7,12 +7,14 @@
 //! `faultbench` crate) start the `ndpipe` binary that sits next to this one.
 
 mod cluster;
+mod crops;
 mod drift;
 mod emulated;
 mod finetune;
 mod fuzz;
 mod infer;
 mod ingest;
+mod int8;
 mod replication;
 mod rsweep;
 mod s3;
