@@ -93,7 +93,7 @@ experiment-scaling: build-bench
 ## Pipelined runs r = 1, 2, 4 on 4 emulated PipeStores, training-heavy: the time saved, measured
 ## as (extract-only + train-only) - total, and top-1 per r; table and plot in docs/experiments/.
 experiment-rsweep: build-bench
-	target/release/ndpipe-bench rsweep --json $(CACHE)/experiment-rsweep.json
+	target/release/ndpipe-bench rsweep --photos-per-node 280 --headroom 0.25 --json $(CACHE)/experiment-rsweep.json
 
 ## Replication: uploads and reads with 1, 2, 3 copies and the repair rate after a node's removal.
 bench-replication: build-bench

@@ -167,6 +167,8 @@ pub(crate) struct Job {
     pub(crate) epochs: usize,
     /// Read stored features instead of running the backbone.
     pub(crate) stored: bool,
+    /// Run boundaries are multiples of this many photos (a run shorter than it is empty).
+    pub(crate) align: u32,
     pub(crate) seed: usize,
 }
 
@@ -180,6 +182,7 @@ impl Job {
             runs: 2,
             epochs: 2,
             stored: false,
+            align: 32,
             seed,
         }
     }
@@ -203,6 +206,7 @@ impl Job {
             mode: self.mode,
             ingress_bytes_per_second: self.ingress,
             use_stored_features: self.stored,
+            align: self.align,
             deploy: false,
             chunk_size: 32,
             load_balance: false,
