@@ -108,16 +108,7 @@ impl Index {
 
     /// All entries in id order.
     pub(crate) fn entries(&self) -> Result<Vec<(u64, PhotoEntry)>, StoreError> {
-        self.db.read(|db| {
-            let txn = db.begin_read().map_err(StoreError::index)?;
-            let table = txn.open_table(PHOTOS).map_err(StoreError::index)?;
-            let mut out = Vec::new();
-            for item in table.iter().map_err(StoreError::index)? {
-                let (k, v) = item.map_err(StoreError::index)?;
-                out.push((k.value(), PhotoEntry::decode(k.value(), v.value())?));
-            }
-            Ok(out)
-        })
+        self.db.read(read_entries)
     }
 
     /// Up to `limit` photo ids above `after`, in order (a range read, not a scan).
@@ -201,6 +192,11 @@ pub(crate) fn rebuild_in_memory(changes: &[Change]) -> Result<Vec<(u64, PhotoEnt
         }
     }
     txn.commit().map_err(StoreError::index)?;
+    read_entries(&db)
+}
+
+/// Every entry of `db`'s photo table in id order, decoded.
+fn read_entries(db: &redb::Database) -> Result<Vec<(u64, PhotoEntry)>, StoreError> {
     let txn = db.begin_read().map_err(StoreError::index)?;
     let table = txn.open_table(PHOTOS).map_err(StoreError::index)?;
     let mut out = Vec::new();
