@@ -9,9 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use ndpipe_catalog::test_postgres;
-
-use crate::common::{Instance, jpeg, sha256};
+use crate::common::{Instance, jpeg, on_postgres, sha256};
 use crate::replication::cluster_of;
 
 const NAMES: [&str; 3] = ["gw-a", "gw-b", "gw-c"];
@@ -72,12 +70,7 @@ async fn all_read_back(gateway: &Instance, acked: &BTreeMap<u64, String>) {
 /// The database is made and dropped outside the async runtime (its client blocks).
 #[test]
 fn a_gateway_places_reads_and_deletes_and_outlives_a_node() {
-    let Some(db) = test_postgres::database("gateway") else {
-        return;
-    };
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(gateway_on(&db.url));
+    on_postgres("gateway", |url| async move { gateway_on(&url).await });
 }
 
 async fn gateway_on(url: &str) {

@@ -5,9 +5,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use ndpipe_catalog::test_postgres;
-
-use crate::common::{Instance, TunerProcess, cli, import_fashion};
+use crate::common::{Instance, TunerProcess, cli, import_fashion, on_postgres};
 
 const NAMES: [&str; 3] = ["ps-a", "ps-b", "ps-c"];
 
@@ -61,12 +59,7 @@ fn finetune() -> serde_json::Value {
 /// The database is made and dropped outside the async runtime (its client blocks).
 #[test]
 fn three_pipestores_on_postgres_share_ids_search_and_one_version() {
-    let Some(db) = test_postgres::database("cluster") else {
-        return;
-    };
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(cluster_on(&db.url));
+    on_postgres("cluster", |url| async move { cluster_on(&url).await });
 }
 
 async fn cluster_on(url: &str) {

@@ -9,10 +9,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use ndpipe_catalog::test_postgres;
-
-use crate::common::free_port;
-use crate::common::{Instance, TunerProcess, cli, import_fashion, jpeg, sha256};
+use crate::common::{
+    Instance, TunerProcess, cli, free_port, import_fashion, jpeg, on_postgres, sha256,
+};
 use crate::s3::unsigned_aws;
 
 const NAMES: [&str; 3] = ["rp-a", "rp-b", "rp-c"];
@@ -76,12 +75,10 @@ async fn upload(node: &Instance, seed: u32) -> Result<(u64, String), (u16, serde
 /// The database is made and dropped outside the async runtime (its client blocks).
 #[test]
 fn two_copies_survive_a_lost_node_and_a_flipped_byte() {
-    let Some(db) = test_postgres::database("replication") else {
-        return;
-    };
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(replicated_on(&db.url));
+    on_postgres(
+        "replication",
+        |url| async move { replicated_on(&url).await },
+    );
 }
 
 /// A Tuner and the three PipeStores with two copies of every photo, each with S3 on the port
@@ -341,12 +338,9 @@ async fn replicated_on(url: &str) {
 
 #[test]
 fn a_finetune_survives_a_node_killed_mid_extraction() {
-    let Some(db) = test_postgres::database("replicated_finetune") else {
-        return;
-    };
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(finetune_on(&db.url));
+    on_postgres("replicated_finetune", |url| async move {
+        finetune_on(&url).await
+    });
 }
 
 /// Photos labelled by online inference on all of `nodes` together.
@@ -404,12 +398,7 @@ async fn finetune_on(url: &str) {
 
 #[test]
 fn a_new_node_takes_its_share_of_the_photos() {
-    let Some(db) = test_postgres::database("rebalance") else {
-        return;
-    };
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(rebalanced_on(&db.url));
+    on_postgres("rebalance", |url| async move { rebalanced_on(&url).await });
 }
 
 /// Two nodes hold 100 photos with two copies each; a third joins and rebalancing moves its

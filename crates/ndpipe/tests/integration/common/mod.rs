@@ -445,6 +445,21 @@ fn times_bound(log: &str, marker: &str, port: u16) -> usize {
         .count()
 }
 
+/// Runs `test` on a fresh PostgreSQL database named after `name` (skipped, with the reason
+/// printed, where PostgreSQL cannot run). The database is made and dropped outside the async
+/// runtime: its client blocks.
+pub(crate) fn on_postgres<F: std::future::Future<Output = ()>>(
+    name: &str,
+    test: impl FnOnce(String) -> F,
+) {
+    let Some(db) = ndpipe_catalog::test_postgres::database(name) else {
+        return;
+    };
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(test(db.url.clone()));
+}
+
 /// A port that was free a moment ago (another process may take it before it is bound).
 pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
