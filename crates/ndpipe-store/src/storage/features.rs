@@ -42,6 +42,15 @@ impl FeatureStore {
         backbone: &str,
         rows: &[(u64, &[f32])],
     ) -> Result<(), StoreError> {
+        let encoded = rows
+            .iter()
+            .map(|(id, features)| Ok((*id, encode(features)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.put_rows(backbone, &encoded)
+    }
+
+    /// Stores encoded features under `backbone` in one transaction.
+    fn put_rows(&self, backbone: &str, rows: &[(u64, Vec<u8>)]) -> Result<(), StoreError> {
         self.db.write(|db| {
             let txn = db.begin_write().map_err(StoreError::index)?;
             {
@@ -50,9 +59,9 @@ impl FeatureStore {
                     .insert(backbone, ())
                     .map_err(StoreError::index)?;
                 let mut table = txn.open_table(FEATURES).map_err(StoreError::index)?;
-                for (id, features) in rows {
+                for (id, value) in rows {
                     table
-                        .insert((backbone, *id), encode(features)?.as_slice())
+                        .insert((backbone, *id), value.as_slice())
                         .map_err(StoreError::index)?;
                 }
             }
@@ -70,6 +79,57 @@ impl FeatureStore {
                 None => Ok(None),
             }
         })
+    }
+
+    /// The features of one photo under `backbone` as stored (the encoding of the module docs):
+    /// what a copy of the photo carries to another node.
+    pub(crate) fn encoded(&self, backbone: &str, id: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        self.db.read(|db| {
+            let txn = db.begin_read().map_err(StoreError::index)?;
+            let table = txn.open_table(FEATURES).map_err(StoreError::index)?;
+            Ok(table
+                .get((backbone, id))
+                .map_err(StoreError::index)?
+                .map(|v| v.value().to_vec()))
+        })
+    }
+
+    /// Every backbone's stored features of photo `id`, encoded: what a benchmark or a test
+    /// compares between the copies of a photo.
+    pub fn photo_features(&self, id: u64) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.db.read(|db| {
+            let txn = db.begin_read().map_err(StoreError::index)?;
+            let table = txn.open_table(FEATURES).map_err(StoreError::index)?;
+            let mut out = Vec::new();
+            for item in txn
+                .open_table(BACKBONES)
+                .map_err(StoreError::index)?
+                .iter()
+                .map_err(StoreError::index)?
+            {
+                let backbone = item.map_err(StoreError::index)?.0.value().to_string();
+                if let Some(v) = table
+                    .get((backbone.as_str(), id))
+                    .map_err(StoreError::index)?
+                {
+                    out.push((backbone.clone(), v.value().to_vec()));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Stores features of photo `id` under `backbone` that arrive encoded (a copy from another
+    /// node), after checking that they decode to `dim` values.
+    pub(crate) fn put_encoded(
+        &self,
+        backbone: &str,
+        id: u64,
+        encoded: &[u8],
+        dim: usize,
+    ) -> Result<(), StoreError> {
+        check_encoded(id, encoded, dim)?;
+        self.put_rows(backbone, &[(id, encoded.to_vec())])
     }
 
     /// Ids with features under `backbone`, ascending.
@@ -129,7 +189,20 @@ fn create_tables(db: &Database) -> Result<(), StoreError> {
     txn.commit().map_err(StoreError::index)
 }
 
-fn encode(features: &[f32]) -> Result<Vec<u8>, StoreError> {
+/// Checks that `encoded` features of photo `id` decode to `dim` values.
+pub(crate) fn check_encoded(id: u64, encoded: &[u8], dim: usize) -> Result<(), StoreError> {
+    let len = decode(id, encoded)?.len();
+    if len != dim {
+        return Err(StoreError::Corrupt {
+            what: format!("features of photo {id}"),
+            reason: format!("{len} values where the backbone makes {dim}"),
+        });
+    }
+    Ok(())
+}
+
+/// `features` as the store keeps them.
+pub(crate) fn encode(features: &[f32]) -> Result<Vec<u8>, StoreError> {
     let dim = u16::try_from(features.len()).map_err(|_| StoreError::FeaturesTooLong {
         len: features.len(),
     })?;
