@@ -114,20 +114,8 @@ pub(crate) fn replicated_node(
 ) -> (Instance, u16) {
     let port = free_port();
     let s3 = format!("127.0.0.1:{port}");
-    let mut flags = vec![
-        "--catalog",
-        url,
-        "--replicas",
-        "2",
-        "--repair-interval-ms",
-        "200",
-        "--scrub-photos-per-second",
-        "0",
-        "--peer-timeout-ms",
-        "5000",
-        "--s3-listen",
-        s3.as_str(),
-    ];
+    let mut flags = vec!["--catalog", url, "--s3-listen", s3.as_str()];
+    flags.extend(faultbench::TWO_COPIES);
     flags.extend_from_slice(extra);
     (Instance::start_pipestore(&tuner.grpc, name, &flags), port)
 }
