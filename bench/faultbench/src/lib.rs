@@ -22,6 +22,7 @@
 //! - `crash`: the crash loops;
 //! - `crash_jobs`: the jobs a crash loop runs beside its uploads;
 //! - `crash_replicated`: the crash loop of a replicated cluster (three PipeStores, two copies);
+//! - `failover`: a fine-tune that loses a node vs one that does not, on such a cluster;
 //! - `cli`: `ndpipe-bench faults` and `ndpipe-bench crash`, their tables and JSON.
 
 mod api;
@@ -30,6 +31,7 @@ mod cluster;
 mod crash;
 mod crash_jobs;
 mod crash_replicated;
+mod failover;
 mod procs;
 mod rounds;
 
@@ -41,6 +43,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 
 pub use crash::{CrashConfig, CrashMode, CrashModel, CrashReport, Cycle};
+pub use failover::{FailoverConfig, FailoverRound, compare as compare_failover};
 pub use rounds::{Fault, Outcome, Round};
 
 /// The flags of a PipeStore of a test cluster keeping two copies of each photo (besides its

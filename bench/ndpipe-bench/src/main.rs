@@ -141,7 +141,7 @@ async fn run(which: Which) -> Result<()> {
 
 /// The `ndpipe` binary built beside this one (`target/<profile>/ndpipe`), which the cache
 /// benchmark and the fault-injection run start.
-fn ndpipe_binary() -> Result<PathBuf> {
+pub(crate) fn ndpipe_binary() -> Result<PathBuf> {
     let me = std::env::current_exe().context("locating ndpipe-bench")?;
     Ok(me.with_file_name("ndpipe"))
 }
