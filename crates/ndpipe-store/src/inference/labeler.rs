@@ -413,6 +413,28 @@ mod tests {
         );
         assert!(ingestor.delete(ids[0]).await.unwrap());
         assert_eq!(metrics.photos.get(), 15, "and the photos it deletes");
+        // A replicated upload is labelled first: what its copies get carries the features as
+        // stored, and its labels are filed once it is catalogued.
+        let backbone = s.fake.info().backbone_version.clone();
+        let sent = std::sync::Mutex::new(None);
+        let id = ingestor
+            .ingest_then(png(98), None, |id, photo| {
+                *sent.lock().unwrap() = Some((id, photo.features));
+                async { Ok(()) }
+            })
+            .await
+            .unwrap()
+            .id;
+        let (copied, features) = sent.into_inner().unwrap().unwrap();
+        assert_eq!(copied, id);
+        let (sent_backbone, sent_features) = features.expect("the copy carries features");
+        assert_eq!(sent_backbone, backbone);
+        assert_eq!(
+            s.features.encoded(&backbone, id).unwrap(),
+            Some(sent_features)
+        );
+        let preds = s.catalog.predictions(id).unwrap();
+        assert_eq!((preds[0].0.as_str(), preds[0].1.len()), ("fake-v1", 5));
         ingestor.stop_labeler();
         let late = ingestor.ingest(png(99), None).await.unwrap().id;
         tokio::time::sleep(Duration::from_millis(100)).await;

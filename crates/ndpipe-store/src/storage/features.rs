@@ -251,6 +251,29 @@ mod tests {
     }
 
     #[test]
+    fn encoded_features_copy_byte_for_byte_and_malformed_ones_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = FeatureStore::open(&dir.path().join("a.redb")).unwrap();
+        let to = FeatureStore::open(&dir.path().join("b.redb")).unwrap();
+        from.put_many("bb1", &[(7, &[0.5f32, -1.0, 2.0])]).unwrap();
+        let sent = from.encoded("bb1", 7).unwrap().unwrap();
+        to.put_encoded("bb1", 7, &sent, 3).unwrap();
+        assert_eq!(
+            to.photo_features(7).unwrap(),
+            vec![("bb1".to_string(), sent.clone())]
+        );
+        assert!(matches!(
+            to.put_encoded("bb1", 8, &sent[..sent.len() - 1], 3),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert!(matches!(
+            to.put_encoded("bb1", 8, &sent, 4),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert_eq!(to.photo_features(8).unwrap(), vec![]);
+    }
+
+    #[test]
     fn f16_keeps_three_significant_digits() {
         let v: Vec<f32> = (0..1280).map(|i| (i as f32).sqrt() * 0.37).collect();
         let back = decode(1, &encode(&v).unwrap()).unwrap();
