@@ -67,6 +67,47 @@ pub(crate) struct ScaleBench {
     /// Write the results as JSON to this file as well.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// The server's `--index-cache-bytes` (default: the server's default).
+    #[arg(long)]
+    index_cache_bytes: Option<usize>,
+    /// The server's `--feature-cache-bytes` (default: the server's default).
+    #[arg(long)]
+    feature_cache_bytes: Option<usize>,
+}
+
+impl ScaleBench {
+    /// The server's flags for the caches that were set.
+    fn server_flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        if let Some(b) = self.index_cache_bytes {
+            flags.extend(["--index-cache-bytes".to_string(), b.to_string()]);
+        }
+        if let Some(b) = self.feature_cache_bytes {
+            flags.extend(["--feature-cache-bytes".to_string(), b.to_string()]);
+        }
+        flags
+    }
+
+    /// MB of memory the server may grow by as it fills: its two caches and the online-labelling
+    /// queue of tensors (224x224x3 bytes each), as configured.
+    fn allowance_mb(&self) -> f64 {
+        let defaults = ndpipe_store::Config::default();
+        let caches = self.index_cache_bytes.unwrap_or(defaults.index_cache_bytes)
+            + self
+                .feature_cache_bytes
+                .unwrap_or(defaults.feature_cache_bytes);
+        let queue = defaults.label_queue * 224 * 224 * 3;
+        (caches + queue) as f64 / (1024.0 * 1024.0)
+    }
+}
+
+/// The server's memory: at start (model loaded, store empty), at its peak while filling, and at
+/// its peak with the fine-tune.
+#[derive(Debug, serde::Serialize)]
+struct Memory {
+    start_mb: f64,
+    fill_peak_mb: f64,
+    peak_mb: f64,
 }
 
 /// The measurements at one step.
@@ -110,9 +151,10 @@ pub(crate) async fn run(args: ScaleBench) -> Result<()> {
         .data
         .clone()
         .unwrap_or_else(|| temp.path().join("data"));
-    let mut server = Server::start(&data, &args.model_dir, temp.path())?;
+    let mut server = Server::start(&data, &args.model_dir, temp.path(), &args.server_flags())?;
     let client = client(server.addr)?;
     server.wait_healthy(&client).await?;
+    let start_mb = server.rss_kb("VmRSS")? as f64 / 1024.0;
     println!(
         "bench scale: one `ndpipe serve` (pid {}), {} photos in steps of {}, {} uploads in flight, {} cores",
         server.child.id(),
@@ -173,23 +215,27 @@ pub(crate) async fn run(args: ScaleBench) -> Result<()> {
         });
     }
     bar.finish_and_clear();
+    let fill_peak_mb = server.rss_kb("VmHWM")? as f64 / 1024.0;
     let tuning = if args.epochs > 0 {
         eprintln!("fine-tuning from stored features, then re-labelling every photo...");
         Some(finetune(&client, args.epochs).await?)
     } else {
         None
     };
-    let peak_rss_mb = server.rss_kb("VmHWM")? as f64 / 1024.0;
+    let memory = Memory {
+        start_mb,
+        fill_peak_mb,
+        peak_mb: server.rss_kb("VmHWM")? as f64 / 1024.0,
+    };
     server.stop()?;
-    let table = table(&args, &steps, tuning.as_ref(), peak_rss_mb);
+    let table = table(&args, &steps, tuning.as_ref(), &memory);
     println!("\n{table}");
     std::fs::create_dir_all(&args.plots)
         .with_context(|| format!("creating {}", args.plots.display()))?;
     plot(&args.plots, &steps)?;
     write_section(&args.doc, &args.plots, &table)?;
     if let Some(path) = &args.json {
-        let doc =
-            serde_json::json!({ "steps": steps, "finetune": tuning, "peak_rss_mb": peak_rss_mb });
+        let doc = serde_json::json!({ "steps": steps, "finetune": tuning, "memory": memory });
         std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
@@ -217,7 +263,7 @@ struct Server {
 }
 
 impl Server {
-    fn start(data: &Path, model_dir: &Path, dir: &Path) -> Result<Self> {
+    fn start(data: &Path, model_dir: &Path, dir: &Path, flags: &[String]) -> Result<Self> {
         let me = std::env::current_exe().context("locating ndpipe-bench")?;
         let bin = me.with_file_name("ndpipe");
         ensure!(
@@ -240,6 +286,7 @@ impl Server {
             .args(["--s3-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"])
             .arg("--model-dir")
             .arg(model_dir)
+            .args(flags)
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)
@@ -452,7 +499,7 @@ fn worst(steps: &[Step], f: impl Fn(&Step) -> &Vec<f64>) -> f64 {
 }
 
 /// The table and the verdicts on the targets, as printed and written to the doc.
-fn table(args: &ScaleBench, steps: &[Step], tuning: Option<&Tuning>, peak_rss_mb: f64) -> String {
+fn table(args: &ScaleBench, steps: &[Step], tuning: Option<&Tuning>, memory: &Memory) -> String {
     let mut out = String::new();
     let first = &steps[0];
     out.push_str(&format!(
@@ -502,7 +549,17 @@ fn table(args: &ScaleBench, steps: &[Step], tuning: Option<&Tuning>, peak_rss_mb
             100.0 * t.val_top1
         ));
     }
-    out.push_str(&format!("server peak RSS (VmHWM): {peak_rss_mb:.0} MB\n"));
+    let growth = memory.fill_peak_mb - memory.start_mb;
+    let allowance = args.allowance_mb();
+    out.push_str(&format!(
+        "server RSS: {:.0} MB at start (model loaded, store empty); peak while filling {:.0} MB, \
+         a growth of {growth:.0} MB against {allowance:.0} MB of configured caches and labelling \
+         queue (target: within it: {}); peak with the fine-tune (VmHWM) {:.0} MB\n",
+        memory.start_mb,
+        memory.fill_peak_mb,
+        verdict(growth <= allowance),
+        memory.peak_mb
+    ));
     out
 }
 

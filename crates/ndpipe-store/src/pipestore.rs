@@ -93,6 +93,8 @@ impl PipeStore {
         let labeler_config = LabelerConfig {
             max_batch: config.max_batch,
             max_wait: Duration::from_millis(config.label_wait_ms),
+            queue: config.label_queue,
+            backlog: config.label_backlog,
             ..LabelerConfig::default()
         };
         let relabel = RelabelOptions {
@@ -326,7 +328,9 @@ async fn open_stores(
         max_volume_bytes: config.max_volume_bytes,
         min_free_bytes: config.min_free_bytes,
         ids,
+        index_cache_bytes: config.index_cache_bytes,
     };
+    let feature_cache_bytes = config.feature_cache_bytes;
     let (store, recovery, features) = tokio::task::spawn_blocking(move || {
         let (store, recovery) =
             PhotoStore::open(&dir, &store_config).map_err(|source| Error::Store {
@@ -334,7 +338,8 @@ async fn open_stores(
                 source,
             })?;
         let path = dir.join("features.redb");
-        let features = FeatureStore::open(&path).map_err(|source| Error::Store { path, source })?;
+        let features = FeatureStore::open(&path, feature_cache_bytes)
+            .map_err(|source| Error::Store { path, source })?;
         Ok::<_, Error>((store, recovery, features))
     })
     .await??;

@@ -4,10 +4,10 @@
 //! runtime). The thread gathers up to `max_batch` photos, waiting at most `max_wait` after the
 //! first one, so concurrent uploads share a batch; it then writes the top-k labels to the catalog
 //! and the feature vectors to the feature store. The HTTP 201 does not wait for this: the
-//! 201-to-label latency is exported as `ndpipe_store_label_latency_seconds`. A photo whose labels
-//! are lost (queue full, crash) is picked up by the next re-labelling.
+//! 201-to-label latency is exported as `ndpipe_store_label_latency_seconds`. Photos that find the
+//! queue full wait in a bounded [`Backlog`] of ids (past its bound, in the catalog as unlabelled);
+//! a photo whose labels a crash lost is queued again at the next start.
 
-use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -20,6 +20,7 @@ use tracing::warn;
 
 use super::InferenceError;
 use super::backbone::stored_tensor;
+use super::backlog::Backlog;
 use super::model::{ActiveModel, SharedModel};
 use crate::metrics::StoreMetrics;
 use crate::storage::{FeatureStore, PhotoStore};
@@ -33,8 +34,10 @@ pub(crate) struct LabelerConfig {
     pub(crate) max_wait: Duration,
     /// Labels kept per photo.
     pub(crate) top_k: usize,
-    /// Photos waiting for the model before new ones are left to re-labelling.
+    /// Photos waiting for the model with their tensors; more go to the backlog.
     pub(crate) queue: usize,
+    /// Photo ids the backlog holds; more are found again in the catalog.
+    pub(crate) backlog: usize,
 }
 
 impl Default for LabelerConfig {
@@ -43,7 +46,8 @@ impl Default for LabelerConfig {
             max_batch: 16,
             max_wait: Duration::from_millis(5),
             top_k: 5,
-            queue: 1024,
+            queue: 256,
+            backlog: 100_000,
         }
     }
 }
@@ -59,12 +63,9 @@ pub(crate) struct Labeler {
     tx: Mutex<Option<SyncSender<Request>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     model: SharedModel,
-    backlog: Backlog,
+    backlog: Arc<Backlog>,
+    metrics: Arc<StoreMetrics>,
 }
-
-/// Photos that arrived while the queue was full, labelled from their stored tensors when the
-/// model thread is idle.
-type Backlog = Arc<Mutex<VecDeque<(u64, Instant)>>>;
 
 impl Labeler {
     /// Starts the model thread.
@@ -77,13 +78,13 @@ impl Labeler {
         config: LabelerConfig,
     ) -> std::io::Result<Self> {
         let (tx, rx) = std::sync::mpsc::sync_channel(config.queue.max(1));
-        let backlog = Backlog::default();
+        let backlog = Arc::new(Backlog::new(config.backlog));
         let worker = Worker {
             model: model.clone(),
             features,
             store,
             catalog,
-            metrics,
+            metrics: metrics.clone(),
             config,
             backlog: backlog.clone(),
         };
@@ -95,6 +96,7 @@ impl Labeler {
             thread: Mutex::new(Some(thread)),
             model,
             backlog,
+            metrics,
         })
     }
 
@@ -106,11 +108,11 @@ impl Labeler {
     /// Queues stored photos for labelling from their stored tensors (e.g. photos stored while
     /// no model was loaded, or whose labels a crash lost).
     pub(crate) fn enqueue_stored(&self, ids: impl IntoIterator<Item = u64>) {
-        let now = Instant::now();
-        lock(&self.backlog).extend(ids.into_iter().map(|id| (id, now)));
+        self.backlog.extend(ids, Instant::now());
+        set_gauge(&self.metrics, &self.backlog);
     }
 
-    /// Queues a stored photo for labelling. When the queue is full, the photo's id goes to a
+    /// Queues a stored photo for labelling. When the queue is full, the photo's id goes to the
     /// backlog that the model thread works off (reading the stored tensor) when it is idle.
     pub(crate) fn submit(&self, id: u64, tensor: ImageTensor) {
         let tx = lock(&self.tx);
@@ -121,7 +123,8 @@ impl Labeler {
             tensor,
             enqueued,
         }) {
-            lock(&self.backlog).push_back((id, enqueued));
+            self.backlog.extend([id], enqueued);
+            set_gauge(&self.metrics, &self.backlog);
         }
     }
 }
@@ -153,7 +156,7 @@ struct Worker {
     features: Arc<FeatureStore>,
     metrics: Arc<StoreMetrics>,
     config: LabelerConfig,
-    backlog: Backlog,
+    backlog: Arc<Backlog>,
 }
 
 impl Worker {
@@ -188,13 +191,14 @@ impl Worker {
         }
     }
 
-    /// Labels up to one batch of backlogged photos from their stored tensors.
+    /// Labels up to one batch of backlogged photos from their stored tensors, first refilling
+    /// the backlog from the catalog if it left photos out.
     fn work_off_backlog(&self, max_batch: usize) {
-        let taken: Vec<(u64, Instant)> = {
-            let mut backlog = lock(&self.backlog);
-            let n = backlog.len().min(max_batch);
-            backlog.drain(..n).collect()
-        };
+        if self.backlog.needs_refill() {
+            self.refill_backlog();
+        }
+        let taken = self.backlog.take(max_batch);
+        set_gauge(&self.metrics, &self.backlog);
         let mut batch = Vec::with_capacity(taken.len());
         for (id, enqueued) in taken {
             match stored_tensor(&self.store, id) {
@@ -213,6 +217,18 @@ impl Worker {
         {
             warn!(error = %e, photos = batch.len(), "labelling backlogged photos failed");
             self.metrics.error("label_failed");
+        }
+    }
+
+    /// Queues the photos the catalog holds without labels of the active version.
+    fn refill_backlog(&self) {
+        let version = self.model.get().version;
+        match self.catalog.unlabelled(&version) {
+            Ok(ids) => self.backlog.extend(ids, Instant::now()),
+            Err(e) => warn!(
+                error = %e,
+                "cannot list the unlabelled photos; they stay unlabelled until the next start or re-labelling"
+            ),
         }
     }
 
@@ -237,6 +253,13 @@ impl Worker {
         self.metrics.labelled.inc_by(batch.len() as u64);
         Ok(())
     }
+}
+
+/// Shows how many photo ids wait in the backlog.
+fn set_gauge(metrics: &StoreMetrics, backlog: &Backlog) {
+    metrics
+        .label_backlog
+        .set(i64::try_from(backlog.len()).unwrap_or(i64::MAX));
 }
 
 /// Files the features and labels of a batch: features under the backbone, then labels under the
@@ -272,26 +295,16 @@ mod tests {
 
     use super::*;
     use crate::ingest::{IngestConfig, Ingestor};
-    use crate::testing::{png, setup};
+    use crate::testing::{Setup, png, setup};
 
-    #[tokio::test]
-    async fn concurrent_uploads_share_batches_and_get_labels_and_features() {
-        let s = setup();
+    /// A labeller over `s`'s fake model as version `fake-v1`.
+    fn start(s: &Setup, metrics: &Arc<StoreMetrics>, config: LabelerConfig) -> Labeler {
         let model = ActiveModel {
             backend: s.fake.clone(),
             version: "fake-v1".into(),
             head: None,
         };
-        // A queue of 4 for 16 uploads: the rest go through the backlog, from their stored
-        // tensors.
-        let config = LabelerConfig {
-            max_batch: 8,
-            max_wait: Duration::from_millis(50),
-            queue: 4,
-            ..LabelerConfig::default()
-        };
-        let metrics = Arc::new(StoreMetrics::default());
-        let labeler = Labeler::start(
+        Labeler::start(
             SharedModel::new(model),
             s.store.clone(),
             s.features.clone(),
@@ -299,7 +312,23 @@ mod tests {
             metrics.clone(),
             config,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn concurrent_uploads_share_batches_and_get_labels_and_features() {
+        let s = setup();
+        // A queue of 4 and a backlog of 2 for 16 uploads: the rest wait in the catalog as
+        // unlabelled, and are labelled from their stored tensors once the backlog refills.
+        let config = LabelerConfig {
+            max_batch: 8,
+            max_wait: Duration::from_millis(50),
+            queue: 4,
+            backlog: 2,
+            ..LabelerConfig::default()
+        };
+        let metrics = Arc::new(StoreMetrics::default());
+        let labeler = start(&s, &metrics, config);
         let ingestor = Arc::new(
             Ingestor::new(
                 s.store.clone(),
@@ -354,5 +383,48 @@ mod tests {
             s.catalog.predictions(late).unwrap().is_empty(),
             "a stopped labeler labels nothing"
         );
+    }
+
+    #[tokio::test]
+    async fn a_backlog_past_its_bound_refills_from_the_catalog_and_labels_every_photo() {
+        let s = setup();
+        let metrics = Arc::new(StoreMetrics::default());
+        let ingestor = Ingestor::new(
+            s.store.clone(),
+            s.features.clone(),
+            s.catalog.clone(),
+            metrics.clone(),
+            IngestConfig::default(),
+        );
+        let mut ids = Vec::new();
+        for i in 0..12u8 {
+            ids.push(ingestor.ingest(png(i), None).await.unwrap().id);
+        }
+        let config = LabelerConfig {
+            max_batch: 4,
+            backlog: 3,
+            ..LabelerConfig::default()
+        };
+        let labeler = start(&s, &metrics, config);
+        labeler.enqueue_stored(ids.clone());
+        assert_eq!(
+            metrics.label_backlog.get(),
+            3,
+            "the backlog holds only its bound"
+        );
+        let all_labelled = async {
+            while !ids
+                .iter()
+                .all(|id| !s.catalog.predictions(*id).unwrap().is_empty())
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        // A guard against hanging, not a speed target.
+        tokio::time::timeout(Duration::from_secs(120), all_labelled)
+            .await
+            .expect("the photos past the bound were never labelled");
+        assert!(s.catalog.unlabelled("fake-v1").unwrap().is_empty());
+        labeler.stop();
     }
 }

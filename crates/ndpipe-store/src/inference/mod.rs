@@ -11,6 +11,7 @@
 //!   checkpointed) or head-only over stored features.
 
 pub(crate) mod backbone;
+mod backlog;
 pub(crate) mod heads;
 pub(crate) mod labeler;
 pub(crate) mod model;
