@@ -80,6 +80,7 @@ bench-crash: build-bench
 	target/release/ndpipe-bench crash --cycles 100 --json $(CACHE)/bench-crash.json
 	target/release/ndpipe-bench crash --cycles 30 --mode relabel --max-kill-ms 2500 --json $(CACHE)/bench-crash-relabel.json
 	target/release/ndpipe-bench crash --cycles 30 --mode finetune --max-kill-ms 2500 --json $(CACHE)/bench-crash-finetune.json
+	target/release/ndpipe-bench crash --cycles 20 --mode replicated --max-kill-ms 3000 --json $(CACHE)/bench-crash-replicated.json
 
 ## S3 throughput: the same large JPEGs up and down through aws s3 cp, s5cmd, boto3 and /v1.
 bench-s3: build-bench

@@ -157,10 +157,15 @@ pub struct CrashArgs {
     #[arg(long, default_value_t = 1500)]
     pub max_kill_ms: u64,
     /// What runs during the kill: uploads; uploads with deletes and compactions; uploads with
-    /// re-labelling jobs; or uploads with fine-tunes that deploy (the last two with the model).
+    /// re-labelling jobs; uploads with fine-tunes that deploy (these two with the model); or
+    /// uploads through three PipeStores with two copies of each photo, one killed per cycle.
     #[arg(long, value_enum, default_value_t = CrashMode::Compaction)]
     pub mode: CrashMode,
-    /// The model folder (modes relabel and finetune).
+    /// The postgres:// catalog of mode replicated (default from `ndpipe-bench`: a throw-away
+    /// database of the test server).
+    #[arg(long)]
+    pub catalog: Option<String>,
+    /// The model folder (modes relabel, finetune and replicated).
     #[arg(long, env = "NDPIPE_MODEL_DIR", default_value = ".cache/model")]
     pub model_dir: PathBuf,
     /// The Fashion-MNIST folder (modes relabel and finetune).
@@ -194,6 +199,7 @@ pub fn run_crash(args: CrashArgs, ndpipe: PathBuf) -> Result<()> {
             fashion_mnist_dir: args.fashion_mnist_dir.clone(),
             photos: args.training_photos,
         }),
+        catalog: args.catalog.clone(),
     };
     let bar = ProgressBar::new(args.cycles as u64).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} cycles {msg} [{elapsed}]")
@@ -209,7 +215,11 @@ pub fn run_crash(args: CrashArgs, ndpipe: PathBuf) -> Result<()> {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    if report.lost > 0 || report.resurrected > 0 || report.unlabelled > 0 {
+    if report.lost > 0
+        || report.resurrected > 0
+        || report.unlabelled > 0
+        || report.short_of_copies > 0
+    {
         bail!("acknowledged writes were lost: {:?}", report.problems);
     }
     Ok(())
@@ -243,6 +253,10 @@ fn print_crash_table(report: &CrashReport) {
     println!(
         "| acknowledged photos without labels (with a model) | {} | 0 |",
         report.unlabelled
+    );
+    println!(
+        "| acknowledged photos short of two copies (mode replicated) | {} | 0 |",
+        report.short_of_copies
     );
     println!(
         "| restart to /healthz, p50 ms | {} | |",

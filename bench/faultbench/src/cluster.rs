@@ -17,7 +17,8 @@ pub(crate) struct Cluster {
     pub(crate) tuner: TunerApi,
 }
 
-fn free_port() -> Result<u16> {
+/// A port that was free a moment ago.
+pub(crate) fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -29,77 +30,26 @@ impl Cluster {
     /// Starts the Tuner and the PipeStores in `dir`, imports `photos_per_node` Fashion-MNIST
     /// photos into each (different ones), and waits until every node is registered and live.
     pub(crate) fn start(config: &FaultConfig, exe: &Path, dir: &Path) -> Result<Self> {
-        let secret = dir.join("cluster-secret");
-        std::fs::write(&secret, "fault-injection-secret\n").context("writing the secret")?;
-        let secret = secret.to_string_lossy().to_string();
-        let (http, grpc) = (free_port()?, free_port()?);
-        let timeout = config.node_timeout_ms.to_string();
-        let lease = config.node_lease_ms.to_string();
-        let tuner_data = dir.join("tuner").to_string_lossy().to_string();
-        let mut tuner_args = args(&[
-            "tuner",
-            "--data",
-            &tuner_data,
-            "--listen",
-            &format!("127.0.0.1:{http}"),
-            "--grpc-listen",
-            &format!("127.0.0.1:{grpc}"),
-            "--node-timeout-ms",
-            &timeout,
-            "--node-lease-ms",
-            &lease,
-            "--cluster-secret-file",
-            &secret,
-        ]);
+        let (timeout, lease) = (
+            config.node_timeout_ms.to_string(),
+            config.node_lease_ms.to_string(),
+        );
+        let mut tuner = vec!["--node-timeout-ms", &timeout, "--node-lease-ms", &lease];
+        // One copy of each photo, as the faults are measured without replication.
+        let mut node = vec!["--replicas", "1"];
         if let Some(url) = &config.catalog {
-            tuner_args.extend(args(&["--catalog", url]));
+            tuner.extend(["--catalog", url.as_str()]);
+            node.extend(["--catalog", url.as_str()]);
         }
-        let tuner_url = format!("http://127.0.0.1:{http}");
-        let mut procs = vec![Proc::new(
-            "tuner",
-            tuner_url.clone(),
-            "/v1/tuner/nodes",
-            exe,
-            tuner_args,
-            dir.join("tuner.log"),
-        )];
-        let model_dir = config.model_dir.to_string_lossy().to_string();
-        for i in 0..config.nodes {
-            let name = format!("ps-{i}");
-            let (port, grpc_port) = (free_port()?, free_port()?);
-            let data = dir.join(&name).to_string_lossy().to_string();
-            let mut ps_args = args(&[
-                "pipestore",
-                "--data",
-                &data,
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--grpc-listen",
-                &format!("127.0.0.1:{grpc_port}"),
-                "--tuner",
-                &format!("http://127.0.0.1:{grpc}"),
-                "--name",
-                &name,
-                "--model-dir",
-                &model_dir,
-                "--intra-threads",
-                "1",
-                "--cluster-secret-file",
-                &secret,
-            ]);
-            if let Some(url) = &config.catalog {
-                // One copy of each photo, as the faults are measured without replication.
-                ps_args.extend(args(&["--catalog", url, "--replicas", "1"]));
-            }
-            procs.push(Proc::new(
-                &name,
-                format!("http://127.0.0.1:{port}"),
-                "/healthz",
-                exe,
-                ps_args,
-                dir.join(format!("{name}.log")),
-            ));
-        }
+        let spec = Spec {
+            nodes: config.nodes,
+            prefix: "ps",
+            model_dir: &config.model_dir,
+            tuner: &tuner,
+            node: if config.catalog.is_some() { &node } else { &[] },
+        };
+        let mut procs = processes(exe, dir, &spec)?;
+        let tuner_url = procs[0].url.clone();
         for p in &mut procs {
             p.start()?;
         }
@@ -132,6 +82,85 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+}
+
+/// What the processes of a cluster are started with, besides their ports, data directories, the
+/// model and a cluster secret.
+pub(crate) struct Spec<'a> {
+    /// PipeStores.
+    pub(crate) nodes: usize,
+    /// Their names: the prefix, a dash and their number.
+    pub(crate) prefix: &'a str,
+    /// The model folder of the PipeStores.
+    pub(crate) model_dir: &'a Path,
+    /// More flags of the Tuner.
+    pub(crate) tuner: &'a [&'a str],
+    /// More flags of every PipeStore.
+    pub(crate) node: &'a [&'a str],
+}
+
+/// The Tuner (first) and the PipeStores of `spec` in `dir`, on free ports, not started.
+pub(crate) fn processes(exe: &Path, dir: &Path, spec: &Spec<'_>) -> Result<Vec<Proc>> {
+    let secret = dir.join("cluster-secret");
+    std::fs::write(&secret, "fault-injection-secret\n").context("writing the secret")?;
+    let secret = secret.to_string_lossy().to_string();
+    let (http, grpc) = (free_port()?, free_port()?);
+    let tuner_data = dir.join("tuner").to_string_lossy().to_string();
+    let mut tuner_args = args(&[
+        "tuner",
+        "--data",
+        &tuner_data,
+        "--listen",
+        &format!("127.0.0.1:{http}"),
+        "--grpc-listen",
+        &format!("127.0.0.1:{grpc}"),
+        "--cluster-secret-file",
+        &secret,
+    ]);
+    tuner_args.extend(args(spec.tuner));
+    let mut procs = vec![Proc::new(
+        "tuner",
+        format!("http://127.0.0.1:{http}"),
+        "/v1/tuner/nodes",
+        exe,
+        tuner_args,
+        dir.join("tuner.log"),
+    )];
+    let model_dir = spec.model_dir.to_string_lossy().to_string();
+    for i in 0..spec.nodes {
+        let name = format!("{}-{i}", spec.prefix);
+        let (port, grpc_port) = (free_port()?, free_port()?);
+        let data = dir.join(&name).to_string_lossy().to_string();
+        let mut ps_args = args(&[
+            "pipestore",
+            "--data",
+            &data,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--grpc-listen",
+            &format!("127.0.0.1:{grpc_port}"),
+            "--tuner",
+            &format!("http://127.0.0.1:{grpc}"),
+            "--name",
+            &name,
+            "--model-dir",
+            &model_dir,
+            "--intra-threads",
+            "1",
+            "--cluster-secret-file",
+            &secret,
+        ]);
+        ps_args.extend(args(spec.node));
+        procs.push(Proc::new(
+            &name,
+            format!("http://127.0.0.1:{port}"),
+            "/healthz",
+            exe,
+            ps_args,
+            dir.join(format!("{name}.log")),
+        ));
+    }
+    Ok(procs)
 }
 
 /// Imports Fashion-MNIST photos `skip..skip + photos_per_node` into the PipeStore at `url`.

@@ -36,12 +36,18 @@ pub enum CrashMode {
     /// Uploads labelled by the model while fine-tunes run one after another, each deploying
     /// its head (a re-labelling of every photo).
     Finetune,
+    /// Uploads through the front doors of three PipeStores that keep two copies of each photo
+    /// on a PostgreSQL catalog, one of them killed per cycle (`crash_replicated.rs`).
+    Replicated,
 }
 
 impl CrashMode {
     /// Whether the store runs with a model (and the photos get labels).
     fn with_model(self) -> bool {
-        matches!(self, CrashMode::Relabel | CrashMode::Finetune)
+        matches!(
+            self,
+            CrashMode::Relabel | CrashMode::Finetune | CrashMode::Replicated
+        )
     }
 }
 
@@ -71,6 +77,8 @@ pub struct CrashConfig {
     pub mode: CrashMode,
     /// The model, for the modes that need one.
     pub model: Option<CrashModel>,
+    /// The `postgres://` catalog of mode `replicated`.
+    pub catalog: Option<String>,
 }
 
 /// One cycle's record.
@@ -88,6 +96,8 @@ pub struct Cycle {
     pub restart_ms: u64,
     /// Whether a compaction, re-labelling or fine-tune was running when the kill came.
     pub during_job: bool,
+    /// The process killed.
+    pub node: String,
 }
 
 /// What a crash loop found.
@@ -108,6 +118,9 @@ pub struct CrashReport {
     /// With a model: acknowledged photos still without labels after the last restart and a
     /// bounded wait (target 0).
     pub unlabelled: usize,
+    /// Mode `replicated`: acknowledged photos with fewer than two copies after the last
+    /// restart and a bounded wait (target 0).
+    pub short_of_copies: usize,
     /// What went wrong, per lost or resurrected photo (the first few).
     pub problems: Vec<String>,
 }
@@ -129,6 +142,12 @@ pub(crate) fn run(
     dir: &Path,
     mut progress: impl FnMut(&Cycle),
 ) -> Result<CrashReport> {
+    if config.mode == CrashMode::Replicated {
+        let Some(catalog) = &config.catalog else {
+            bail!("crash mode replicated needs a postgres:// catalog");
+        };
+        return crate::crash_replicated::run(config, catalog, exe, dir, progress);
+    }
     let model = match (&config.model, config.mode.with_model()) {
         (Some(model), true) => Some(model),
         (None, true) => bail!("crash mode {:?} needs a model", config.mode),
@@ -182,6 +201,7 @@ pub(crate) fn run(
             deleted: after.1 - before.1,
             restart_ms: restarted.elapsed().as_millis() as u64,
             during_job,
+            node: "serve".into(),
         };
         progress(&record);
         cycles.push(record);
@@ -227,6 +247,7 @@ pub(crate) fn run(
         cycles,
         lost,
         resurrected,
+        short_of_copies: 0,
         problems,
     })
 }
@@ -280,7 +301,7 @@ fn counts(acked: &Mutex<Acked>) -> (usize, usize) {
 }
 
 /// A PNG of 64x48 whose pixels depend on `seed`.
-fn photo(seed: u64) -> Vec<u8> {
+pub(crate) fn photo(seed: u64) -> Vec<u8> {
     let img = image::RgbImage::from_fn(64, 48, |x, y| {
         let s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(x + y);
         image::Rgb([s as u8, (s >> 8) as u8 ^ x as u8, (s >> 16) as u8 ^ y as u8])
@@ -355,7 +376,7 @@ fn write_until(
     }
 }
 
-fn get(agent: &ureq::Agent, url: &str) -> Result<(u16, Vec<u8>)> {
+pub(crate) fn get(agent: &ureq::Agent, url: &str) -> Result<(u16, Vec<u8>)> {
     let mut resp = agent
         .get(url)
         .call()

@@ -26,7 +26,7 @@ impl Background {
         stop: &Arc<AtomicBool>,
     ) -> Option<Self> {
         let job: fn(&ureq::Agent, &str, &AtomicBool, &AtomicBool) = match mode {
-            CrashMode::Uploads => return None,
+            CrashMode::Uploads | CrashMode::Replicated => return None,
             CrashMode::Compaction => compact_until,
             CrashMode::Relabel => relabel_until,
             CrashMode::Finetune => finetune_until,

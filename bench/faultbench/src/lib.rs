@@ -3,7 +3,9 @@
 //! Crash loops ([`crash()`]): one `ndpipe serve` under concurrent uploads (and deletes and
 //! compactions, re-labelling jobs, or fine-tunes that deploy) is killed with SIGKILL at a random
 //! moment and restarted; every acknowledged upload must read back byte for byte with its
-//! catalog row (and its labels, with a model), every acknowledged delete must stay deleted.
+//! catalog row (and its labels, with a model), every acknowledged delete must stay deleted. In
+//! mode `replicated` a random node of three with two copies of each photo is killed instead,
+//! and every acknowledged photo must read back through every node with two copies.
 //!
 //! Cluster rounds ([`run`]):
 //! A Tuner and `nodes` PipeStores of the `ndpipe` binary run on loopback (with a cluster
@@ -19,6 +21,8 @@
 //! - `rounds`: one round and its judgement;
 //! - `crash`: the crash loops;
 //! - `crash_jobs`: the jobs a crash loop runs beside its uploads;
+//! - `crash_replicated`: the crash loop of a replicated cluster (three PipeStores, two copies);
+//! - `failover`: a fine-tune that loses a node vs one that does not, on such a cluster;
 //! - `cli`: `ndpipe-bench faults` and `ndpipe-bench crash`, their tables and JSON.
 
 mod api;
@@ -26,6 +30,8 @@ pub mod cli;
 mod cluster;
 mod crash;
 mod crash_jobs;
+mod crash_replicated;
+mod failover;
 mod procs;
 mod rounds;
 
@@ -37,7 +43,22 @@ use rand::SeedableRng;
 use serde::Serialize;
 
 pub use crash::{CrashConfig, CrashMode, CrashModel, CrashReport, Cycle};
+pub use failover::{FailoverConfig, FailoverRound, compare as compare_failover};
 pub use rounds::{Fault, Outcome, Round};
+
+/// The flags of a PipeStore of a test cluster keeping two copies of each photo (besides its
+/// catalog): quick repair rounds, no scrub, calls to other nodes within 5 s. The crash loop of
+/// mode `replicated` and the replication tests start their nodes with them.
+pub const TWO_COPIES: [&str; 8] = [
+    "--replicas",
+    "2",
+    "--repair-interval-ms",
+    "200",
+    "--scrub-photos-per-second",
+    "0",
+    "--peer-timeout-ms",
+    "5000",
+];
 
 /// Runs a crash loop (see [`CrashConfig`]) on an `ndpipe serve` of `exe` in `dir`.
 pub fn crash(

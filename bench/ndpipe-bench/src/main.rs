@@ -69,8 +69,9 @@ enum Which {
     /// Fuzzing: every cargo-fuzz target of `fuzz/` for a number of executions, with its new
     /// coverage, crashes, timeouts and peak RSS.
     Fuzz(fuzz::FuzzBench),
-    /// Crash loops: kill -9 `ndpipe serve` at a random moment of concurrent uploads, deletes and
-    /// compactions, restart, and check every acknowledged write.
+    /// Crash loops: kill -9 `ndpipe serve` (or, `--mode replicated`, a node of three keeping two
+    /// copies of each photo) at a random moment of concurrent uploads, deletes and compactions,
+    /// restart, and check every acknowledged write.
     Crash(faultbench::cli::CrashArgs),
 }
 
@@ -116,16 +117,31 @@ async fn run(which: Which) -> Result<()> {
             let ndpipe = ndpipe_binary()?;
             tokio::task::spawn_blocking(move || faultbench::cli::run(b, ndpipe)).await?
         }
-        Which::Crash(b) => {
+        Which::Crash(mut b) => {
             let ndpipe = ndpipe_binary()?;
-            tokio::task::spawn_blocking(move || faultbench::cli::run_crash(b, ndpipe)).await?
+            tokio::task::spawn_blocking(move || {
+                // Mode replicated without --catalog: a throw-away PostgreSQL database.
+                let db = match (b.mode, &b.catalog) {
+                    (faultbench::CrashMode::Replicated, None) => {
+                        let db = ndpipe_catalog::test_postgres::database("bench_crash_replicated")
+                            .context("PostgreSQL is needed (NDPIPE_SKIP_POSTGRES is set)")?;
+                        b.catalog = Some(db.url.clone());
+                        Some(db)
+                    }
+                    _ => None,
+                };
+                let result = faultbench::cli::run_crash(b, ndpipe);
+                drop(db);
+                result
+            })
+            .await?
         }
     }
 }
 
 /// The `ndpipe` binary built beside this one (`target/<profile>/ndpipe`), which the cache
 /// benchmark and the fault-injection run start.
-fn ndpipe_binary() -> Result<PathBuf> {
+pub(crate) fn ndpipe_binary() -> Result<PathBuf> {
     let me = std::env::current_exe().context("locating ndpipe-bench")?;
     Ok(me.with_file_name("ndpipe"))
 }

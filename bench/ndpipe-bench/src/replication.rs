@@ -5,6 +5,9 @@
 //! node 0 does not hold is read from another node), and with two copies, the repair rate after
 //! node 2 is stopped and removed (photos and MB per second until none is under-replicated).
 //! Every round starts a fresh cluster on a fresh database; mean and range over the rounds.
+//! Then, with real processes (the `ndpipe` binary beside this one; `faultbench`'s
+//! `failover.rs`), the time of a fine-tune over three nodes with two copies that loses a node
+//! (kill -9 mid-extraction) vs one that does not, on a fresh cluster per round.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -32,7 +35,7 @@ pub(crate) struct ReplicationBench {
     /// Requests in flight at once.
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
-    /// Rounds per copy count (a fresh cluster each).
+    /// Rounds per copy count (a fresh cluster each; 0: only the fine-tune losing a node).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Copy counts to measure (1 is the reference).
@@ -41,6 +44,22 @@ pub(crate) struct ReplicationBench {
     /// Model folder.
     #[arg(long, env = "NDPIPE_MODEL_DIR", default_value = ".cache/model")]
     model_dir: PathBuf,
+    /// Rounds of the fine-tune losing a node vs not (0: none).
+    #[arg(long, default_value_t = 3)]
+    failover_rounds: usize,
+    /// Fashion-MNIST photos of those fine-tunes (two copies each on three nodes).
+    #[arg(long, default_value_t = 300)]
+    failover_photos: usize,
+    /// Each node's extraction rate in those fine-tunes (photos/s), so that the kill lands
+    /// inside the extraction.
+    #[arg(long, default_value_t = 40.0)]
+    failover_throttle: f64,
+    /// Milliseconds into the extraction that the node is killed.
+    #[arg(long, default_value_t = 1000)]
+    failover_kill_ms: u64,
+    /// The Fashion-MNIST folder.
+    #[arg(long, default_value = "/usr/share/datasets/fashion-mnist")]
+    fashion_mnist_dir: PathBuf,
     /// Write the results as JSON to this file as well.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -86,12 +105,82 @@ pub(crate) async fn run(args: ReplicationBench) -> Result<()> {
             rounds.push(result);
         }
     }
+    let mut failover = Vec::new();
+    for round in 0..args.failover_rounds {
+        let result = failover_round(&args, round).await;
+        let result = result.with_context(|| format!("fine-tune losing a node, round {round}"))?;
+        eprintln!("  fine-tune losing a node, round {round}: {result:?}");
+        failover.push(result);
+    }
     print_table(&rounds, &args.replicas);
+    print_failover(&failover);
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_vec_pretty(&rounds)?)
+        let all = serde_json::json!({"copies": rounds, "failover": failover});
+        std::fs::write(path, serde_json::to_vec_pretty(&all)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// One round of the fine-tune losing a node vs not, on a fresh database and cluster.
+async fn failover_round(
+    args: &ReplicationBench,
+    round: usize,
+) -> Result<faultbench::FailoverRound> {
+    let db = tokio::task::spawn_blocking(move || {
+        test_postgres::database(&format!("bench_failover_{round}"))
+    })
+    .await?
+    .context("PostgreSQL is needed (NDPIPE_SKIP_POSTGRES is set)")?;
+    let config = faultbench::FailoverConfig {
+        catalog: db.url.clone(),
+        model_dir: args.model_dir.clone(),
+        fashion_mnist_dir: args.fashion_mnist_dir.clone(),
+        photos: args.failover_photos,
+        throttle_images_per_second: args.failover_throttle,
+        kill_after_ms: args.failover_kill_ms,
+    };
+    let exe = crate::ndpipe_binary()?;
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::tempdir().context("making a work folder")?;
+        let result = faultbench::compare_failover(&config, &exe, dir.path());
+        drop(db);
+        result
+    })
+    .await?
+}
+
+/// The fine-tune losing a node vs not: seconds (mean and range) and the ratio to the
+/// fine-tune that keeps every node, per round.
+fn print_failover(rounds: &[faultbench::FailoverRound]) {
+    if rounds.is_empty() {
+        return;
+    }
+    let range = |v: Vec<f64>| {
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!("{mean:.2} ({lo:.2}-{hi:.2})")
+    };
+    println!("\n| fine-tune over 3 nodes, 2 copies | seconds | ratio to keeping every node |");
+    println!("|---|---|---|");
+    println!(
+        "| keeps every node | {} | 1.00 |",
+        range(rounds.iter().map(|r| r.intact_s).collect())
+    );
+    println!(
+        "| loses a node (kill -9 mid-extraction, failed over, run again) | {} | {} |",
+        range(rounds.iter().map(|r| r.losing_s).collect()),
+        range(rounds.iter().map(|r| r.losing_s / r.intact_s).collect())
+    );
+    println!(
+        "(mean over {} rounds, range in brackets; photos passed to their copies per round: {:?})",
+        rounds.len(),
+        rounds
+            .iter()
+            .map(|r| r.failed_over_photos)
+            .collect::<Vec<_>>()
+    );
 }
 
 /// A fresh cluster with `replicas` copies: uploads, reads, and (two copies) repair.
@@ -270,6 +359,9 @@ fn stats(rounds: &[&Round], f: impl Fn(&Round) -> Option<f64>) -> Option<(f64, f
 }
 
 fn print_table(rounds: &[Round], replicas: &[u32]) {
+    if rounds.is_empty() {
+        return; // --rounds 0: the fine-tune losing a node only
+    }
     let of = |r: u32| {
         rounds
             .iter()

@@ -126,6 +126,12 @@ pub struct Config {
     pub repair_interval_ms: u64,
     /// Local copies the scrub re-reads and verifies per second (0: no scrub).
     pub scrub_photos_per_second: u32,
+    /// Photos a node moves to where placement puts them per replication round, at most (each
+    /// move is one copy and one drop): how fast a node that joined takes its share, against
+    /// the load the moves put on the cluster. At least 1.
+    pub rebalance_moves_per_round: u32,
+    /// Photos a node's rebalancing looks at per round (one catalog page). At least 1.
+    pub rebalance_page_photos: u32,
     /// Deadline of each call to another node for a copy, in ms.
     pub peer_timeout_ms: u64,
     /// Testing only: damage the first N feature chunks sent to the Tuner (their checksum then
@@ -207,6 +213,8 @@ impl Default for Config {
             replicas: None,
             repair_interval_ms: 1000,
             scrub_photos_per_second: 20,
+            rebalance_moves_per_round: 32,
+            rebalance_page_photos: 256,
             peer_timeout_ms: 30_000,
         }
     }

@@ -24,7 +24,7 @@ use tracing::{info, warn};
 
 use ndpipe_util::sync::lock;
 
-use crate::inference::labeler::Labeler;
+use crate::inference::labeler::{Labeler, Labelled};
 use crate::metrics::StoreMetrics;
 use crate::storage::{FeatureStore, NewPhoto, PhotoStore, StoreError};
 
@@ -48,6 +48,17 @@ pub(crate) struct StoredPhoto {
     pub(crate) original: Vec<u8>,
     /// The encoded tensor.
     pub(crate) tensor: Vec<u8>,
+    /// Its features as stored, with the backbone version they were computed with (`None`:
+    /// none yet, e.g. no model loaded).
+    pub(crate) features: Option<(String, Vec<u8>)>,
+}
+
+/// Where an upload's labels stand once its copies may be sent.
+enum Labelling {
+    /// Labelled first: the labels to file after the catalog row.
+    Done(Labelled),
+    /// Labelled after the catalog row, from this tensor or (`None`) from the stored one.
+    Later(Option<ImageTensor>),
 }
 
 /// Settings of the ingest path.
@@ -177,23 +188,39 @@ impl Ingestor {
 
     /// Validates, preprocesses, stores and catalogs one photo. Nothing is written unless the
     /// photo decodes and the free-space reserve allows it; the store write is durable before
-    /// this returns.
+    /// this returns. It is labelled after the catalog row.
     pub(crate) async fn ingest(
         &self,
         bytes: bytes::Bytes,
         truth: Option<GroundTruth>,
     ) -> Result<PhotoRecord, IngestError> {
-        self.ingest_then(bytes, truth, |_, _| async { Ok(()) })
+        self.ingest_with(bytes, truth, false, |_, _| async { Ok(()) })
             .await
     }
 
     /// [`Ingestor::ingest`], running `copy` with the new id and the stored photo between the
-    /// durable write and the catalog row (replication sends the photo's copies there). When
-    /// `copy` fails, the photo is taken out of the store again and its error is returned.
+    /// durable write and the catalog row (replication sends the photo's copies there). The
+    /// photo is labelled before `copy`, so that the stored photo carries its features (when a
+    /// model is loaded and the labelling queue has room). When `copy` fails, the photo is taken
+    /// out of the store again and its error is returned.
     pub(crate) async fn ingest_then<F, Fut>(
         &self,
         bytes: bytes::Bytes,
         truth: Option<GroundTruth>,
+        copy: F,
+    ) -> Result<PhotoRecord, IngestError>
+    where
+        F: FnOnce(u64, StoredPhoto) -> Fut,
+        Fut: std::future::Future<Output = Result<(), IngestError>>,
+    {
+        self.ingest_with(bytes, truth, true, copy).await
+    }
+
+    async fn ingest_with<F, Fut>(
+        &self,
+        bytes: bytes::Bytes,
+        truth: Option<GroundTruth>,
+        label_first: bool,
         copy: F,
     ) -> Result<PhotoRecord, IngestError>
     where
@@ -222,12 +249,26 @@ impl Ingestor {
             tokio::task::spawn_blocking(move || prepare(&pre, codec, bytes, truth)).await??
         };
         let meta = prepared.meta.clone();
-        let stored = StoredPhoto {
+        let mut stored = StoredPhoto {
             meta: meta.clone(),
             original: prepared.original.clone(),
             tensor: prepared.tensor.clone(),
+            features: None,
         };
         let id = self.store.put(prepared).await?;
+        let labelling = match &self.labeler {
+            Some(labeler) if label_first => match labeler.label_first(id, tensor) {
+                Ok(rx) => match rx.await {
+                    Ok(done) => Labelling::Done(done),
+                    Err(_) => Labelling::Later(None),
+                },
+                Err(tensor) => Labelling::Later(Some(tensor)),
+            },
+            _ => Labelling::Later(Some(tensor)),
+        };
+        if let Labelling::Done(done) = &labelling {
+            stored.features = Some((done.backbone.clone(), done.features.clone()));
+        }
         if let Err(e) = copy(id, stored).await {
             self.take_back(id).await;
             return Err(e);
@@ -242,16 +283,42 @@ impl Ingestor {
             return Err(self.catalog_failure(e.into()));
         }
         self.metrics.photos.inc();
-        if let Some(labeler) = &self.labeler {
-            labeler.submit(id, tensor);
-        }
+        self.file_labels(id, labelling).await;
         Ok(record)
+    }
+
+    /// Files the labels of a photo labelled first, or queues it for labelling.
+    async fn file_labels(&self, id: u64, labelling: Labelling) {
+        let Some(labeler) = &self.labeler else { return };
+        match labelling {
+            Labelling::Done(done) => {
+                let catalog = self.catalog.clone();
+                let rows = [(id, done.predictions)];
+                let filed = tokio::task::spawn_blocking(move || {
+                    catalog.put_predictions_many(&done.version, &rows)
+                })
+                .await;
+                if !matches!(filed, Ok(Ok(_))) {
+                    warn!(
+                        photo = id,
+                        "the labels of a new photo could not be filed; it is labelled again"
+                    );
+                    labeler.enqueue_stored([id]);
+                }
+            }
+            Labelling::Later(Some(tensor)) => labeler.submit(id, tensor),
+            Labelling::Later(None) => labeler.enqueue_stored([id]),
+        }
     }
 
     /// Takes a photo that will not be catalogued out of the store again.
     async fn take_back(&self, id: u64) {
         if let Err(undo) = self.store.delete(id).await {
             warn!(photo = id, error = %undo, "cannot take back a photo that was not catalogued");
+        }
+        let features = self.features.clone();
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || features.remove_photo(id)).await {
+            warn!(photo = id, error = %e, "cannot remove the features of a photo taken back");
         }
     }
 

@@ -70,6 +70,7 @@ impl PipeStore {
                 setting: "tensor_level",
                 reason: e.to_string(),
             })?;
+        check_rebalance(&config)?;
         let token = token(config.token.as_ref(), config.token_file.as_ref())?;
         let cluster_secret = cluster_secret(config.cluster_secret_file.as_ref())?;
         let tls = tls(
@@ -160,6 +161,8 @@ impl PipeStore {
                     catalog: map,
                     blocks,
                     store: store.clone(),
+                    features: features.clone(),
+                    model: models.as_ref().map(|m| m.active().clone()),
                     ingestor: ingestor.clone(),
                     metrics: metrics.clone(),
                     secret: cluster_secret.clone(),
@@ -263,6 +266,25 @@ async fn load_model(config: &Config) -> Result<Arc<dyn InferenceBackend>, Error>
     Ok(Arc::new(backend))
 }
 
+/// Refuses rebalancing limits of 0, which would stop rebalancing.
+fn check_rebalance(config: &Config) -> Result<(), Error> {
+    for (setting, value) in [
+        (
+            "rebalance_moves_per_round",
+            config.rebalance_moves_per_round,
+        ),
+        ("rebalance_page_photos", config.rebalance_page_photos),
+    ] {
+        if value == 0 {
+            return Err(Error::Config {
+                setting,
+                reason: "0 would stop rebalancing: give 1 or more".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Replication of this node with `config`'s settings, after the start-up sweep (copies of
 /// deleted photos and of uploads that never finished dropped).
 async fn start_replication(config: &Config, parts: ReplicationParts) -> Result<Replication, Error> {
@@ -276,6 +298,8 @@ async fn start_replication(config: &Config, parts: ReplicationParts) -> Result<R
         RepairConfig {
             interval: Duration::from_millis(config.repair_interval_ms.max(10)),
             scrub_per_second: config.scrub_photos_per_second,
+            rebalance_moves: config.rebalance_moves_per_round,
+            rebalance_page: config.rebalance_page_photos,
         },
     );
     let swept = replication.sweep().await.map_err(|e| Error::Startup {

@@ -6,7 +6,9 @@
 //! and the feature vectors to the feature store. The HTTP 201 does not wait for this: the
 //! 201-to-label latency is exported as `ndpipe_store_label_latency_seconds`. Photos that find the
 //! queue full wait in a bounded [`Backlog`] of ids (past its bound, in the catalog as unlabelled);
-//! a photo whose labels a crash lost is queued again at the next start.
+//! a photo whose labels a crash lost is queued again at the next start. The primary of a
+//! replicated photo labels it before the 201 instead ([`Labeler::label_first`]), so that its
+//! copies carry its features; it files the labels itself once the photo is catalogued.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 use ndpipe_catalog::{PhotoCatalog, Prediction};
 use ndpipe_model::{ImageTensor, Outputs};
 use ndpipe_util::sync::lock;
+use tokio::sync::oneshot;
 use tracing::warn;
 
 use super::InferenceError;
@@ -23,6 +26,7 @@ use super::backbone::stored_tensor;
 use super::backlog::Backlog;
 use super::model::{ActiveModel, SharedModel};
 use crate::metrics::StoreMetrics;
+use crate::storage::features::encode;
 use crate::storage::{FeatureStore, PhotoStore};
 
 /// Settings of online labelling.
@@ -56,6 +60,22 @@ struct Request {
     id: u64,
     tensor: ImageTensor,
     enqueued: Instant,
+    /// Where a photo labelled first gets its results (its labels are then not filed here).
+    reply: Option<oneshot::Sender<Labelled>>,
+}
+
+/// A photo labelled before it is catalogued ([`Labeler::label_first`]): its features, stored
+/// here already, and its labels, which the caller files once the photo's catalog row exists.
+#[derive(Debug)]
+pub(crate) struct Labelled {
+    /// The backbone version the features were computed with.
+    pub(crate) backbone: String,
+    /// The features as the feature store keeps them.
+    pub(crate) features: Vec<u8>,
+    /// The model version of the labels.
+    pub(crate) version: String,
+    /// The top-k labels.
+    pub(crate) predictions: Vec<Prediction>,
 }
 
 /// The online labelling worker.
@@ -122,9 +142,35 @@ impl Labeler {
             id,
             tensor,
             enqueued,
+            reply: None,
         }) {
             self.backlog.extend([id], enqueued);
             set_gauge(&self.metrics, &self.backlog);
+        }
+    }
+
+    /// Labels a stored photo in the next batch and hands back its features and labels instead
+    /// of filing the labels (the photo is not catalogued yet). Gives the tensor back when the
+    /// queue is full or labelling stopped; the receiver fails when the batch does.
+    pub(crate) fn label_first(
+        &self,
+        id: u64,
+        tensor: ImageTensor,
+    ) -> Result<oneshot::Receiver<Labelled>, ImageTensor> {
+        let tx = lock(&self.tx);
+        let Some(tx) = tx.as_ref() else {
+            return Err(tensor);
+        };
+        let (reply, rx) = oneshot::channel();
+        let request = Request {
+            id,
+            tensor,
+            enqueued: Instant::now(),
+            reply: Some(reply),
+        };
+        match tx.try_send(request) {
+            Ok(()) => Ok(rx),
+            Err(TrySendError::Full(r) | TrySendError::Disconnected(r)) => Err(r.tensor),
         }
     }
 }
@@ -184,8 +230,9 @@ impl Worker {
                     Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => break,
                 }
             }
-            if let Err(e) = self.label(&batch) {
-                warn!(error = %e, photos = batch.len(), "online labelling failed; the photos stay unlabelled");
+            let photos = batch.len();
+            if let Err(e) = self.label(batch) {
+                warn!(error = %e, photos, "online labelling failed; the photos stay unlabelled");
                 self.metrics.error("label_failed");
             }
         }
@@ -206,16 +253,18 @@ impl Worker {
                     id,
                     tensor,
                     enqueued,
+                    reply: None,
                 }),
                 // Deleted meanwhile.
                 Err(InferenceError::NoTensor { .. }) => {}
                 Err(e) => warn!(photo = id, error = %e, "cannot read a backlogged photo's tensor"),
             }
         }
-        if !batch.is_empty()
-            && let Err(e) = self.label(&batch)
+        let photos = batch.len();
+        if photos > 0
+            && let Err(e) = self.label(batch)
         {
-            warn!(error = %e, photos = batch.len(), "labelling backlogged photos failed");
+            warn!(error = %e, photos, "labelling backlogged photos failed");
             self.metrics.error("label_failed");
         }
     }
@@ -232,25 +281,42 @@ impl Worker {
         }
     }
 
-    fn label(&self, batch: &[Request]) -> Result<(), InferenceError> {
+    /// Runs the model over `batch`, stores every photo's features, files the labels of the
+    /// photos queued after their catalog row and hands the others back their results.
+    fn label(&self, batch: Vec<Request>) -> Result<(), InferenceError> {
         let model = self.model.get();
         let tensors: Vec<ImageTensor> = batch.iter().map(|r| r.tensor.clone()).collect();
         let outputs = model.backend.run(&tensors)?;
-        let ids: Vec<u64> = batch.iter().map(|r| r.id).collect();
-        write_outputs(
-            &model,
-            &*self.catalog,
-            &self.features,
-            &ids,
-            &outputs,
-            self.config.top_k,
-        )?;
-        for r in batch {
+        let backbone = &model.info().backbone_version;
+        let rows: Vec<(u64, &[f32])> = batch
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.id, outputs.features(i)))
+            .collect();
+        self.features.put_many(backbone, &rows)?;
+        let k = self.config.top_k;
+        let mut filed = Vec::new();
+        let labelled = batch.len() as u64;
+        for (i, r) in batch.into_iter().enumerate() {
+            let predictions = model.predictions(&outputs, i, k);
             self.metrics
                 .label_seconds
                 .observe(r.enqueued.elapsed().as_secs_f64());
+            match r.reply {
+                // A caller that gave up leaves the photo to re-labelling.
+                Some(reply) => drop(reply.send(Labelled {
+                    backbone: backbone.clone(),
+                    features: encode(outputs.features(i))?,
+                    version: model.version.clone(),
+                    predictions,
+                })),
+                None => filed.push((r.id, predictions)),
+            }
         }
-        self.metrics.labelled.inc_by(batch.len() as u64);
+        if !filed.is_empty() {
+            self.catalog.put_predictions_many(&model.version, &filed)?;
+        }
+        self.metrics.labelled.inc_by(labelled);
         Ok(())
     }
 }
@@ -376,6 +442,28 @@ mod tests {
         );
         assert!(ingestor.delete(ids[0]).await.unwrap());
         assert_eq!(metrics.photos.get(), 15, "and the photos it deletes");
+        // A replicated upload is labelled first: what its copies get carries the features as
+        // stored, and its labels are filed once it is catalogued.
+        let backbone = s.fake.info().backbone_version.clone();
+        let sent = std::sync::Mutex::new(None);
+        let id = ingestor
+            .ingest_then(png(98), None, |id, photo| {
+                *sent.lock().unwrap() = Some((id, photo.features));
+                async { Ok(()) }
+            })
+            .await
+            .unwrap()
+            .id;
+        let (copied, features) = sent.into_inner().unwrap().unwrap();
+        assert_eq!(copied, id);
+        let (sent_backbone, sent_features) = features.expect("the copy carries features");
+        assert_eq!(sent_backbone, backbone);
+        assert_eq!(
+            s.features.encoded(&backbone, id).unwrap(),
+            Some(sent_features)
+        );
+        let preds = s.catalog.predictions(id).unwrap();
+        assert_eq!((preds[0].0.as_str(), preds[0].1.len()), ("fake-v1", 5));
         ingestor.stop_labeler();
         let late = ingestor.ingest(png(99), None).await.unwrap().id;
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -1,5 +1,7 @@
 //! Copies of one photo: sending them (the primary), receiving, reading and dropping them (every
-//! holder), and replacing a damaged one from an intact one.
+//! holder), and replacing a damaged one from an intact one. A copy carries the photo's features
+//! for the sender's backbone version; a receiver that runs the same version keeps them, so any
+//! holder serves near-data fine-tuning without running the backbone over the photo again.
 
 use ndpipe_catalog::PhotoMeta;
 use ndpipe_proto::pb;
@@ -8,6 +10,7 @@ use tracing::warn;
 
 use super::{Replication, ReplicationError};
 use crate::ingest::{IngestError, StoredPhoto};
+use crate::storage::features::check_encoded;
 use crate::storage::{NewPhoto, StoreError};
 
 /// Metadata sent with a copy, from its JSON form.
@@ -58,18 +61,21 @@ impl From<tokio::task::JoinError> for CopyError {
 
 impl Replication {
     /// Sends the new photo `id` to every node of `copies` at once; when one fails, takes back
-    /// the copies that were made.
+    /// (again all at once) the copies that were made.
     pub(super) async fn push_copies(
         &self,
         id: u64,
         photo: StoredPhoto,
         copies: Vec<pb::Peer>,
     ) -> Result<(), IngestError> {
+        let (backbone, features) = photo.features.unwrap_or_default();
         let copy = pb::PhotoCopy {
             id,
             meta_json: meta_to_json(&photo.meta),
             original: photo.original,
             tensor: photo.tensor,
+            backbone,
+            features,
         };
         let sends = copies
             .iter()
@@ -87,18 +93,62 @@ impl Replication {
         if failed.is_empty() {
             return Ok(());
         }
-        for (peer, result) in copies.iter().zip(&results) {
-            if result.is_ok()
-                && let Err(e) = self.front.peers.drop_copy(&peer.url, id).await
-            {
+        let made: Vec<&pb::Peer> = copies
+            .iter()
+            .zip(&results)
+            .filter_map(|(peer, r)| r.is_ok().then_some(peer))
+            .collect();
+        let drops = made.iter().map(|peer| async move {
+            if let Err(e) = self.front.peers.drop_copy(&peer.url, id).await {
                 warn!(photo = id, node = %peer.name, error = %e.message(),
                     "cannot take back a copy of an upload that failed; its next start drops it");
             }
-        }
+        });
+        futures::future::join_all(drops).await;
         Err(IngestError::Copy(format!(
             "photo {id} could not be copied to {}",
             failed.join("; ")
         )))
+    }
+
+    /// This node's backbone version and feature dimension; `None` without a model.
+    fn backbone(&self) -> Option<(String, usize)> {
+        let model = self.model.as_ref()?.get();
+        let info = model.info();
+        Some((info.backbone_version.clone(), info.feature_dim))
+    }
+
+    /// Whether `copy` carries features this node keeps (its backbone's), after checking that
+    /// they are well formed.
+    fn wanted_features(&self, copy: &pb::PhotoCopy) -> Result<bool, CopyError> {
+        let Some((backbone, dim)) = self.backbone() else {
+            return Ok(false);
+        };
+        if copy.features.is_empty() || copy.backbone != backbone {
+            return Ok(false);
+        }
+        check_encoded(copy.id, &copy.features, dim)
+            .map_err(|e| CopyError::Invalid(e.to_string()))?;
+        Ok(true)
+    }
+
+    /// Stores the features `copy` carries (checked by [`Self::wanted_features`]). A failure only
+    /// costs a backbone run later, so it is logged, not returned.
+    async fn keep_features(&self, copy: &pb::PhotoCopy) {
+        let Some((backbone, dim)) = self.backbone() else {
+            return;
+        };
+        let features = self.features.clone();
+        let (id, encoded) = (copy.id, copy.features.clone());
+        let kept =
+            tokio::task::spawn_blocking(move || features.put_encoded(&backbone, id, &encoded, dim))
+                .await;
+        if !matches!(kept, Ok(Ok(()))) {
+            warn!(
+                photo = id,
+                "the features of a copy could not be stored; the backbone makes them when needed"
+            );
+        }
     }
 
     /// Stores a copy sent by a photo's primary (or by repair) and records it.
@@ -118,17 +168,21 @@ impl Replication {
         {
             return Err(CopyError::Deleted(id));
         }
+        let with_features = self.wanted_features(&copy)?;
         let had = self.store.contains(id)?;
         self.store
             .put_copy(
                 id,
                 NewPhoto {
                     meta,
-                    original: copy.original,
-                    tensor: copy.tensor,
+                    original: copy.original.clone(),
+                    tensor: copy.tensor.clone(),
                 },
             )
             .await?;
+        if with_features {
+            self.keep_features(&copy).await;
+        }
         if !had {
             self.metrics.photos.inc();
         }
@@ -140,21 +194,29 @@ impl Replication {
 
     /// This node's copy of photo `id`, verified.
     pub(crate) async fn read_local_copy(&self, id: u64) -> Result<pb::PhotoCopy, CopyError> {
-        let store = self.store.clone();
-        let (original, tensor) = tokio::task::spawn_blocking(move || {
+        let (store, features) = (self.store.clone(), self.features.clone());
+        let backbone = self.backbone().map(|(b, _)| b);
+        let (original, tensor, features) = tokio::task::spawn_blocking(move || {
             let original = store.original(id)?;
             let tensor = store.tensor(id)?;
-            Ok::<_, StoreError>((original, tensor))
+            let features = match backbone {
+                Some(b) => features.encoded(&b, id)?.map(|f| (b, f)),
+                None => None,
+            };
+            Ok::<_, StoreError>((original, tensor, features))
         })
         .await??;
         let Some((entry, original)) = original else {
             return Err(CopyError::NotHeld(id));
         };
+        let (backbone, features) = features.unwrap_or_default();
         Ok(pb::PhotoCopy {
             id,
             meta_json: meta_to_json(&entry.meta),
             original,
             tensor: tensor.map(|(_, t)| t).unwrap_or_default(),
+            backbone,
+            features,
         })
     }
 
@@ -208,6 +270,9 @@ impl Replication {
                 },
             )
             .await?;
+        if matches!(self.wanted_features(copy), Ok(true)) {
+            self.keep_features(copy).await;
+        }
         self.metrics.replication.repaired.inc();
         tracing::info!(photo = id, "replaced a damaged copy with an intact one");
         Ok(())

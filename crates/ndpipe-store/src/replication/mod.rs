@@ -1,7 +1,7 @@
 //! Replication: the PipeStores of a cluster as one store. Any node's client API is a front door
 //! for the whole cluster: it places each upload on `replicas` live nodes by weighted rendezvous
-//! hashing ([`placement`]), has the first of them (the primary) ingest it once and copy the
-//! original and tensor to the others, and answers only when every copy is durable and the
+//! hashing ([`placement`]), has the first of them (the primary) ingest and label it once and
+//! copy the original, tensor and features to the others, and answers only when every copy is durable and the
 //! catalog names them. Reads take any copy, verify it, and fall back to another copy when one
 //! is damaged or missing, repairing it. Deletes write a tombstone first, so a node that was away
 //! drops its copy when it returns. A background worker ([`repair`]) brings photos back to
@@ -29,9 +29,10 @@ use ndpipe_catalog::{
 use ndpipe_proto::pb;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
 
+use crate::inference::model::SharedModel;
 use crate::ingest::{IngestError, Ingestor};
 use crate::metrics::StoreMetrics;
-use crate::storage::{PhotoStore, StoreError};
+use crate::storage::{FeatureStore, PhotoStore, StoreError};
 pub(crate) use copies::CopyError;
 pub(crate) use front::{ClusterStatus, FrontDoor, FrontDoorConfig};
 pub(crate) use metrics::ReplicationMetrics;
@@ -98,6 +99,8 @@ pub(crate) struct Replication {
     catalog: Arc<dyn ReplicaCatalog>,
     blocks: Arc<dyn PhotoIdBlocks>,
     store: Arc<PhotoStore>,
+    features: Arc<FeatureStore>,
+    model: Option<SharedModel>,
     ingestor: Arc<Ingestor>,
     metrics: Arc<StoreMetrics>,
 }
@@ -108,6 +111,10 @@ pub(crate) struct ReplicationParts {
     pub(crate) catalog: Arc<dyn ReplicaCatalog>,
     pub(crate) blocks: Arc<dyn PhotoIdBlocks>,
     pub(crate) store: Arc<PhotoStore>,
+    /// The features copies carry, sent and received.
+    pub(crate) features: Arc<FeatureStore>,
+    /// The model this node runs (`None`: none loaded; received features are then not kept).
+    pub(crate) model: Option<SharedModel>,
     pub(crate) ingestor: Arc<Ingestor>,
     pub(crate) metrics: Arc<StoreMetrics>,
     pub(crate) secret: Option<ClusterSecret>,
@@ -134,6 +141,8 @@ impl Replication {
             catalog: parts.catalog,
             blocks: parts.blocks,
             store: parts.store,
+            features: parts.features,
+            model: parts.model,
             ingestor: parts.ingestor,
             metrics: parts.metrics,
         }

@@ -12,11 +12,6 @@ use tracing::{info, warn};
 
 use super::{Replication, ReplicationError, placement};
 
-/// Photos looked at per round.
-const PAGE: u32 = 256;
-/// Photos moved per round at most (each move is one copy and one drop).
-const MOVES_PER_ROUND: u64 = 32;
-
 /// One move of a photo's copy.
 #[derive(Debug, Clone, PartialEq)]
 struct Move {
@@ -66,22 +61,26 @@ fn plan(photo: &PhotoCopies, nodes: &[PlacementNode], wanted: usize) -> Option<M
 
 impl Replication {
     /// Looks at the next page of this node's photos after `cursor` (from the first again
-    /// once the last was seen) and moves those placement puts elsewhere, up to
-    /// [`MOVES_PER_ROUND`].
+    /// once the last was seen) and moves those placement puts elsewhere, up to the configured
+    /// moves per round (`rebalance_moves_per_round`, `rebalance_page_photos` photos a page).
     pub(super) async fn rebalance_round(
         &self,
         cursor: &mut Option<u64>,
     ) -> Result<(), ReplicationError> {
         let catalog = self.catalog.clone();
         let after = *cursor;
+        let (per_page, most) = (
+            self.repair.rebalance_page.max(1),
+            self.repair.rebalance_moves.max(1),
+        );
         let (page, nodes) = tokio::task::spawn_blocking(move || {
             Ok::<_, ndpipe_catalog::CatalogError>((
-                catalog.primaries_after(after, PAGE)?,
+                catalog.primaries_after(after, per_page)?,
                 catalog.placement_nodes()?,
             ))
         })
         .await??;
-        *cursor = if page.len() < PAGE as usize {
+        *cursor = if page.len() < per_page as usize {
             None
         } else {
             page.last().map(|p| p.id)
@@ -100,7 +99,7 @@ impl Replication {
                     warn!(photo = photo.id, error = %e, "a rebalancing move failed; it is tried again");
                 }
             }
-            if moved == MOVES_PER_ROUND {
+            if moved == most {
                 *cursor = Some(photo.id);
                 break;
             }

@@ -34,6 +34,10 @@ pub(crate) struct RepairConfig {
     pub(crate) interval: Duration,
     /// Local copies re-read and verified per second (0: no scrub).
     pub(crate) scrub_per_second: u32,
+    /// Photos moved per rebalancing round at most (at least 1).
+    pub(crate) rebalance_moves: u32,
+    /// Photos rebalancing looks at per round (at least 1).
+    pub(crate) rebalance_page: u32,
 }
 
 /// What the start-up sweep did.

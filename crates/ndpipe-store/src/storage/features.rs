@@ -47,6 +47,15 @@ impl FeatureStore {
         backbone: &str,
         rows: &[(u64, &[f32])],
     ) -> Result<(), StoreError> {
+        let encoded = rows
+            .iter()
+            .map(|(id, features)| Ok((*id, encode(features)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.put_rows(backbone, &encoded)
+    }
+
+    /// Stores encoded features under `backbone` in one transaction.
+    fn put_rows(&self, backbone: &str, rows: &[(u64, Vec<u8>)]) -> Result<(), StoreError> {
         self.db.write(|db| {
             let txn = db.begin_write().map_err(StoreError::index)?;
             {
@@ -55,9 +64,9 @@ impl FeatureStore {
                     .insert(backbone, ())
                     .map_err(StoreError::index)?;
                 let mut table = txn.open_table(FEATURES).map_err(StoreError::index)?;
-                for (id, features) in rows {
+                for (id, value) in rows {
                     table
-                        .insert((backbone, *id), encode(features)?.as_slice())
+                        .insert((backbone, *id), value.as_slice())
                         .map_err(StoreError::index)?;
                 }
             }
@@ -75,6 +84,57 @@ impl FeatureStore {
                 None => Ok(None),
             }
         })
+    }
+
+    /// The features of one photo under `backbone` as stored (the encoding of the module docs):
+    /// what a copy of the photo carries to another node.
+    pub(crate) fn encoded(&self, backbone: &str, id: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        self.db.read(|db| {
+            let txn = db.begin_read().map_err(StoreError::index)?;
+            let table = txn.open_table(FEATURES).map_err(StoreError::index)?;
+            Ok(table
+                .get((backbone, id))
+                .map_err(StoreError::index)?
+                .map(|v| v.value().to_vec()))
+        })
+    }
+
+    /// Every backbone's stored features of photo `id`, encoded: what a benchmark or a test
+    /// compares between the copies of a photo.
+    pub fn photo_features(&self, id: u64) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.db.read(|db| {
+            let txn = db.begin_read().map_err(StoreError::index)?;
+            let table = txn.open_table(FEATURES).map_err(StoreError::index)?;
+            let mut out = Vec::new();
+            for item in txn
+                .open_table(BACKBONES)
+                .map_err(StoreError::index)?
+                .iter()
+                .map_err(StoreError::index)?
+            {
+                let backbone = item.map_err(StoreError::index)?.0.value().to_string();
+                if let Some(v) = table
+                    .get((backbone.as_str(), id))
+                    .map_err(StoreError::index)?
+                {
+                    out.push((backbone.clone(), v.value().to_vec()));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Stores features of photo `id` under `backbone` that arrive encoded (a copy from another
+    /// node), after checking that they decode to `dim` values.
+    pub(crate) fn put_encoded(
+        &self,
+        backbone: &str,
+        id: u64,
+        encoded: &[u8],
+        dim: usize,
+    ) -> Result<(), StoreError> {
+        check_encoded(id, encoded, dim)?;
+        self.put_rows(backbone, &[(id, encoded.to_vec())])
     }
 
     /// Ids with features under `backbone`, ascending.
@@ -134,7 +194,20 @@ fn create_tables(db: &Database) -> Result<(), StoreError> {
     txn.commit().map_err(StoreError::index)
 }
 
-fn encode(features: &[f32]) -> Result<Vec<u8>, StoreError> {
+/// Checks that `encoded` features of photo `id` decode to `dim` values.
+pub(crate) fn check_encoded(id: u64, encoded: &[u8], dim: usize) -> Result<(), StoreError> {
+    let len = decode(id, encoded)?.len();
+    if len != dim {
+        return Err(StoreError::Corrupt {
+            what: format!("features of photo {id}"),
+            reason: format!("{len} values where the backbone makes {dim}"),
+        });
+    }
+    Ok(())
+}
+
+/// `features` as the store keeps them.
+pub(crate) fn encode(features: &[f32]) -> Result<Vec<u8>, StoreError> {
     let dim = u16::try_from(features.len()).map_err(|_| StoreError::FeaturesTooLong {
         len: features.len(),
     })?;
@@ -181,6 +254,31 @@ mod tests {
         assert_eq!(fs.get("bb1", 1).unwrap(), None);
         assert_eq!(fs.get("bb2", 1).unwrap(), None);
         assert_eq!(fs.ids("bb1").unwrap(), vec![2]);
+    }
+
+    #[test]
+    fn encoded_features_copy_byte_for_byte_and_malformed_ones_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let from =
+            FeatureStore::open(&dir.path().join("a.redb"), DEFAULT_FEATURE_CACHE_BYTES).unwrap();
+        let to =
+            FeatureStore::open(&dir.path().join("b.redb"), DEFAULT_FEATURE_CACHE_BYTES).unwrap();
+        from.put_many("bb1", &[(7, &[0.5f32, -1.0, 2.0])]).unwrap();
+        let sent = from.encoded("bb1", 7).unwrap().unwrap();
+        to.put_encoded("bb1", 7, &sent, 3).unwrap();
+        assert_eq!(
+            to.photo_features(7).unwrap(),
+            vec![("bb1".to_string(), sent.clone())]
+        );
+        assert!(matches!(
+            to.put_encoded("bb1", 8, &sent[..sent.len() - 1], 3),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert!(matches!(
+            to.put_encoded("bb1", 8, &sent, 4),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert_eq!(to.photo_features(8).unwrap(), vec![]);
     }
 
     #[test]

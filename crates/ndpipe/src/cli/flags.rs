@@ -158,6 +158,15 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_SCRUB_PHOTOS_PER_SECOND")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) scrub_photos_per_second: Option<u32>,
+    /// Photos moved to where placement puts them per replication round, at most, >= 1
+    /// [rebalance_moves_per_round; default: 32].
+    #[arg(long, env = "NDPIPE_REBALANCE_MOVES_PER_ROUND")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rebalance_moves_per_round: Option<u32>,
+    /// Photos rebalancing looks at per round, >= 1 [rebalance_page_photos; default: 256].
+    #[arg(long, env = "NDPIPE_REBALANCE_PAGE_PHOTOS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rebalance_page_photos: Option<u32>,
     /// Deadline of each call to another node for a copy, in ms [peer_timeout_ms; default:
     /// 30000].
     #[arg(long, env = "NDPIPE_PEER_TIMEOUT_MS")]

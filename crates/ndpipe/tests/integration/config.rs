@@ -22,6 +22,23 @@ fn the_example_checks_and_a_bad_file_is_refused_by_name() {
     let (ok, _, err) = cli(&["serve", "--config", "/nonexistent/ndpipe.toml"]);
     assert!(!ok);
     assert!(err.contains("does not exist"), "{err}");
+    for flag in ["--rebalance-moves-per-round", "--rebalance-page-photos"] {
+        let data = dir.path().join(&flag[2..]);
+        let args = [
+            "serve",
+            "--no-model",
+            "--data",
+            data.to_str().unwrap(),
+            flag,
+            "0",
+        ];
+        let (ok, _, err) = cli(&args);
+        assert!(!ok, "{flag} 0 must stop the server");
+        assert!(
+            err.contains(&flag[2..].replace('-', "_")),
+            "the error names the key: {err}"
+        );
+    }
 }
 
 #[tokio::test]

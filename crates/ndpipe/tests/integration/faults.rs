@@ -6,7 +6,9 @@
 //! And crash cycles: `ndpipe serve` killed with SIGKILL during concurrent uploads with
 //! deletes and compactions, with re-labelling jobs, or with fine-tunes that deploy, loses no
 //! acknowledged write and leaves no acknowledged photo without labels
-//! (`ndpipe-bench crash --cycles 100 --mode ...`).
+//! (`ndpipe-bench crash --cycles 100 --mode ...`); and a random node of three PipeStores with two
+//! copies of each photo killed during uploads through their front doors loses no acknowledged
+//! photo and leaves every one at two copies (`--mode replicated`).
 
 use std::path::PathBuf;
 
@@ -71,6 +73,7 @@ fn crash_cycles(mode: CrashMode, cycles: usize, max_kill_ms: u64) -> faultbench:
             fashion_mnist_dir: fashion_mnist_dir(),
             photos: 200,
         }),
+        catalog: None,
     };
     let report = faultbench::crash(&config, &exe(), dir.path(), |_| {}).unwrap();
     assert_eq!(report.cycles.len(), cycles);
@@ -106,4 +109,38 @@ fn kills_during_relabelling_and_fine_tunes_that_deploy_lose_nothing_and_leave_la
             report.cycles
         );
     }
+}
+
+#[test]
+fn kills_of_a_replicated_node_lose_no_acknowledged_photo_and_leave_two_copies() {
+    let Some(db) = ndpipe_catalog::test_postgres::database("crash_replicated") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = faultbench::CrashConfig {
+        cycles: 2,
+        seed: 7,
+        uploaders: 3,
+        max_kill_ms: 2000,
+        mode: CrashMode::Replicated,
+        model: Some(CrashModel {
+            model_dir: model_dir(),
+            fashion_mnist_dir: fashion_mnist_dir(),
+            photos: 0,
+        }),
+        catalog: Some(db.url.clone()),
+    };
+    let report = faultbench::crash(&config, &exe(), dir.path(), |_| {}).unwrap();
+    assert_eq!(report.cycles.len(), 2);
+    assert!(
+        report.acknowledged > 0,
+        "uploads were acknowledged: {:?}",
+        report.cycles
+    );
+    assert_eq!(
+        (report.lost, report.short_of_copies),
+        (0, 0),
+        "{:?}",
+        report.problems
+    );
 }

@@ -19,6 +19,7 @@
 //!   search and versions.
 //! - `replication`: three PipeStores with two copies of each photo: placement, a node killed
 //!   during uploads, repair after its removal, a delete while a node is away, a flipped byte.
+//! - `replica_features`: a copy carries its photo's features to every holder, repair's too.
 //! - `gateway`: a gateway in front of three PipeStores with two copies of each photo:
 //!   placement, reads and deletes through it, its token, a PipeStore killed behind it.
 
@@ -35,6 +36,7 @@ mod gateway;
 mod inference;
 mod limits;
 mod postgres;
+mod replica_features;
 mod replication;
 mod s3;
 mod tls;

@@ -16,9 +16,9 @@ use crate::s3::unsigned_aws;
 
 const NAMES: [&str; 3] = ["rp-a", "rp-b", "rp-c"];
 /// Pause between two looks at something the cluster does in the background.
-const POLL: Duration = Duration::from_millis(200);
+pub(crate) const POLL: Duration = Duration::from_millis(200);
 /// Looks before a wait counts as a hang (a bounded count, not a clock).
-const POLLS: u32 = 1500;
+pub(crate) const POLLS: u32 = 1500;
 
 /// A metric's value from a node's `/metrics` (0 when absent).
 async fn metric(node: &Instance, name: &str) -> f64 {
@@ -36,7 +36,7 @@ async fn stored(node: &Instance) -> u64 {
 }
 
 /// The nodes holding photo `id`, from a node's `GET /v1/photos/{id}/meta`.
-async fn copies(node: &Instance, id: u64) -> Vec<String> {
+pub(crate) async fn copies(node: &Instance, id: u64) -> Vec<String> {
     let meta = node.json(&format!("/v1/photos/{id}/meta")).await;
     meta["copies"]
         .as_array()
@@ -114,20 +114,8 @@ pub(crate) fn replicated_node(
 ) -> (Instance, u16) {
     let port = free_port();
     let s3 = format!("127.0.0.1:{port}");
-    let mut flags = vec![
-        "--catalog",
-        url,
-        "--replicas",
-        "2",
-        "--repair-interval-ms",
-        "200",
-        "--scrub-photos-per-second",
-        "0",
-        "--peer-timeout-ms",
-        "5000",
-        "--s3-listen",
-        s3.as_str(),
-    ];
+    let mut flags = vec!["--catalog", url, "--s3-listen", s3.as_str()];
+    flags.extend(faultbench::TWO_COPIES);
     flags.extend_from_slice(extra);
     (Instance::start_pipestore(&tuner.grpc, name, &flags), port)
 }
