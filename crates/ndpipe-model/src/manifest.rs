@@ -88,13 +88,19 @@ pub struct ModelManifest {
 impl ModelManifest {
     /// Reads `dir/model.json` and the classes file it names, and validates both.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self, ModelError> {
-        let dir = dir.as_ref();
-        let path = dir.join(MANIFEST_FILE);
+        Self::load_file(dir.as_ref().join(MANIFEST_FILE))
+    }
+
+    /// Reads the manifest at `path` (of any name) and the classes file it names, relative to
+    /// the manifest's directory, and validates both.
+    pub fn load_file(path: impl AsRef<Path>) -> Result<Self, ModelError> {
+        let path = path.as_ref();
+        let dir = path.parent().unwrap_or(Path::new("."));
         let err = |reason: String| ModelError::Manifest {
-            path: path.clone(),
+            path: path.to_path_buf(),
             reason,
         };
-        let text = fs::read_to_string(&path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let text = fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
         let mut manifest: ModelManifest =
             serde_json::from_str(&text).map_err(|e| err(format!("invalid: {e}")))?;
         manifest.validate().map_err(err)?;

@@ -15,6 +15,7 @@ use ndpipe_util::sync::{read, write};
 use tokio::sync::{Mutex, Notify, OwnedMutexGuard, oneshot};
 use tracing::info;
 
+use crate::backbones::Backbones;
 use crate::jobs::{JobKind, JobResult, JobView, Jobs, Progress};
 use crate::nodes::{Members, Nodes};
 use crate::registry::Registry;
@@ -37,6 +38,8 @@ pub(crate) struct JobEnv<'a> {
 pub(crate) struct Core {
     pub(crate) nodes: Nodes,
     pub(crate) registry: Registry,
+    /// The backbones kept for rollouts.
+    pub(crate) backbones: Backbones,
     pub(crate) jobs: Arc<Jobs>,
     /// The photo rows of the catalog: on a shared PostgreSQL catalog, every node's (search).
     pub(crate) photos: Arc<dyn PhotoCatalog>,
@@ -98,6 +101,7 @@ impl Core {
         Ok(Core {
             nodes,
             registry: Registry::open(&config.data, catalog.clone())?,
+            backbones: Backbones::open(&config.data, config.runtime(), config.max_backbone_bytes)?,
             jobs: Arc::new(Jobs::open(catalog.clone())?),
             photos: catalog,
             replicas: opened.replicas,

@@ -23,6 +23,7 @@
 //!   clients with deadlines and stream watchdogs, and which of them a job may use;
 //! - `sync`: bringing nodes that serve another version to the active one;
 //! - `registry`: model versions (a catalog `ModelRegistry`) and their head files;
+//! - `backbones`: backbones added for rollouts, verified and kept in `DATA/backbones/`;
 //! - `finetune`: a job — `request`, `report`, the node `streams`, the `intake` bookkeeping, load
 //!   `balance` and take-overs, the `trainer` thread, training through a cache over the memory
 //!   budget (`cached`), and the `conventional` comparison mode;
@@ -72,6 +73,7 @@
 #![deny(missing_docs)]
 
 mod api;
+mod backbones;
 mod config;
 mod control;
 mod deploy;
@@ -87,6 +89,7 @@ mod server;
 mod sync;
 mod tuner;
 
+pub use backbones::{BackboneUpload, BackboneView};
 pub use config::Config;
 pub use deploy::DeployReport;
 pub use error::TunerError;

@@ -30,8 +30,7 @@ pub struct ActiveModel {
 impl ActiveModel {
     /// The model version id of a pretrained model: its name and the backbone hash prefix.
     pub fn pretrained_version(info: &ModelInfo) -> String {
-        let short = &info.backbone_version[..info.backbone_version.len().min(12)];
-        format!("{}-{short}", info.name)
+        info.pretrained_version()
     }
 
     /// The model's description.

@@ -19,6 +19,7 @@
 //!   search and versions.
 //! - `replication`: three PipeStores with two copies of each photo: placement, a node killed
 //!   during uploads, repair after its removal, a delete while a node is away, a flipped byte.
+//! - `rollout`: backbones as a cluster operation: `ndpipe models add` verifies and keeps them.
 //! - `gateway`: a gateway in front of three PipeStores with two copies of each photo:
 //!   placement, reads and deletes through it, its token, a PipeStore killed behind it.
 
@@ -36,6 +37,7 @@ mod inference;
 mod limits;
 mod postgres;
 mod replication;
+mod rollout;
 mod s3;
 mod tls;
 mod tuner;
