@@ -171,6 +171,38 @@ impl ModelManifest {
     pub fn class_names(&self) -> &[String] {
         &self.classes
     }
+
+    /// Writes a model folder into `dir` (which must exist), each file durably: the ONNX file as
+    /// `model.onnx`, `classes` one per line as `classes.txt`, and this manifest, naming those
+    /// two, as `model.json`. How a Tuner and a PipeStore keep a backbone sent to them.
+    pub fn write_dir(
+        mut self,
+        dir: &Path,
+        classes: &[String],
+        onnx: &[u8],
+    ) -> Result<(), ModelError> {
+        const ONNX_FILE: &str = "model.onnx";
+        const CLASSES_FILE: &str = "classes.txt";
+        self.model_file = ONNX_FILE.into();
+        self.classes_file = CLASSES_FILE.into();
+        let json = serde_json::to_vec_pretty(&self).map_err(|e| ModelError::Manifest {
+            path: dir.join(MANIFEST_FILE),
+            reason: e.to_string(),
+        })?;
+        let classes = classes.join("\n") + "\n";
+        for (name, bytes) in [
+            (ONNX_FILE, onnx),
+            (CLASSES_FILE, classes.as_bytes()),
+            (MANIFEST_FILE, &json[..]),
+        ] {
+            let path = dir.join(name);
+            ndpipe_util::fs::write_durably(&path, bytes).map_err(|e| ModelError::ModelFile {
+                path: path.clone(),
+                reason: format!("cannot write: {e}"),
+            })?;
+        }
+        Ok(())
+    }
 }
 
 fn read_classes(path: &Path, num_classes: usize) -> Result<Vec<String>, ModelError> {

@@ -10,17 +10,13 @@ use base64_simd::STANDARD as BASE64;
 use ndpipe_catalog::ModelVersion;
 use ndpipe_model::manifest::MANIFEST_FILE;
 use ndpipe_model::{InferenceBackend, ModelError, ModelManifest, OrtBackend, RuntimeConfig};
-use ndpipe_util::fs::{sync_dir, write_durably};
+use ndpipe_util::fs::sync_dir;
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
 use crate::TunerError;
 use crate::registry::Registry;
 
-/// The ONNX file's name inside a backbone's directory.
-const ONNX_FILE: &str = "model.onnx";
-/// The class names' file inside a backbone's directory.
-const CLASSES_FILE: &str = "classes.txt";
 /// Names of directories being filled, removed at start (left over from a crash).
 const INCOMING: &str = ".incoming-";
 
@@ -63,6 +59,20 @@ pub struct BackboneView {
     pub num_classes: usize,
     /// Size of the ONNX file.
     pub bytes: u64,
+}
+
+/// A kept backbone's files, as a rollout sends them to the nodes.
+pub(crate) struct BackboneFiles {
+    /// The hex sha256 of the ONNX file.
+    pub(crate) sha256: String,
+    /// Its pretrained model version.
+    pub(crate) version: String,
+    /// `model.json` as kept.
+    pub(crate) manifest_json: String,
+    /// The class names.
+    pub(crate) classes: Vec<String>,
+    /// The ONNX file.
+    pub(crate) onnx: Vec<u8>,
 }
 
 /// The backbones in `DATA/backbones`.
@@ -150,20 +160,7 @@ impl Backbones {
     ) -> Result<(BackboneView, bool), TunerError> {
         let io = |path: PathBuf| move |source| TunerError::Io { path, source };
         std::fs::create_dir(incoming).map_err(io(incoming.to_path_buf()))?;
-        let mut manifest = upload.manifest;
-        manifest.model_file = ONNX_FILE.into();
-        manifest.classes_file = CLASSES_FILE.into();
-        let json = serde_json::to_vec_pretty(&manifest)
-            .map_err(|e| TunerError::Internal(format!("the manifest: {e}")))?;
-        let classes = upload.classes.join("\n") + "\n";
-        for (name, bytes) in [
-            (ONNX_FILE, onnx),
-            (CLASSES_FILE, classes.as_bytes()),
-            (MANIFEST_FILE, &json[..]),
-        ] {
-            let path = incoming.join(name);
-            write_durably(&path, bytes).map_err(io(path))?;
-        }
+        upload.manifest.write_dir(incoming, &upload.classes, onnx)?;
         let backend = OrtBackend::load(incoming, &self.runtime).map_err(|e| match e {
             ModelError::Runtime { .. }
             | ModelError::Config(_)
@@ -191,6 +188,26 @@ impl Backbones {
         })?;
         info!(backbone = %info.backbone_version, name = %info.name, created, "backbone added");
         Ok((view(&dir, &info.backbone_version)?, created))
+    }
+
+    /// The files of kept backbone `sha256`, read whole (blocking);
+    /// [`TunerError::UnknownBackbone`] when there is none.
+    pub(crate) fn files(&self, sha256: &str) -> Result<BackboneFiles, TunerError> {
+        let dir = self
+            .dir_of(sha256)
+            .ok_or_else(|| TunerError::UnknownBackbone(sha256.to_string()))?;
+        let manifest = ModelManifest::load(&dir)?;
+        let read =
+            |path: PathBuf| std::fs::read(&path).map_err(|source| TunerError::Io { path, source });
+        let manifest_json = String::from_utf8_lossy(&read(dir.join(MANIFEST_FILE))?).into_owned();
+        let view = view(&dir, sha256)?;
+        Ok(BackboneFiles {
+            sha256: sha256.to_string(),
+            version: view.model_version,
+            manifest_json,
+            classes: manifest.class_names().to_vec(),
+            onnx: read(manifest.model_path())?,
+        })
     }
 
     /// Every kept backbone, by name then version.

@@ -11,7 +11,7 @@ use crate::jobs::JobView;
 use crate::server::{self, Running};
 use crate::{
     BackboneUpload, BackboneView, Config, DeployReport, FinetuneReport, FinetuneRequest, NodeView,
-    TunerError, api,
+    RolloutReport, TunerError, api,
 };
 
 /// The Tuner: the registered PipeStores, the model registry, and the jobs over them (one at a
@@ -107,6 +107,14 @@ impl Tuner {
         Ok(self.core.submit_deploy(version)?.0)
     }
 
+    /// Starts a rollout of kept backbone `backbone` (its sha256) in the background and returns
+    /// it as it starts: staged on every node, every photo re-extracted and labelled with it,
+    /// then committed everywhere. Fails at once like [`Tuner::submit_deploy`], and with
+    /// [`TunerError::UnknownBackbone`].
+    pub fn submit_rollout(&self, backbone: &str) -> Result<JobView, TunerError> {
+        Ok(self.core.submit_rollout(backbone)?.0)
+    }
+
     /// Fine-tunes a new head from the nodes' features (NDPipe's pipelined runs), records the
     /// version and, when `req.deploy`, deploys it: a job run to its end. Fails with
     /// [`TunerError::Busy`] while another job runs.
@@ -145,6 +153,13 @@ impl Tuner {
     /// and room for the manifest and class names.
     pub(crate) fn backbone_upload_limit(&self) -> usize {
         self.backbone_upload_limit
+    }
+
+    /// Rolls kept backbone `backbone` out to every node: a job run to its end. Fails with
+    /// [`TunerError::Busy`] while another job runs.
+    pub async fn rollout(&self, backbone: &str) -> Result<RolloutReport, TunerError> {
+        let (_, outcome) = self.core.submit_rollout(backbone)?;
+        outcome.await.map_err(ended)?
     }
 
     /// Every job, oldest first.

@@ -12,6 +12,8 @@
 //!   /v1/tuner/deploy/{version}` (also the rollback) start a job in the background and answer
 //!   202 with the [`JobView`] (and `Location: /v1/tuner/jobs/{id}`); what can be checked at
 //!   once is (400, 404, 409).
+//! - `POST /v1/tuner/rollout/{backbone}`: a rollout of a kept backbone, in the background (202
+//!   with the job; 404 for a backbone the Tuner does not keep).
 //! - `GET /v1/tuner/jobs` and `GET /v1/tuner/jobs/{id}`: phase, progress, result or error.
 //! - `GET /v1/search?label=&model=&offset=&limit=` (standalone Tuner only; an embedded one
 //!   leaves it to its PipeStore): photos of every node of a shared catalog, with their node;
@@ -46,6 +48,7 @@ pub(crate) fn router(tuner: Arc<Tuner>, token: Option<Arc<str>>) -> Router {
         )
         .route("/v1/tuner/finetune", post(finetune))
         .route("/v1/tuner/deploy/{version}", post(deploy))
+        .route("/v1/tuner/rollout/{backbone}", post(rollout))
         .route("/v1/tuner/nodes/{name}/drain", post(drain))
         .route("/v1/tuner/nodes/{name}/activate", post(activate))
         .route("/v1/tuner/nodes/{name}", delete(remove))
@@ -176,6 +179,13 @@ async fn deploy(
     Path(version): Path<String>,
 ) -> Result<Response, Response> {
     Ok(accepted(tuner.submit_deploy(&version)?))
+}
+
+async fn rollout(
+    State(tuner): State<Arc<Tuner>>,
+    Path(backbone): Path<String>,
+) -> Result<Response, Response> {
+    Ok(accepted(tuner.submit_rollout(&backbone)?))
 }
 
 async fn jobs(State(tuner): State<Arc<Tuner>>) -> Result<Json<Vec<JobView>>, Response> {

@@ -1,10 +1,18 @@
 //! Backbones as a cluster operation: `ndpipe models add` verifies and keeps a backbone on the
-//! Tuner, and refuses a file that does not load.
+//! Tuner, and refuses a file that does not load; `ndpipe rollout` switches a Tuner and two
+//! PipeStores on one PostgreSQL catalog to it, with a node killed (kill -9) mid-job.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
-use crate::common::{TunerProcess, cli, model_dir, sha256};
+use crate::common::{Instance, TunerProcess, cli, import_fashion, model_dir, on_postgres, sha256};
+
+/// Polls of a running rollout, and the pause between two (a hang guard, not a time limit).
+const POLL: Duration = Duration::from_millis(100);
+const POLLS: u32 = 6000;
+/// Photos per node.
+const PHOTOS: u64 = 60;
 
 /// A second backbone, a genuinely different file: the setup's ONNX re-saved by the `onnx`
 /// Python package with another doc string, with a copy of its manifest and classes in `dir`.
@@ -112,5 +120,163 @@ fn models_add_verifies_keeps_and_lists_backbones() {
                 .any(|v| v["id"] == id.as_str() && v["backbone"] == sha.as_str()),
             "{versions}"
         );
+    }
+}
+
+/// The model version a node's search serves (its active one).
+async fn searched_version(node: &Instance) -> String {
+    let found = node.json("/v1/search?label=anything").await;
+    found["model_version"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_rollout_switches_every_node_after_all_finished_and_survives_a_kill() {
+    on_postgres("rollout", |url| async move { rollout_on(&url).await });
+}
+
+async fn rollout_on(url: &str) {
+    let mut tuner_flags = ort_flags();
+    tuner_flags.extend(["--catalog".to_string(), url.to_string()]);
+    let tuner =
+        TunerProcess::start_with(&tuner_flags.iter().map(String::as_str).collect::<Vec<_>>());
+    // Emulated slower accelerators and small batches: the extraction lasts some seconds, long
+    // enough to look at the cluster and kill a node mid-job.
+    let flags = [
+        "--catalog",
+        url,
+        "--replicas",
+        "1",
+        "--model-rate-limit",
+        "15",
+        "--max-batch",
+        "8",
+    ];
+    let mut nodes: Vec<Instance> = ["ps-a", "ps-b"]
+        .iter()
+        .map(|name| Instance::start_pipestore(&tuner.grpc, name, &flags))
+        .collect();
+    for (i, node) in nodes.iter().enumerate() {
+        import_fashion(node, i * PHOTOS as usize, PHOTOS as usize);
+        node.wait_labelled(PHOTOS).await;
+    }
+    tuner.wait_for_nodes(2).await;
+    let old = nodes[0].active_versions().await;
+    assert_eq!(old.len(), 1);
+    let old = old[0].clone();
+
+    let tmp = tempfile::tempdir().unwrap();
+    let second = second_backbone(tmp.path());
+    let sha = sha256(&std::fs::read(&second).unwrap());
+    let new = format!("efficientnet-lite0-{}", &sha[..12]);
+    let (ok, _, err) = cli(&[
+        "models",
+        "--server",
+        &tuner.url,
+        "add",
+        "--onnx",
+        second.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = cli(&["rollout", "--server", &tuner.url, "0000", "--no-wait"]);
+    assert!(!ok && err.contains("unknown_backbone"), "{err}");
+    let (ok, out, err) = cli(&["rollout", "--server", &tuner.url, &sha, "--no-wait"]);
+    assert!(ok, "{err}");
+    let id = out.trim().to_string();
+
+    // While the nodes extract, both serve the old version; one is killed and restarted.
+    let mut killed = false;
+    let mut seen_rate = false;
+    let mut job = serde_json::Value::Null;
+    for poll in 0.. {
+        assert!(poll < POLLS, "the rollout hangs: {job}\n{}", tuner.log());
+        job = tuner.get(&format!("/v1/tuner/jobs/{id}")).await;
+        if job["phase"] == "done" || job["phase"] == "failed" {
+            break;
+        }
+        if job["phase"] != "extracting" {
+            tokio::time::sleep(POLL).await;
+            continue;
+        }
+        let b = &job["progress"][1];
+        seen_rate |= b["images_per_second"].as_f64().is_some_and(|r| r > 0.0)
+            && b["eta_seconds"].as_f64().is_some();
+        let (done, total) = (b["done"].as_u64().unwrap(), b["total"].as_u64().unwrap());
+        if !killed && done > 0 && done < total {
+            for node in &nodes {
+                assert_eq!(
+                    searched_version(node).await,
+                    old,
+                    "served before the commit"
+                );
+            }
+            nodes[1].kill9();
+            killed = true;
+            nodes[1].restart();
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    assert_eq!(job["phase"], "done", "{job}\n{}", tuner.log());
+    assert!(killed, "the node was killed mid-job: {job}");
+    assert!(seen_rate, "the job showed a rate and ETA per node");
+    let report = &job["result"]["rollout"];
+    eprintln!("rollout report: {report}");
+    assert_eq!(report["version"], new.as_str(), "{report}");
+    assert_eq!(report["photos"], 2 * PHOTOS, "{report}");
+    assert!(
+        report["nodes"][1]["resumed"].as_u64().unwrap() >= 1,
+        "{report}"
+    );
+    assert!(
+        report["images_per_second"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert!(
+        report["model_only_images_per_second"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+
+    // Every node serves the new version, and every photo has labels from it.
+    for node in &nodes {
+        assert_eq!(node.active_versions().await, [new.as_str()]);
+        assert_eq!(searched_version(node).await, new);
+        let page = node.json("/v1/photos?limit=1000").await;
+        let photos = page["photos"].as_array().unwrap();
+        assert_eq!(photos.len() as u64, PHOTOS);
+        for p in photos {
+            let id = p["id"].as_u64().unwrap();
+            let labels = node.json(&format!("/v1/photos/{id}/labels")).await;
+            let from_new = labels
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["model_version"] == new.as_str());
+            assert!(
+                from_new.is_some_and(|l| !l["labels"].as_array().unwrap().is_empty()),
+                "photo {id}: {labels}"
+            );
+        }
+    }
+    let listed = tuner.get("/v1/tuner/nodes").await;
+    for n in listed.as_array().unwrap() {
+        assert_eq!(
+            (&n["version"], &n["in_sync"]),
+            (&serde_json::json!(new), &serde_json::json!(true)),
+            "{listed}"
+        );
+    }
+    // Every photo's features from the new backbone are stored: a fine-tune reads them all.
+    let (status, job) = tuner
+        .run_job(
+            "/v1/tuner/finetune",
+            serde_json::json!({"runs": 1, "epochs": 1, "load_balance": false, "deploy": false}),
+        )
+        .await;
+    assert_eq!(
+        (status, &job["phase"]),
+        (202, &serde_json::json!("done")),
+        "{job}"
+    );
+    for n in job["result"]["finetune"]["nodes"].as_array().unwrap() {
+        assert_eq!(n["extracted"], 0, "features computed again: {job}");
     }
 }
