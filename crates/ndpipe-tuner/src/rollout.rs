@@ -15,8 +15,9 @@
 //!    photos uploaded since are caught up, then it serves the new backbone). A node that cannot
 //!    commit is waited for and asked again too.
 //!
-//! The report sets the aggregate photos per second against the sum of the nodes' model-only
-//! rates (each node times its new backbone alone on a batch of its own tensors, in this run).
+//! The report sets the aggregate photos per second (the photos of the nodes' passes over the
+//! longest pass) against the sum of the nodes' model-only rates (each node times its new
+//! backbone alone on a batch of its own tensors before its pass, in this job).
 
 use std::time::{Duration, Instant};
 
@@ -51,8 +52,9 @@ pub struct RolloutReport {
     pub photos: u64,
     /// Wall-clock seconds of the extraction phase.
     pub extract_seconds: f64,
-    /// Photos extracted in this job's calls per wall-clock second of the extraction phase, all
-    /// nodes together.
+    /// Photos the nodes' last extraction calls did, per second of the longest of those calls:
+    /// the rate of the nodes together (each call's own timing of the model, before its pass,
+    /// is left out).
     pub images_per_second: f64,
     /// The sum of the nodes' model-only rates, measured in this job.
     pub model_only_images_per_second: f64,
@@ -70,7 +72,7 @@ pub struct NodeRollout {
     pub node: String,
     /// Photos with the new backbone's features and labels.
     pub photos: u64,
-    /// Seconds of its last extraction call, and photos per second in it.
+    /// Seconds of the pass of its last extraction call.
     pub seconds: f64,
     /// Photos per second of its last extraction call.
     pub images_per_second: f64,
@@ -122,11 +124,12 @@ pub(crate) async fn rollout(
         skipped: members.skipped.clone(),
         ..RolloutReport::default()
     };
-    let mut this_job = 0u64;
+    let (mut this_job, mut longest) = (0u64, 0f64);
     for ((n, (extract, resumed)), caught_up) in nodes.iter().zip(done).zip(commits) {
         let caught_up = caught_up?;
         env.nodes.set_version(n.id, &backbone.version)?;
         this_job += extract.this_call;
+        longest = longest.max(extract.seconds);
         report.photos += extract.photos + caught_up;
         report.model_only_images_per_second += extract.model_only_images_per_second;
         report.nodes.push(NodeRollout {
@@ -139,7 +142,7 @@ pub(crate) async fn rollout(
             caught_up,
         });
     }
-    report.images_per_second = this_job as f64 / extract_seconds.max(1e-9);
+    report.images_per_second = this_job as f64 / longest.max(1e-9);
     report.efficiency = if report.model_only_images_per_second > 0.0 {
         report.images_per_second / report.model_only_images_per_second
     } else {

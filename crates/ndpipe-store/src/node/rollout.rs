@@ -25,6 +25,9 @@ use super::{NodeError, PipeStoreNode};
 use crate::inference::backbone::stored_tensor;
 use crate::inference::{ActiveModel, InferenceError, RelabelOptions, RelabelReport, Relabeler};
 
+/// The most tensors the model-only timing runs in its one batch.
+const TIMED_BATCH: usize = 16;
+
 /// The largest backbone a node accepts.
 pub(crate) const MAX_BACKBONE_BYTES: u64 = 4 << 30;
 
@@ -195,10 +198,14 @@ impl PipeStoreNode {
         Ok(model)
     }
 
-    /// The backbone alone on a batch of this node's own tensors (after one warm-up image), in
-    /// images per second; 0 for a store without photos.
+    /// The backbone alone on a batch (at most [`TIMED_BATCH`]) of this node's own tensors, after
+    /// one warm-up image, in images per second; 0 for a store without photos.
     fn time_model(&self, model: &ActiveModel) -> Result<f64, NodeError> {
-        let batch = self.relabel.batch.min(model.backend.max_batch()).max(1);
+        let batch = self
+            .relabel
+            .batch
+            .min(model.backend.max_batch())
+            .clamp(1, TIMED_BATCH);
         let tensors = self
             .store
             .entries()
