@@ -385,4 +385,44 @@ mod tests {
         assert_eq!(registry.active_model().unwrap().unwrap().id, "ft-1");
         assert_eq!(reopened.previous().as_deref(), Some(base.as_str()));
     }
+
+    #[test]
+    fn a_switched_backbone_serves_and_a_restart_on_it_leaves_the_old_backbones_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry: Arc<dyn ModelRegistry> =
+            Arc::new(SqliteCatalog::open(&dir.path().join("c.sqlite")).unwrap());
+        let heads = || HeadDir::open(dir.path().join("heads")).unwrap();
+        let models = Models::open(pretrained(), registry.clone(), heads()).unwrap();
+        let (weights, version) = head();
+        models.stage(&weights, &version).unwrap();
+        models.commit("ft-1").unwrap();
+
+        let backend = Arc::new(FakeBackend::new(5, 4));
+        let other = ActiveModel {
+            version: ActiveModel::pretrained_version(backend.info()),
+            backend,
+            head: None,
+        };
+        assert_ne!(other.version, pretrained().version);
+        models.register(&other).unwrap();
+        assert_eq!(registry.active_model().unwrap().unwrap().id, "ft-1");
+        models.switch_backbone(other.clone()).unwrap();
+        models.switch_backbone(other.clone()).unwrap();
+        assert_eq!(models.active().get().version, other.version);
+        assert!(models.active().get().head.is_none());
+        assert_eq!(models.pretrained().version, other.version);
+        assert_eq!(models.previous().as_deref(), Some("ft-1"));
+        assert_eq!(registry.active_model().unwrap().unwrap().id, other.version);
+
+        // A node that restarts on the new backbone while the registry still names a head of
+        // the old one (it stopped between the two) serves the new backbone's own version.
+        registry.set_active_model("ft-1").unwrap();
+        let reopened = Models::open(other.clone(), registry.clone(), heads()).unwrap();
+        let active = reopened.active().get();
+        assert_eq!(
+            (active.version.as_str(), active.head.is_none()),
+            (other.version.as_str(), true)
+        );
+        assert_eq!(registry.active_model().unwrap().unwrap().id, other.version);
+    }
 }

@@ -1,6 +1,7 @@
 //! Backbones as a cluster operation: `ndpipe models add` verifies and keeps a backbone on the
 //! Tuner, and refuses a file that does not load; `ndpipe rollout` switches a Tuner and two
-//! PipeStores on one PostgreSQL catalog to it, with a node killed (kill -9) mid-job.
+//! PipeStores on one PostgreSQL catalog to it, with a node killed (kill -9) mid-job; a node
+//! refuses a backbone stream whose file is not its version or whose chunk is damaged.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -257,6 +258,7 @@ async fn rollout_on(url: &str) {
         }
     }
     let listed = tuner.get("/v1/tuner/nodes").await;
+    refuses_bad_backbone_streams(listed[0]["url"].as_str().unwrap()).await;
     for n in listed.as_array().unwrap() {
         assert_eq!(
             (&n["version"], &n["in_sync"]),
@@ -279,4 +281,31 @@ async fn rollout_on(url: &str) {
     for n in job["result"]["finetune"]["nodes"].as_array().unwrap() {
         assert_eq!(n["extracted"], 0, "features computed again: {job}");
     }
+}
+
+/// A node's `StageBackbone` refuses a file whose sha256 is not its version, and a damaged chunk.
+async fn refuses_bad_backbone_streams(grpc_url: &str) {
+    use ndpipe_proto::backbone_chunks;
+    use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
+
+    let mut node = PipeStoreClient::connect(grpc_url.to_string())
+        .await
+        .unwrap();
+    let manifest = std::fs::read_to_string(model_dir().join("model.json")).unwrap();
+    let onnx = b"not the file its version names".to_vec();
+    let wrong = backbone_chunks(&"0".repeat(64), &manifest, &["a".into()], &onnx);
+    let refused = node
+        .stage_backbone(futures::stream::iter(wrong))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("sha256"), "{refused:?}");
+    let mut damaged = backbone_chunks(&sha256(&onnx), &manifest, &["a".into()], &onnx);
+    damaged[0].data[0] ^= 1;
+    let refused = node
+        .stage_backbone(futures::stream::iter(damaged))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("checksum"), "{refused:?}");
 }
