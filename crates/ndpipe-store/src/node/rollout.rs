@@ -81,6 +81,7 @@ impl PipeStoreNode {
         sha: &str,
         mut progress: impl FnMut(u64, u64, f64),
     ) -> Result<pb::ExtractBackboneDone, NodeError> {
+        check_version(sha)?;
         let _rollout = lock(&self.rollout);
         let model = self.staged_model(sha)?;
         self.models.register(&model)?;
@@ -107,6 +108,7 @@ impl PipeStoreNode {
     /// (committed durably first). Committing the backbone served already changes nothing.
     /// Blocks.
     pub(crate) fn commit_backbone(&self, sha: &str) -> Result<pb::CommitBackboneReply, NodeError> {
+        check_version(sha)?;
         let _rollout = lock(&self.rollout);
         let served = self.models.pretrained();
         if served.info().backbone_version == sha {
@@ -137,6 +139,7 @@ impl PipeStoreNode {
     /// Drops staged backbone `sha` and its checkpoint (its features and labels stay, unused).
     /// Blocks.
     pub(crate) fn abort_backbone(&self, sha: &str) -> Result<(), NodeError> {
+        check_version(sha)?;
         let _rollout = lock(&self.rollout);
         if self.drop_staged(sha)? {
             info!(backbone = %sha, "aborted a staged backbone");
@@ -271,5 +274,16 @@ impl PipeStoreNode {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(RelabelReport::default()),
             Err(source) => Err(NodeError::BackboneFiles { path, source }),
         }
+    }
+}
+
+/// A backbone version names files on this node: it must be a hex sha256, nothing else.
+fn check_version(sha: &str) -> Result<(), NodeError> {
+    if sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(())
+    } else {
+        Err(NodeError::InvalidArgument(format!(
+            "backbone version {sha:?} is not a hex sha256"
+        )))
     }
 }

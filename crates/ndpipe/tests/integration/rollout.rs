@@ -283,7 +283,8 @@ async fn rollout_on(url: &str) {
     }
 }
 
-/// A node's `StageBackbone` refuses a file whose sha256 is not its version, and a damaged chunk.
+/// A node's `StageBackbone` refuses a file whose sha256 is not its version, and a damaged chunk;
+/// a version that is not a sha256 names no file.
 async fn refuses_bad_backbone_streams(grpc_url: &str) {
     use ndpipe_proto::backbone_chunks;
     use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
@@ -308,4 +309,9 @@ async fn refuses_bad_backbone_streams(grpc_url: &str) {
         .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
     assert!(refused.message().contains("checksum"), "{refused:?}");
+    let outside = ndpipe_proto::pb::AbortBackboneRequest {
+        backbone_version: "../../store".into(),
+    };
+    let refused = node.abort_backbone(outside).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
 }
