@@ -410,6 +410,42 @@ impl PipeStore for Node {
             &features(&rows),
         )))
     }
+
+    type ExtractBackboneStream =
+        Pin<Box<dyn Stream<Item = Result<pb::ExtractBackboneEvent, Status>> + Send>>;
+
+    async fn stage_backbone(
+        &self,
+        _: Request<tonic::Streaming<pb::BackboneChunk>>,
+    ) -> Result<Response<pb::StageBackboneReply>, Status> {
+        Err(no_rollouts())
+    }
+
+    async fn extract_backbone(
+        &self,
+        _: Request<pb::ExtractBackboneRequest>,
+    ) -> Result<Response<Self::ExtractBackboneStream>, Status> {
+        Err(no_rollouts())
+    }
+
+    async fn commit_backbone(
+        &self,
+        _: Request<pb::CommitBackboneRequest>,
+    ) -> Result<Response<pb::CommitBackboneReply>, Status> {
+        Err(no_rollouts())
+    }
+
+    async fn abort_backbone(
+        &self,
+        _: Request<pb::AbortBackboneRequest>,
+    ) -> Result<Response<pb::AbortBackboneReply>, Status> {
+        Err(no_rollouts())
+    }
+}
+
+/// Rollouts are tested with real PipeStores (`crates/ndpipe/tests/integration/rollout.rs`).
+fn no_rollouts() -> Status {
+    Status::unimplemented("the fake PipeStore does not take backbones")
 }
 
 /// A fake PipeStore with `train` training and `val` validation photos (ids from `first`),

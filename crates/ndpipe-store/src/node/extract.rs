@@ -19,23 +19,21 @@ use crate::inference::backbone::{FeatureSource, stored_blob, stored_tensor};
 pub(crate) type Events = mpsc::Receiver<Result<pb::ExtractEvent, NodeError>>;
 
 impl PipeStoreNode {
-    fn source(&self) -> FeatureSource<'_> {
-        FeatureSource {
-            store: &self.store,
-            features: &self.features,
-            backend: &*self.models.pretrained().backend,
-        }
-    }
-
     /// The features of `rows` under the backbone: stored ones when allowed, the rest computed
     /// (and stored). Returns the features and how many were computed.
     fn features(&self, rows: &[Row], use_stored: bool) -> Result<(Features, usize), NodeError> {
         let ids: Vec<u64> = rows.iter().map(|r| r.0).collect();
-        let (values, computed) = self.source().features(&ids, use_stored)?;
+        let backbone = self.backbone();
+        let source = FeatureSource {
+            store: &self.store,
+            features: &self.features,
+            backend: &*backbone,
+        };
+        let (values, computed) = source.features(&ids, use_stored)?;
         Ok((
             Features {
                 values,
-                dim: self.models.pretrained().info().feature_dim,
+                dim: backbone.info().feature_dim,
                 labels: rows.iter().map(|r| r.1).collect(),
                 photo_ids: ids,
             },

@@ -228,6 +228,16 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_TUNER_INTRA_THREADS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) intra_threads: Option<usize>,
+    /// The ONNX Runtime shared library, which loads the Tuner's backbone and verifies added
+    /// ones [ort_lib; default: MODEL_DIR/lib/libonnxruntime.so, else libonnxruntime.so].
+    #[arg(long, env = "NDPIPE_TUNER_ORT_LIB")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ort_lib: Option<PathBuf>,
+    /// Largest backbone (ONNX file) `ndpipe models add` may upload, in bytes
+    /// [max_backbone_bytes; default: 512 MiB].
+    #[arg(long, env = "NDPIPE_MAX_BACKBONE_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_backbone_bytes: Option<usize>,
     /// A job fails, naming the node, when it hears nothing from a node for this many ms; also
     /// the deadline of every call to a node [node_timeout_ms; default: 30000].
     #[arg(long, env = "NDPIPE_NODE_TIMEOUT_MS")]
