@@ -199,7 +199,8 @@ impl PipeStore for Node {
             // As PipeStores do: throughput after chunks, then the part is ready.
             events.push(Event::Throughput(pb::Throughput {
                 images_per_second: fake.behaviour.rate,
-                ..Default::default()
+                done: val.len() as u64,
+                total: (val.len() + train.len()) as u64,
             }));
             events.push(Event::RunReady(pb::RunReady {
                 part: Part::Val as i32,
@@ -340,12 +341,16 @@ impl PipeStore for Node {
         *given = give.min(last.len());
         let photos = train[last.end - *given..last.end]
             .iter()
-            .map(|&(id, label)| pb::LabelledPhoto { id, label })
+            .map(|&(id, label)| pb::LabelledPhoto {
+                id,
+                label,
+                run: plan.runs() as u32 - 1,
+                sha256: String::new(),
+            })
             .collect();
-        let run = plan.runs() as u32 - 1;
         drop(job);
         self.0.rebalanced.notify_one();
-        Ok(Response::new(pb::RebalanceReply { photos, run }))
+        Ok(Response::new(pb::RebalanceReply { photos }))
     }
 
     type TakeOverStream = Events;
@@ -362,7 +367,7 @@ impl PipeStore for Node {
             for (k, rows) in rows.chunks(req.chunk_size as usize).enumerate() {
                 let mut chunk = encode_chunk(
                     Part::Train,
-                    req.run,
+                    req.photos[0].run,
                     req.first_seq + k as u32,
                     &features(rows),
                 );
@@ -409,6 +414,17 @@ impl PipeStore for Node {
             0,
             &features(&rows),
         )))
+    }
+
+    async fn put_features(
+        &self,
+        request: Request<pb::PutFeaturesRequest>,
+    ) -> Result<Response<pb::PutFeaturesReply>, Status> {
+        let chunk = request.into_inner().chunk.unwrap_or_default();
+        self.0.call(format!("put features {}", chunk.count));
+        Ok(Response::new(pb::PutFeaturesReply {
+            stored: chunk.count,
+        }))
     }
 }
 
