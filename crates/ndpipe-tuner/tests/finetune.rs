@@ -649,6 +649,14 @@ async fn over_the_memory_budget_training_reads_through_the_cache() {
     assert!(cache.misses > 0 && cache.fetched_bytes > 0, "{cache:?}");
     assert_eq!(report.train_images, 80);
     assert!(report.val_top1 > 0.9, "{report:?}");
+    // Neither fake reports a throughput: balancing is skipped, and the report says why (no
+    // rate, or every stream ended before one could be known).
+    assert!(report.rebalanced.is_empty());
+    let why = report.balance_skipped.as_deref().unwrap_or_default();
+    assert!(
+        why.contains("throughput") || why.contains("finished"),
+        "{report:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,7 +56,7 @@ pub(crate) async fn rebalance(
         return Ok(Balance {
             handoffs: Vec::new(),
             skipped: Some(format!(
-                "fewer than two nodes measured a throughput (none from {}: no photos to extract)",
+                "fewer than two nodes measured a throughput (none from {})",
                 unrated.join(", ")
             )),
         });
