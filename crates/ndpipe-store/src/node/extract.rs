@@ -277,7 +277,7 @@ impl PipeStoreNode {
         })
     }
 
-    /// The compressed tensors of photos `ids` (for a node taking over this one's tail).
+    /// The compressed tensors of photos `ids` (for a node taking over this one's work).
     pub(crate) fn tensors(&self, ids: &[u64]) -> Result<Vec<Vec<u8>>, NodeError> {
         ids.iter()
             .map(|id| Ok(stored_blob(&self.store, *id)?))
