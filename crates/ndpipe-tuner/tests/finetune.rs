@@ -199,7 +199,8 @@ impl PipeStore for Node {
             // As PipeStores do: throughput after chunks, then the part is ready.
             events.push(Event::Throughput(pb::Throughput {
                 images_per_second: fake.behaviour.rate,
-                ..Default::default()
+                done: val.len() as u64,
+                total: (val.len() + train.len()) as u64,
             }));
             events.push(Event::RunReady(pb::RunReady {
                 part: Part::Val as i32,
@@ -340,12 +341,16 @@ impl PipeStore for Node {
         *given = give.min(last.len());
         let photos = train[last.end - *given..last.end]
             .iter()
-            .map(|&(id, label)| pb::LabelledPhoto { id, label })
+            .map(|&(id, label)| pb::LabelledPhoto {
+                id,
+                label,
+                run: plan.runs() as u32 - 1,
+                sha256: String::new(),
+            })
             .collect();
-        let run = plan.runs() as u32 - 1;
         drop(job);
         self.0.rebalanced.notify_one();
-        Ok(Response::new(pb::RebalanceReply { photos, run }))
+        Ok(Response::new(pb::RebalanceReply { photos }))
     }
 
     type TakeOverStream = Events;
@@ -362,7 +367,7 @@ impl PipeStore for Node {
             for (k, rows) in rows.chunks(req.chunk_size as usize).enumerate() {
                 let mut chunk = encode_chunk(
                     Part::Train,
-                    req.run,
+                    req.photos[0].run,
                     req.first_seq + k as u32,
                     &features(rows),
                 );
@@ -440,6 +445,17 @@ impl PipeStore for Node {
         _: Request<pb::AbortBackboneRequest>,
     ) -> Result<Response<pb::AbortBackboneReply>, Status> {
         Err(no_rollouts())
+    }
+
+    async fn put_features(
+        &self,
+        request: Request<pb::PutFeaturesRequest>,
+    ) -> Result<Response<pb::PutFeaturesReply>, Status> {
+        let chunk = request.into_inner().chunk.unwrap_or_default();
+        self.0.call(format!("put features {}", chunk.count));
+        Ok(Response::new(pb::PutFeaturesReply {
+            stored: chunk.count,
+        }))
     }
 }
 
@@ -669,6 +685,14 @@ async fn over_the_memory_budget_training_reads_through_the_cache() {
     assert!(cache.misses > 0 && cache.fetched_bytes > 0, "{cache:?}");
     assert_eq!(report.train_images, 80);
     assert!(report.val_top1 > 0.9, "{report:?}");
+    // Neither fake reports a throughput: balancing is skipped, and the report says why (no
+    // rate, or every stream ended before one could be known).
+    assert!(report.rebalanced.is_empty());
+    let why = report.balance_skipped.as_deref().unwrap_or_default();
+    assert!(
+        why.contains("throughput") || why.contains("finished"),
+        "{report:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

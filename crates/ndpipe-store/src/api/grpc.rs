@@ -138,14 +138,16 @@ impl PipeStoreRpc for PipeStoreService {
         &self,
         request: Request<pb::RebalanceRequest>,
     ) -> Result<Response<pb::RebalanceReply>, Status> {
-        Ok(Response::new(self.0.rebalance(&request.into_inner())?))
+        let request = request.into_inner();
+        let reply = self.blocking(move |node| node.rebalance(&request)).await?;
+        Ok(Response::new(reply))
     }
 
     async fn take_over(
         &self,
         request: Request<pb::TakeOverRequest>,
     ) -> Result<Response<Self::TakeOverStream>, Status> {
-        let rx = self.0.take_over(request.into_inner()).await?;
+        let rx = self.0.clone().take_over(request.into_inner()).await?;
         Ok(Response::new(events(rx)))
     }
 
@@ -153,9 +155,22 @@ impl PipeStoreRpc for PipeStoreService {
         &self,
         request: Request<pb::GetFeaturesRequest>,
     ) -> Result<Response<pb::FeatureChunk>, Status> {
-        let ids = request.into_inner().ids;
-        let chunk = self.blocking(move |node| node.features_chunk(&ids)).await?;
+        let request = request.into_inner();
+        let chunk = self
+            .blocking(move |node| node.features_chunk(&request.ids, request.stored_only))
+            .await?;
         Ok(Response::new(chunk))
+    }
+
+    async fn put_features(
+        &self,
+        request: Request<pb::PutFeaturesRequest>,
+    ) -> Result<Response<pb::PutFeaturesReply>, Status> {
+        let request = request.into_inner();
+        let reply = self
+            .blocking(move |node| node.put_features(&request))
+            .await?;
+        Ok(Response::new(reply))
     }
 
     async fn get_tensors(

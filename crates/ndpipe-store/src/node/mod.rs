@@ -3,10 +3,12 @@
 //!
 //! Features leave the node, photos never do:
 //! - [`plan`]: a job's [`ExtractionPlan`], fixed when extraction starts,
-//!   and the tail of its last run that load balancing may give away;
+//!   and the tails of its runs that load balancing may give away;
+//! - [`pace`]: the job's throttle and bandwidth cap on this node, over all its streams;
 //! - [`extract`]: the extraction stream (stored features, or the backbone for photos without),
-//!   and chunks fetched again;
-//! - [`takeover`]: extracting another node's tail from tensors fetched from it;
+//!   chunks fetched again, and features a take-over stores back;
+//! - [`takeover`]: extracting another node's photos (from its stored features or tensors, or
+//!   this node's own copies);
 //! - [`heads`]: two-phase head deploys (stage durably, commit idempotently, abort) over
 //!   [`Models`];
 //! - [`rollout`]: a backbone rollout (stage the file durably, re-extract every photo with it
@@ -16,6 +18,7 @@
 mod error;
 mod extract;
 mod heads;
+mod pace;
 mod plan;
 mod rollout;
 mod takeover;

@@ -57,6 +57,10 @@ pub struct FinetuneReport {
     pub nodes: Vec<NodeReport>,
     /// Work moved by load balancing.
     pub rebalanced: Vec<Rebalanced>,
+    /// Why load balancing was skipped, when it was asked for but could not run (no node
+    /// measured a throughput, or every node had finished by then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance_skipped: Option<String>,
     /// The cache's figures, when the features exceeded the memory budget.
     pub cache: Option<CacheReport>,
     /// Registered nodes the job left out (draining, lease ran out, ...), with the reason.
@@ -112,6 +116,9 @@ pub struct Rebalanced {
     pub to: String,
     /// Photos moved.
     pub photos: usize,
+    /// The runs they belong to.
+    #[serde(default)]
+    pub runs: Vec<u32>,
 }
 
 impl RunTimeline {

@@ -363,6 +363,12 @@ async fn without_the_cluster_secret_every_grpc_method_is_refused_and_changes_not
                 .await
                 .err(),
         ),
+        (
+            "PutFeatures",
+            node.put_features(pb::PutFeaturesRequest::default())
+                .await
+                .err(),
+        ),
     ];
     let mut tuner_rpc = TunerClient::connect(tuner.grpc.clone()).await.unwrap();
     let intruder = pb::RegisterRequest {

@@ -224,6 +224,11 @@ impl PhotoStore {
         Ok(self.shared.index.get(id)?.is_some())
     }
 
+    /// The hex SHA-256 of photo `id`'s original, if the store holds it.
+    pub(crate) fn sha256(&self, id: u64) -> Result<Option<String>, StoreError> {
+        Ok(self.shared.index.get(id)?.map(|e| e.meta.sha256))
+    }
+
     /// Refuses (with [`StoreError::InsufficientStorage`]) a write of about `bytes` that the
     /// free-space reserve would not allow, before any work is done for it.
     pub(crate) fn check_space(&self, bytes: u64) -> Result<(), StoreError> {
