@@ -22,6 +22,7 @@ mod rsweep;
 mod s3;
 mod scale;
 mod scaling;
+mod serve_process;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
