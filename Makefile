@@ -9,7 +9,7 @@ export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 PY_VENV := $(CURDIR)/target/py/venv
 PY_CRATE := python/spidercache/Cargo.toml
 
-.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep bench-scale
+.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep experiment-rollout experiment-balance bench-scale
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -91,10 +91,20 @@ bench-s3: build-bench
 experiment-scaling: build-bench
 	target/release/ndpipe-bench scaling --json $(CACHE)/experiment-scaling.json
 
+## A backbone rollout on 1, 2, 4 emulated PipeStores: aggregate photos/s against the sum of the
+## nodes' model-only rates (target 0.9); table and plot in docs/experiments/.
+experiment-rollout: build-bench
+	target/release/ndpipe-bench rollout --json $(CACHE)/experiment-rollout.json
+
 ## Pipelined runs r = 1, 2, 4 on 4 emulated PipeStores, training-heavy: the time saved, measured
 ## as (extract-only + train-only) - total, and top-1 per r; table and plot in docs/experiments/.
 experiment-rsweep: build-bench
 	target/release/ndpipe-bench rsweep --photos-per-node 280 --headroom 0.25 --json $(CACHE)/experiment-rsweep.json
+
+## Load balancing on 2 emulated PipeStores, one with a 4x slower model: LB off vs on vs the
+## proportional ideal, 3 rounds; table and plot in docs/experiments/.
+experiment-balance: build-bench
+	target/release/ndpipe-bench balance --photos-per-node 210 --json $(CACHE)/experiment-balance.json
 
 ## Replication: uploads and reads with 1, 2, 3 copies and the repair rate after a node's removal.
 bench-replication: build-bench

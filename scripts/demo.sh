@@ -10,13 +10,18 @@ BIN=$ROOT/target/release/ndpipe
 DATA=${NDPIPE_DATA:-$ROOT/data}
 LISTEN=${NDPIPE_LISTEN:-127.0.0.1:8080}
 URL=http://$LISTEN
+LOG=${NDPIPE_DEMO_LOG:-$ROOT/target/demo-server.log}
 export NDPIPE_SERVER=$URL
 
-"$BIN" serve --data "$DATA" --listen "$LISTEN" --model-dir "$ROOT/.cache/model" &
+# The server's log goes to a file, so that the demo's own output stays readable; its last lines
+# are printed if a step fails.
+echo "== starting ndpipe serve on $URL (data in $DATA, log in $LOG)"
+"$BIN" serve --data "$DATA" --listen "$LISTEN" --model-dir "$ROOT/.cache/model" >"$LOG" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
+trap 'echo "a demo step failed; the last lines of $LOG:" >&2; tail -n 20 "$LOG" >&2' ERR
 for _ in $(seq 300); do curl -fsS "$URL/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
-curl -fsS "$URL/healthz" >/dev/null || { echo "the store did not start" >&2; exit 1; }
+curl -fsS "$URL/healthz" >/dev/null || { echo "the store did not start" >&2; tail -n 20 "$LOG" >&2; exit 1; }
 
 echo "== importing the scikit-image sample photos"
 "$BIN" import "$ROOT/.cache/model/samples"
@@ -47,5 +52,5 @@ echo "== fine-tune a Fashion-MNIST head from the stored features (2 pipelined ru
 echo "== search with the fine-tuned model"
 "$BIN" photos search Trouser --limit 3
 if [[ ${DEMO_EXIT:-0} == 1 ]]; then exit 0; fi
-echo "== serving on $URL (data in $DATA); Ctrl-C to stop"
+echo "== serving on $URL (data in $DATA, log in $LOG); Ctrl-C to stop"
 wait $SERVER

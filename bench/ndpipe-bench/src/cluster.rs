@@ -64,6 +64,17 @@ impl Cluster {
         model_dir: &Path,
         model_rate_limit: f64,
     ) -> Result<Self> {
+        Self::start_with_rates(photos, model_dir, &vec![model_rate_limit; n]).await
+    }
+
+    /// [`Cluster::start`] with one PipeStore per entry of `rates`, its model capped at that
+    /// many images/s (0: no cap).
+    pub(crate) async fn start_with_rates(
+        photos: &[Photo],
+        model_dir: &Path,
+        rates: &[f64],
+    ) -> Result<Self> {
+        let n = rates.len();
         eprintln!(
             "starting a Tuner and {n} PipeStores, uploading {} photos...",
             photos.len()
@@ -81,7 +92,7 @@ impl Cluster {
         let tuner_running = tuner.clone().start(&tuner_config).await?;
         let grpc = format!("http://{}", tuner_running.grpc_addr());
         let mut nodes = Vec::new();
-        for i in 0..n {
+        for (i, &model_rate_limit) in rates.iter().enumerate() {
             let config = ndpipe_store::Config {
                 intra_threads: 1,
                 model_rate_limit,
@@ -94,11 +105,10 @@ impl Cluster {
         }
         // Every node takes its share at once: a capped model labels slowly, and one batch of
         // it (32 photos) may take longer than the usual pause that counts as no progress.
-        let stall = if model_rate_limit > 0.0 {
-            STALL.max(Duration::from_secs_f64(3.0 * 32.0 / model_rate_limit))
-        } else {
-            STALL
-        };
+        let slowest = rates.iter().copied().filter(|r| *r > 0.0).reduce(f64::min);
+        let stall = slowest.map_or(STALL, |rate| {
+            STALL.max(Duration::from_secs_f64(3.0 * 32.0 / rate))
+        });
         let uploads = nodes.iter().enumerate().map(|(i, node)| async move {
             let client = client(node.http_addr())?;
             for (png, label, split) in photos.iter().skip(i).step_by(n) {

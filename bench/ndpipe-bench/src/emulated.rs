@@ -48,8 +48,8 @@ pub(crate) struct EmulationArgs {
 #[derive(Debug, Clone, Copy, Serialize)]
 pub(crate) struct Spread {
     pub(crate) mean: f64,
-    min: f64,
-    max: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
 }
 
 impl Spread {

@@ -23,8 +23,8 @@ use ndpipe_model::{
     OrtBackend, Outputs, PreprocessConfig, Preprocessor, RuntimeConfig, TensorBlob,
 };
 use ndpipe_store::{
-    ActiveModel, FeatureStore, NewPhoto, PhotoStore, PipeStore, RelabelOptions, RelabelReport,
-    Relabeler, StoreConfig,
+    ActiveModel, DEFAULT_FEATURE_CACHE_BYTES, FeatureStore, NewPhoto, PhotoStore, PipeStore,
+    RelabelOptions, RelabelReport, Relabeler, StoreConfig,
 };
 use serde::Serialize;
 
@@ -244,7 +244,10 @@ impl BenchStore {
     async fn create(dir: &Path, distinct: &[Photo], n: usize) -> Result<Self> {
         let (store, _) = PhotoStore::open(&dir.join("store"), &StoreConfig::default())?;
         let store = Arc::new(store);
-        let features = FeatureStore::open(&dir.join("store/features.redb"))?;
+        let features = FeatureStore::open(
+            &dir.join("store/features.redb"),
+            DEFAULT_FEATURE_CACHE_BYTES,
+        )?;
         let catalog: Arc<dyn Catalog> = Arc::new(SqliteCatalog::open(&dir.join("catalog.sqlite"))?);
         let blobs: Vec<Vec<u8>> = distinct
             .iter()

@@ -6,6 +6,7 @@
 //! ([`cluster`]); the cache benchmark (the `cachebench` crate) and the fault-injection run (the
 //! `faultbench` crate) start the `ndpipe` binary that sits next to this one.
 
+mod balance;
 mod cluster;
 mod crops;
 mod drift;
@@ -16,10 +17,12 @@ mod infer;
 mod ingest;
 mod int8;
 mod replication;
+mod rollout;
 mod rsweep;
 mod s3;
 mod scale;
 mod scaling;
+mod serve_process;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,6 +54,12 @@ enum Which {
     /// Pipelined runs on emulated PipeStores, training-heavy: the time r = 1, 2, 4 runs save,
     /// (extract-only + train-only) - total, and top-1 per r.
     Rsweep(rsweep::RsweepBench),
+    /// A backbone rollout on emulated PipeStores: the job's aggregate photos/s against the sum
+    /// of the nodes' model-only rates measured in the same job (target 0.9).
+    Rollout(rollout::RolloutBench),
+    /// Load balancing on emulated PipeStores with one node 4x slower: completion without and
+    /// with balancing vs the proportional ideal measured in the same run.
+    Balance(balance::BalanceBench),
     /// S3 throughput: the same large JPEGs up and down through aws s3 cp, s5cmd, boto3 and /v1.
     S3(s3::S3Bench),
     /// Replication: upload and read throughput with 1, 2 and 3 copies, and the repair rate after
@@ -106,6 +115,8 @@ async fn run(which: Which) -> Result<()> {
         Which::S3(b) => s3::run(b).await,
         Which::Scaling(b) => scaling::run(b).await,
         Which::Rsweep(b) => rsweep::run(b).await,
+        Which::Rollout(b) => rollout::run(b).await,
+        Which::Balance(b) => balance::run(b).await,
         Which::Replication(b) => replication::run(b).await,
         Which::Fuzz(b) => fuzz::run(b).await,
         Which::Scale(b) => scale::run(b).await,

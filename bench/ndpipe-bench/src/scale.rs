@@ -4,7 +4,6 @@
 //! fine-tune from the stored features and its head-only re-labelling of every photo.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -16,6 +15,7 @@ use ndpipe::fashion_mnist;
 use ndpipe_tuner::{FinetuneRequest, JobResult, JobView, Phase};
 
 use crate::cluster::client;
+use crate::serve_process::Server;
 
 /// The section of `docs/benchmarks.md` this benchmark rewrites.
 const HEADING: &str = "## `make bench-scale`";
@@ -67,6 +67,49 @@ pub(crate) struct ScaleBench {
     /// Write the results as JSON to this file as well.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// The server's `--index-cache-bytes` (default: the server's default).
+    #[arg(long)]
+    index_cache_bytes: Option<usize>,
+    /// The server's `--feature-cache-bytes` (default: the server's default).
+    #[arg(long)]
+    feature_cache_bytes: Option<usize>,
+}
+
+impl ScaleBench {
+    /// The server's flags for the caches that were set.
+    fn server_flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        if let Some(b) = self.index_cache_bytes {
+            flags.extend(["--index-cache-bytes".to_string(), b.to_string()]);
+        }
+        if let Some(b) = self.feature_cache_bytes {
+            flags.extend(["--feature-cache-bytes".to_string(), b.to_string()]);
+        }
+        flags
+    }
+
+    /// MB of memory the server may grow by as it fills: its two caches and the online-labelling
+    /// queue of tensors (224x224x3 bytes each), as configured.
+    fn allowance_mb(&self) -> f64 {
+        let defaults = ndpipe_store::Config::default();
+        let caches = self.index_cache_bytes.unwrap_or(defaults.index_cache_bytes)
+            + self
+                .feature_cache_bytes
+                .unwrap_or(defaults.feature_cache_bytes);
+        let queue = defaults.label_queue * 224 * 224 * 3;
+        (caches + queue) as f64 / (1024.0 * 1024.0)
+    }
+}
+
+/// The server's memory: at start (model loaded, store empty), after the first step (ONNX
+/// Runtime's arena has grown to the largest batch by then), at its peak while filling, and at
+/// its peak with the fine-tune.
+#[derive(Debug, serde::Serialize)]
+struct Memory {
+    start_mb: f64,
+    first_step_mb: f64,
+    fill_peak_mb: f64,
+    peak_mb: f64,
 }
 
 /// The measurements at one step.
@@ -110,9 +153,10 @@ pub(crate) async fn run(args: ScaleBench) -> Result<()> {
         .data
         .clone()
         .unwrap_or_else(|| temp.path().join("data"));
-    let mut server = Server::start(&data, &args.model_dir, temp.path())?;
+    let mut server = Server::start(&data, &args.model_dir, temp.path(), &args.server_flags())?;
     let client = client(server.addr)?;
     server.wait_healthy(&client).await?;
+    let start_mb = server.rss_kb("VmRSS")? as f64 / 1024.0;
     println!(
         "bench scale: one `ndpipe serve` (pid {}), {} photos in steps of {}, {} uploads in flight, {} cores",
         server.child.id(),
@@ -173,23 +217,28 @@ pub(crate) async fn run(args: ScaleBench) -> Result<()> {
         });
     }
     bar.finish_and_clear();
+    let fill_peak_mb = server.rss_kb("VmHWM")? as f64 / 1024.0;
     let tuning = if args.epochs > 0 {
         eprintln!("fine-tuning from stored features, then re-labelling every photo...");
         Some(finetune(&client, args.epochs).await?)
     } else {
         None
     };
-    let peak_rss_mb = server.rss_kb("VmHWM")? as f64 / 1024.0;
+    let memory = Memory {
+        start_mb,
+        first_step_mb: steps.first().map_or(start_mb, |s| s.rss_mb),
+        fill_peak_mb,
+        peak_mb: server.rss_kb("VmHWM")? as f64 / 1024.0,
+    };
     server.stop()?;
-    let table = table(&args, &steps, tuning.as_ref(), peak_rss_mb);
+    let table = table(&args, &steps, tuning.as_ref(), &memory);
     println!("\n{table}");
     std::fs::create_dir_all(&args.plots)
         .with_context(|| format!("creating {}", args.plots.display()))?;
     plot(&args.plots, &steps)?;
     write_section(&args.doc, &args.plots, &table)?;
     if let Some(path) = &args.json {
-        let doc =
-            serde_json::json!({ "steps": steps, "finetune": tuning, "peak_rss_mb": peak_rss_mb });
+        let doc = serde_json::json!({ "steps": steps, "finetune": tuning, "memory": memory });
         std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
@@ -207,91 +256,6 @@ fn load_photos(dir: Option<&PathBuf>) -> Result<Vec<(Vec<u8>, &'static str)>> {
             Ok((fashion_mnist::png(train.image(i))?, class))
         })
         .collect()
-}
-
-/// `ndpipe serve` as a child process, so that its RSS is its own.
-struct Server {
-    child: Child,
-    addr: std::net::SocketAddr,
-    log: PathBuf,
-}
-
-impl Server {
-    fn start(data: &Path, model_dir: &Path, dir: &Path) -> Result<Self> {
-        let me = std::env::current_exe().context("locating ndpipe-bench")?;
-        let bin = me.with_file_name("ndpipe");
-        ensure!(
-            bin.is_file(),
-            "no ndpipe binary at {} (make build-bench)",
-            bin.display()
-        );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        let log = dir.join("serve.log");
-        let out = std::fs::File::create(&log).context("creating the server's log")?;
-        let child = Command::new(&bin)
-            .arg("serve")
-            .arg("--data")
-            .arg(data)
-            .arg("--listen")
-            .arg(addr.to_string())
-            .args(["--s3-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"])
-            .arg("--model-dir")
-            .arg(model_dir)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        Ok(Server { child, addr, log })
-    }
-
-    /// Waits (a bounded number of polls) until the server answers `/healthz`.
-    async fn wait_healthy(&mut self, client: &Client) -> Result<()> {
-        for _ in 0..600 {
-            self.check_alive()?;
-            if client.get_bytes("/healthz").await.is_ok() {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        bail!(
-            "ndpipe serve did not answer /healthz in 60 s; its log: {}",
-            self.log.display()
-        )
-    }
-
-    fn check_alive(&mut self) -> Result<()> {
-        if let Some(status) = self.child.try_wait()? {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            bail!("ndpipe serve exited with {status}; its log:\n{log}");
-        }
-        Ok(())
-    }
-
-    /// A `/proc/PID/status` field in kB (`VmRSS` now, `VmHWM` the peak).
-    fn rss_kb(&self, field: &str) -> Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .context("reading the server's /proc status")?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .with_context(|| format!("no {field} in /proc status"))
-    }
-
-    /// SIGTERM (a graceful stop), then waits for the process.
-    fn stop(mut self) -> Result<()> {
-        let pid = self.child.id().to_string();
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .context("stopping the server")?;
-        self.child.wait().context("waiting for the server")?;
-        Ok(())
-    }
 }
 
 /// Uploads photos `range` (photo `i` is Fashion-MNIST image `i mod 60000`, every tenth in the
@@ -452,7 +416,7 @@ fn worst(steps: &[Step], f: impl Fn(&Step) -> &Vec<f64>) -> f64 {
 }
 
 /// The table and the verdicts on the targets, as printed and written to the doc.
-fn table(args: &ScaleBench, steps: &[Step], tuning: Option<&Tuning>, peak_rss_mb: f64) -> String {
+fn table(args: &ScaleBench, steps: &[Step], tuning: Option<&Tuning>, memory: &Memory) -> String {
     let mut out = String::new();
     let first = &steps[0];
     out.push_str(&format!(
@@ -502,7 +466,19 @@ fn table(args: &ScaleBench, steps: &[Step], tuning: Option<&Tuning>, peak_rss_mb
             100.0 * t.val_top1
         ));
     }
-    out.push_str(&format!("server peak RSS (VmHWM): {peak_rss_mb:.0} MB\n"));
+    let growth = memory.fill_peak_mb - memory.first_step_mb;
+    let allowance = args.allowance_mb();
+    out.push_str(&format!(
+        "server RSS: {:.0} MB at start (model loaded, store empty), {:.0} MB after the first step \
+         (the model's arena grown to its largest batch); peak while filling {:.0} MB, a growth of \
+         {growth:.0} MB after the first step against {allowance:.0} MB of configured caches and \
+         labelling queue (target: within it: {}); peak with the fine-tune (VmHWM) {:.0} MB\n",
+        memory.start_mb,
+        memory.first_step_mb,
+        memory.fill_peak_mb,
+        verdict(growth <= allowance),
+        memory.peak_mb
+    ));
     out
 }
 

@@ -109,6 +109,13 @@ impl ModelInfo {
     pub fn class_name(&self, index: usize) -> Option<&str> {
         self.class_names.get(index).map(String::as_str)
     }
+
+    /// The model version id of this backbone with its own classifier: its name and the backbone
+    /// hash prefix. PipeStores register it at start, and the Tuner when a backbone is added.
+    pub fn pretrained_version(&self) -> String {
+        let short = &self.backbone_version[..self.backbone_version.len().min(12)];
+        format!("{}-{short}", self.name)
+    }
 }
 
 /// Features and logits for a batch, row-major: row `i` belongs to batch item `i`.

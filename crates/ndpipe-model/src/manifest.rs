@@ -88,13 +88,19 @@ pub struct ModelManifest {
 impl ModelManifest {
     /// Reads `dir/model.json` and the classes file it names, and validates both.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self, ModelError> {
-        let dir = dir.as_ref();
-        let path = dir.join(MANIFEST_FILE);
+        Self::load_file(dir.as_ref().join(MANIFEST_FILE))
+    }
+
+    /// Reads the manifest at `path` (of any name) and the classes file it names, relative to
+    /// the manifest's directory, and validates both.
+    pub fn load_file(path: impl AsRef<Path>) -> Result<Self, ModelError> {
+        let path = path.as_ref();
+        let dir = path.parent().unwrap_or(Path::new("."));
         let err = |reason: String| ModelError::Manifest {
-            path: path.clone(),
+            path: path.to_path_buf(),
             reason,
         };
-        let text = fs::read_to_string(&path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let text = fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
         let mut manifest: ModelManifest =
             serde_json::from_str(&text).map_err(|e| err(format!("invalid: {e}")))?;
         manifest.validate().map_err(err)?;
@@ -164,6 +170,38 @@ impl ModelManifest {
     /// Class names in class-index order (`num_classes` of them).
     pub fn class_names(&self) -> &[String] {
         &self.classes
+    }
+
+    /// Writes a model folder into `dir` (which must exist), each file durably: the ONNX file as
+    /// `model.onnx`, `classes` one per line as `classes.txt`, and this manifest, naming those
+    /// two, as `model.json`. How a Tuner and a PipeStore keep a backbone sent to them.
+    pub fn write_dir(
+        mut self,
+        dir: &Path,
+        classes: &[String],
+        onnx: &[u8],
+    ) -> Result<(), ModelError> {
+        const ONNX_FILE: &str = "model.onnx";
+        const CLASSES_FILE: &str = "classes.txt";
+        self.model_file = ONNX_FILE.into();
+        self.classes_file = CLASSES_FILE.into();
+        let json = serde_json::to_vec_pretty(&self).map_err(|e| ModelError::Manifest {
+            path: dir.join(MANIFEST_FILE),
+            reason: e.to_string(),
+        })?;
+        let classes = classes.join("\n") + "\n";
+        for (name, bytes) in [
+            (ONNX_FILE, onnx),
+            (CLASSES_FILE, classes.as_bytes()),
+            (MANIFEST_FILE, &json[..]),
+        ] {
+            let path = dir.join(name);
+            ndpipe_util::fs::write_durably(&path, bytes).map_err(|e| ModelError::ModelFile {
+                path: path.clone(),
+                reason: format!("cannot write: {e}"),
+            })?;
+        }
+        Ok(())
     }
 }
 

@@ -208,11 +208,16 @@ mod tests {
             &pb::TakeOverRequest {
                 job_id: "job-1".into(),
                 source_url: "http://127.0.0.1:7001".into(),
-                photos: vec![pb::LabelledPhoto { id: 5, label: 1 }],
-                run: 2,
+                photos: vec![pb::LabelledPhoto {
+                    id: 5,
+                    label: 1,
+                    run: 2,
+                    sha256: "ab".repeat(32),
+                }],
                 chunk_size: 8,
                 first_seq: 100,
                 timeout_ms: 1000,
+                ..Default::default()
             },
         );
         seed(

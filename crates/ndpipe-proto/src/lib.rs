@@ -4,7 +4,8 @@
 //! boundary: a [`FeatureChunk`](pb::FeatureChunk) is only accepted as [`Features`] when its
 //! checksum, counts and dimensions agree, and a staged head only as a
 //! [`HeadWeights`] when its checksum holds and its byte length matches
-//! its shape. [`RunPlan`] is the chunking contract both sides compute alike, and a
+//! its shape; a backbone's ONNX file is only whole when every chunk came in order with its
+//! checksum ([`BackboneAssembly`]). [`RunPlan`] is the chunking contract both sides compute alike, and a
 //! [`CountedChannel`] counts the bytes that cross a channel.
 #![deny(missing_docs)]
 
@@ -16,6 +17,7 @@ pub mod pb {
     tonic::include_proto!("ndpipe.v1");
 }
 
+mod backbone;
 mod counted;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
@@ -24,6 +26,7 @@ mod plan;
 mod tls;
 pub mod transport;
 
+pub use backbone::{BACKBONE_CHUNK, BackboneAssembly, backbone_chunks};
 pub use counted::{ByteCounter, CountedChannel};
 pub use plan::{MAX_RUNS, RunPlan};
 

@@ -78,6 +78,16 @@ pub struct Config {
     /// accepted again as soon as space is freed. A fixed amount rather than a share of the disk
     /// (ext4 already keeps 5% for root; a share would hold back terabytes on a large disk).
     pub min_free_bytes: u64,
+    /// Bytes of the photo index kept in memory (redb's page cache; the rest is read from disk).
+    pub index_cache_bytes: usize,
+    /// Bytes of the feature store kept in memory (redb's page cache).
+    pub feature_cache_bytes: usize,
+    /// Photos waiting for online labelling with their tensors in memory (about 150 KB each);
+    /// more wait in the backlog as ids.
+    pub label_queue: usize,
+    /// Photo ids the online-labelling backlog holds in memory; past it, photos stay unlabelled
+    /// in the catalog and the backlog refills from there once it has worked off what it holds.
+    pub label_backlog: usize,
     /// Compression of stored tensors: `zstd`, `deflate` or `none`.
     pub tensor_codec: CodecKind,
     /// Compression level of stored tensors (zstd 1..=22, deflate 0..=9).
@@ -182,6 +192,10 @@ impl Default for Config {
             max_pixels: ndpipe_model::PreprocessConfig::default().max_pixels,
             max_volume_bytes: 1 << 30,
             min_free_bytes: 256 << 20,
+            index_cache_bytes: crate::storage::DEFAULT_INDEX_CACHE_BYTES,
+            feature_cache_bytes: crate::storage::DEFAULT_FEATURE_CACHE_BYTES,
+            label_queue: 256,
+            label_backlog: 100_000,
             tensor_codec: CodecKind::Zstd,
             tensor_level: 3,
             decode_threads: None,

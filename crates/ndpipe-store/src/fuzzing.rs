@@ -139,7 +139,11 @@ mod tests {
             let file = std::fs::read(dir.path().join(set).join("00000001.vol")).unwrap();
             write_seed(M, "volume", name, &[[0u8].as_slice(), &file].concat());
         }
-        let index = crate::storage::index::Index::open(&dir.path().join("index.redb")).unwrap();
+        let index = crate::storage::index::Index::open(
+            &dir.path().join("index.redb"),
+            crate::storage::DEFAULT_INDEX_CACHE_BYTES,
+        )
+        .unwrap();
         let (_, entry) = index.entries().unwrap().into_iter().next().unwrap();
         write_seed(
             M,

@@ -79,6 +79,6 @@ pub use keys::{ADMIN_ACCESS_KEY, KeyError, KeyInfo, KeyStore, NewKey};
 pub use pipestore::PipeStore;
 pub use server::Running;
 pub use storage::{
-    CompactionReport, FeatureStore, NewPhoto, PhotoIds, PhotoStore, RecoveryReport, StoreConfig,
-    StoreError,
+    CompactionReport, DEFAULT_FEATURE_CACHE_BYTES, FeatureStore, NewPhoto, PhotoIds, PhotoStore,
+    RecoveryReport, StoreConfig, StoreError,
 };

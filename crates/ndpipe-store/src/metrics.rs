@@ -37,6 +37,8 @@ pub(crate) struct StoreMetrics {
     pub(crate) labelled: Counter,
     /// Seconds from the durable write (the 201) to the labels being in the catalog.
     pub(crate) label_seconds: Histogram,
+    /// Photo ids waiting in the online-labelling backlog.
+    pub(crate) label_backlog: Gauge,
     /// Replication's copies, repairs and the cluster's copy counts.
     pub(crate) replication: ReplicationMetrics,
 }
@@ -53,6 +55,7 @@ impl Default for StoreMetrics {
         let photos = Gauge::default();
         let labelled = Counter::default();
         let label_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        let label_backlog = Gauge::default();
         registry.register("uploads", "Photos accepted", uploads.clone());
         registry.register(
             "upload_bytes",
@@ -74,6 +77,11 @@ impl Default for StoreMetrics {
             "Seconds from the durable write of a photo to its labels",
             label_seconds.clone(),
         );
+        registry.register(
+            "label_backlog",
+            "Photo ids waiting for online labelling (more wait in the catalog as unlabelled)",
+            label_backlog.clone(),
+        );
         let replication = ReplicationMetrics::default();
         replication.register(&mut registry);
         StoreMetrics {
@@ -88,6 +96,7 @@ impl Default for StoreMetrics {
             photos,
             labelled,
             label_seconds,
+            label_backlog,
         }
     }
 }

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ndpipe_catalog::{Catalog, ReplicaCatalog};
-use ndpipe_model::{InferenceBackend, OrtBackend, PreprocessConfig, RateCapped, RuntimeConfig};
+use ndpipe_model::{InferenceBackend, PreprocessConfig, RuntimeConfig};
 use ndpipe_proto::transport::{ClusterSecret, Tls};
 use tracing::info;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::inference::backbones::{BackboneDirs, BackboneLoader};
 use crate::inference::heads::HeadDir;
 use crate::inference::labeler::{Labeler, LabelerConfig};
 use crate::inference::model::Models;
@@ -91,9 +92,12 @@ impl PipeStore {
             Some(backend) => Some(open_models(&config, backend, catalog.clone()).await?),
             None => None,
         };
+        let loader = backbone_loader(&config)?;
         let labeler_config = LabelerConfig {
             max_batch: config.max_batch,
             max_wait: Duration::from_millis(config.label_wait_ms),
+            queue: config.label_queue,
+            backlog: config.label_backlog,
             ..LabelerConfig::default()
         };
         let relabel = RelabelOptions {
@@ -109,6 +113,8 @@ impl PipeStore {
                     catalog.clone(),
                     models.clone(),
                     relabel.clone(),
+                    BackboneDirs::new(&config.data),
+                    loader.clone(),
                 )
                 .with_corrupt_chunks(config.fault_corrupt_chunks)
                 .with_failing_commits(config.fault_fail_commits)
@@ -229,8 +235,9 @@ impl PipeStore {
     }
 }
 
-/// Loads the ONNX model of `config.model_dir` with ONNX Runtime.
-async fn load_model(config: &Config) -> Result<Arc<dyn InferenceBackend>, Error> {
+/// How this node loads backbones: ONNX Runtime with `config`'s settings, capped at
+/// `config.model_rate_limit`.
+fn backbone_loader(config: &Config) -> Result<BackboneLoader, Error> {
     let runtime = RuntimeConfig {
         dylib: config
             .ort_lib
@@ -240,13 +247,6 @@ async fn load_model(config: &Config) -> Result<Arc<dyn InferenceBackend>, Error>
         max_batch: config.max_batch,
         execution_provider: config.execution_provider,
     };
-    let dir = config.model_dir.clone();
-    let backend = tokio::task::spawn_blocking(move || OrtBackend::load(&dir, &runtime))
-        .await?
-        .map_err(|source| Error::Model {
-            dir: config.model_dir.clone(),
-            source,
-        })?;
     let rate = config.model_rate_limit;
     if !(rate.is_finite() && rate >= 0.0) {
         return Err(Error::Config {
@@ -254,14 +254,33 @@ async fn load_model(config: &Config) -> Result<Arc<dyn InferenceBackend>, Error>
             reason: format!("{rate} is not a rate: give images per second >= 0 (0: no cap)"),
         });
     }
-    if rate > 0.0 {
+    Ok(BackboneLoader {
+        runtime,
+        rate_limit: rate,
+    })
+}
+
+/// Loads the backbone a rollout committed (`DATA/backbones/active`), else the ONNX model of
+/// `config.model_dir`, with ONNX Runtime.
+async fn load_model(config: &Config) -> Result<Arc<dyn InferenceBackend>, Error> {
+    let loader = backbone_loader(config)?;
+    if loader.rate_limit > 0.0 {
         info!(
-            images_per_second = rate,
+            images_per_second = loader.rate_limit,
             "model throughput capped (an emulated slower accelerator)"
         );
-        return Ok(Arc::new(RateCapped::new(Arc::new(backend), rate)));
     }
-    Ok(Arc::new(backend))
+    let committed = BackboneDirs::new(&config.data)
+        .active()
+        .map_err(|e| Error::Startup {
+            step: "reading the committed backbone's name",
+            source: Box::new(e),
+        })?;
+    let dir = committed.unwrap_or_else(|| config.model_dir.clone());
+    let at = dir.clone();
+    tokio::task::spawn_blocking(move || loader.load(&at))
+        .await?
+        .map_err(|source| Error::Model { dir, source })
 }
 
 /// Refuses rebalancing limits of 0, which would stop rebalancing.
@@ -350,7 +369,9 @@ async fn open_stores(
         max_volume_bytes: config.max_volume_bytes,
         min_free_bytes: config.min_free_bytes,
         ids,
+        index_cache_bytes: config.index_cache_bytes,
     };
+    let feature_cache_bytes = config.feature_cache_bytes;
     let (store, recovery, features) = tokio::task::spawn_blocking(move || {
         let (store, recovery) =
             PhotoStore::open(&dir, &store_config).map_err(|source| Error::Store {
@@ -358,7 +379,8 @@ async fn open_stores(
                 source,
             })?;
         let path = dir.join("features.redb");
-        let features = FeatureStore::open(&path).map_err(|source| Error::Store { path, source })?;
+        let features = FeatureStore::open(&path, feature_cache_bytes)
+            .map_err(|source| Error::Store { path, source })?;
         Ok::<_, Error>((store, recovery, features))
     })
     .await??;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use ndpipe_catalog::{Catalog, SqliteCatalog};
 use ndpipe_model::FakeBackend;
 
-use crate::storage::{FeatureStore, PhotoStore, StoreConfig};
+use crate::storage::{DEFAULT_FEATURE_CACHE_BYTES, FeatureStore, PhotoStore, StoreConfig};
 
 /// A PNG of 64x48 whose pixels depend on `seed`.
 pub(crate) fn png(seed: u8) -> bytes::Bytes {
@@ -35,7 +35,13 @@ pub(crate) fn setup() -> Setup {
     let (store, _) = PhotoStore::open(&dir.path().join("store"), &StoreConfig::default()).unwrap();
     Setup {
         store: Arc::new(store),
-        features: Arc::new(FeatureStore::open(&dir.path().join("features.redb")).unwrap()),
+        features: Arc::new(
+            FeatureStore::open(
+                &dir.path().join("features.redb"),
+                DEFAULT_FEATURE_CACHE_BYTES,
+            )
+            .unwrap(),
+        ),
         catalog: Arc::new(SqliteCatalog::open(&dir.path().join("c.sqlite")).unwrap()),
         fake: Arc::new(
             FakeBackend::new(16, 10)

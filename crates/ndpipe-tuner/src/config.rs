@@ -44,6 +44,12 @@ pub struct Config {
     pub model_dir: Option<PathBuf>,
     /// Model threads on the Tuner (0: ONNX Runtime decides).
     pub intra_threads: usize,
+    /// The ONNX Runtime shared library, which loads the Tuner's backbone and verifies added
+    /// ones (unset: `model_dir/lib/libonnxruntime.so` with `model_dir`, else the loader's
+    /// `libonnxruntime.so`).
+    pub ort_lib: Option<PathBuf>,
+    /// Largest backbone (ONNX file) `ndpipe models add` may upload, in bytes.
+    pub max_backbone_bytes: usize,
     /// A job fails, naming the node, when it hears nothing from a node for this long (ms): no
     /// message on a feature or re-labelling stream, no answer to a call. Also the deadline of
     /// every unary call to a node. Must exceed the time a node takes for one chunk of features.
@@ -54,6 +60,20 @@ pub struct Config {
 }
 
 impl Config {
+    /// How the Tuner runs ONNX Runtime: `ort_lib` (or its default) with `intra_threads`.
+    pub(crate) fn runtime(&self) -> ndpipe_model::RuntimeConfig {
+        let dylib = match (&self.ort_lib, &self.model_dir) {
+            (Some(lib), _) => lib.clone(),
+            (None, Some(dir)) => ndpipe_model::RuntimeConfig::for_model_dir(dir).dylib,
+            (None, None) => ndpipe_model::RuntimeConfig::default().dylib,
+        };
+        ndpipe_model::RuntimeConfig {
+            dylib,
+            intra_threads: self.intra_threads,
+            ..ndpipe_model::RuntimeConfig::default()
+        }
+    }
+
     /// The HTTP server's limits.
     pub(crate) fn http_limits(&self) -> ndpipe_util::serve::HttpLimits {
         ndpipe_util::serve::HttpLimits::from_config(
@@ -82,6 +102,8 @@ impl Default for Config {
             max_connections: 512,
             model_dir: None,
             intra_threads: 0,
+            ort_lib: None,
+            max_backbone_bytes: 512 << 20,
             node_timeout_ms: 30_000,
             node_lease_ms: 15_000,
         }

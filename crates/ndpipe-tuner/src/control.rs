@@ -15,11 +15,13 @@ use ndpipe_util::sync::{read, write};
 use tokio::sync::{Mutex, Notify, OwnedMutexGuard, oneshot};
 use tracing::info;
 
+use crate::backbones::Backbones;
 use crate::jobs::{JobKind, JobResult, JobView, Jobs, Progress};
 use crate::nodes::{Members, Nodes};
 use crate::registry::Registry;
 use crate::{
-    Config, DeployReport, FinetuneReport, FinetuneRequest, Mode, TunerError, deploy, failover,
+    Config, DeployReport, FinetuneReport, FinetuneRequest, Mode, RolloutReport, TunerError, deploy,
+    failover, rollout,
 };
 
 /// The node name of the Tuner's own rows (jobs, the version it means every node to serve) in a
@@ -37,6 +39,8 @@ pub(crate) struct JobEnv<'a> {
 pub(crate) struct Core {
     pub(crate) nodes: Nodes,
     pub(crate) registry: Registry,
+    /// The backbones kept for rollouts.
+    pub(crate) backbones: Backbones,
     pub(crate) jobs: Arc<Jobs>,
     /// The photo rows of the catalog: on a shared PostgreSQL catalog, every node's (search).
     pub(crate) photos: Arc<dyn PhotoCatalog>,
@@ -98,6 +102,7 @@ impl Core {
         Ok(Core {
             nodes,
             registry: Registry::open(&config.data, catalog.clone())?,
+            backbones: Backbones::open(&config.data, config.runtime(), config.max_backbone_bytes)?,
             jobs: Arc::new(Jobs::open(catalog.clone())?),
             photos: catalog,
             replicas: opened.replicas,
@@ -163,33 +168,12 @@ impl Core {
         let progress = self
             .jobs
             .start(JobKind::Finetune, request, members.skipped.clone())?;
-        let view = progress.view()?;
-        let (tx, rx) = oneshot::channel();
-        let core = self.clone();
-        tokio::spawn(async move {
-            let env = JobEnv {
-                nodes: &core.nodes,
-                registry: &core.registry,
-                progress: &progress,
-            };
-            let outcome = failover::finetune_surviving(
-                &env,
-                core.replicas.as_ref(),
-                members,
-                conventional,
-                req,
-            )
-            .await;
-            core.ended(
-                guard,
-                progress,
-                outcome
-                    .as_ref()
-                    .map(|r| JobResult::Finetune(Box::new(r.clone()))),
-            );
-            let _ = tx.send(outcome);
-        });
-        Ok((view, rx))
+        let wrap = |r: &FinetuneReport| JobResult::Finetune(Box::new(r.clone()));
+        self.spawn_job(guard, progress, wrap, move |core, progress| async move {
+            let env = core.env(&progress);
+            failover::finetune_surviving(&env, core.replicas.as_ref(), members, conventional, req)
+                .await
+        })
     }
 
     /// Checks that `version` is registered, then deploys it in the background.
@@ -205,21 +189,59 @@ impl Core {
         let progress = self
             .jobs
             .start(JobKind::Deploy, request, members.skipped.clone())?;
+        let wrap = |r: &DeployReport| JobResult::Deploy(r.clone());
+        self.spawn_job(guard, progress, wrap, move |core, progress| async move {
+            deploy::deploy(&core.env(&progress), &members, &record, head.as_ref()).await
+        })
+    }
+
+    /// Checks that `backbone` is kept, then rolls it out in the background.
+    pub(crate) fn submit_rollout(
+        self: &Arc<Self>,
+        backbone: &str,
+    ) -> Result<(JobView, Outcome<RolloutReport>), TunerError> {
+        let guard = self.try_lock()?;
+        let files = self.backbones.files(backbone)?;
+        let members = self.members()?;
+        let request = serde_json::json!({ "backbone": backbone, "version": files.version });
+        let progress = self
+            .jobs
+            .start(JobKind::Rollout, request, members.skipped.clone())?;
+        let wrap = |r: &RolloutReport| JobResult::Rollout(r.clone());
+        self.spawn_job(guard, progress, wrap, move |core, progress| async move {
+            rollout::rollout(&core.env(&progress), &members, &files).await
+        })
+    }
+
+    /// What a job of this Tuner works with, reporting on `progress`.
+    fn env<'a>(&'a self, progress: &'a Progress) -> JobEnv<'a> {
+        JobEnv {
+            nodes: &self.nodes,
+            registry: &self.registry,
+            progress,
+        }
+    }
+
+    /// Runs `job` in a task of its own that holds the job lock (`guard`) until it ends, then
+    /// records its outcome (its report `wrap`ped) on `progress`; returns the job as it starts.
+    fn spawn_job<T, Fut>(
+        self: &Arc<Self>,
+        guard: OwnedMutexGuard<()>,
+        progress: Progress,
+        wrap: fn(&T) -> JobResult,
+        job: impl FnOnce(Arc<Core>, Progress) -> Fut,
+    ) -> Result<(JobView, Outcome<T>), TunerError>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = Result<T, TunerError>> + Send + 'static,
+    {
         let view = progress.view()?;
         let (tx, rx) = oneshot::channel();
         let core = self.clone();
+        let running = job(core.clone(), progress.clone());
         tokio::spawn(async move {
-            let env = JobEnv {
-                nodes: &core.nodes,
-                registry: &core.registry,
-                progress: &progress,
-            };
-            let outcome = deploy::deploy(&env, &members, &record, head.as_ref()).await;
-            core.ended(
-                guard,
-                progress,
-                outcome.as_ref().map(|r| JobResult::Deploy(r.clone())),
-            );
+            let outcome = running.await;
+            core.ended(guard, progress, outcome.as_ref().map(wrap));
             let _ = tx.send(outcome);
         });
         Ok((view, rx))

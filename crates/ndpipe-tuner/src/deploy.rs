@@ -94,7 +94,9 @@ pub(crate) async fn deploy(
 }
 
 /// Brings one node to `record`: nothing when it serves it already, else the head staged (when
-/// the version has one), committed and the node's photos re-labelled.
+/// the version has one), committed and the node's photos re-labelled. A node on another
+/// backbone than the version's (it missed a rollout's commit) commits that backbone first,
+/// which it must have staged.
 pub(crate) async fn bring(
     node: &Node,
     record: &ModelVersion,
@@ -108,6 +110,21 @@ pub(crate) async fn bring(
         .map_err(|e| node_error(node, format!("inventory failed: {}", e.message())))?;
     if inventory.active_version == record.id {
         return Ok(());
+    }
+    if inventory.backbone_version != record.backbone {
+        let request = pb::CommitBackboneRequest {
+            backbone_version: record.backbone.clone(),
+        };
+        let reply = node
+            .unary(
+                request,
+                |mut c, r| async move { c.commit_backbone(r).await },
+            )
+            .await
+            .map_err(|e| node_error(node, format!("backbone commit failed: {}", e.message())))?;
+        if reply.model_version == record.id {
+            return Ok(());
+        }
     }
     if let Some(head) = head {
         let request = stage_request(record, head)?;
@@ -143,11 +160,7 @@ async fn stage(nodes: &[Node], record: &ModelVersion, head: &Head) -> Result<(),
         n.unary(request, |mut c, r| async move { c.stage_head(r).await })
     }))
     .await;
-    let Some((node, err)) = nodes
-        .iter()
-        .zip(&staged)
-        .find_map(|(n, r)| r.as_ref().err().map(|e| (n, e.message().to_string())))
-    else {
+    let Some(reason) = first_refusal(nodes, &staged) else {
         return Ok(());
     };
     futures::future::join_all(nodes.iter().map(|n| {
@@ -159,7 +172,19 @@ async fn stage(nodes: &[Node], record: &ModelVersion, head: &Head) -> Result<(),
     .await;
     Err(TunerError::DeployAborted {
         version: record.id.clone(),
-        reason: format!("{}: {err}", node.label()),
+        reason,
+    })
+}
+
+/// "node: why" of the first of `nodes` whose call in `results` failed, if one did.
+pub(crate) fn first_refusal<T>(
+    nodes: &[Node],
+    results: &[Result<T, tonic::Status>],
+) -> Option<String> {
+    nodes.iter().zip(results).find_map(|(n, r)| {
+        r.as_ref()
+            .err()
+            .map(|e| format!("{}: {}", n.label(), e.message()))
     })
 }
 

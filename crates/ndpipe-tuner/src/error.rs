@@ -77,6 +77,13 @@ pub enum TunerError {
         /// Which node refused and why.
         reason: String,
     },
+    /// A backbone that cannot be added: not base64, over the size limit, or a file ONNX Runtime
+    /// does not load or whose graph is not the manifest's.
+    #[error("invalid backbone: {0}")]
+    InvalidBackbone(String),
+    /// A backbone the Tuner does not keep.
+    #[error("unknown backbone {0}")]
+    UnknownBackbone(String),
     /// A model version that the registry does not have.
     #[error("unknown model version {0}")]
     UnknownVersion(String),
@@ -137,6 +144,8 @@ impl TunerError {
             TunerError::Busy => "job_running",
             TunerError::NoNodes | TunerError::NoEligibleNodes(_) => "no_nodes",
             TunerError::UnknownVersion(_) => "unknown_model",
+            TunerError::InvalidBackbone(_) => "invalid_backbone",
+            TunerError::UnknownBackbone(_) => "unknown_backbone",
             TunerError::UnknownNode(_) => "unknown_node",
             TunerError::UnknownJob(_) => "unknown_job",
             TunerError::Node { .. } => "node_failed",

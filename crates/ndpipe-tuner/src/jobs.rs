@@ -1,4 +1,4 @@
-//! Background jobs: a fine-tuning job or a deploy runs in a task of its own, so a client going
+//! Background jobs: a fine-tuning job, a deploy or a rollout runs in a task of its own, so a client going
 //! away never cancels it. Its phase, per-node progress and outcome are kept here and in the
 //! Tuner's job log (a catalog [`JobLog`] in `registry.sqlite`), so `GET /v1/tuner/jobs/{id}`
 //! answers while it runs and after it ended, across restarts too: a job that was running when
@@ -13,7 +13,7 @@ use ndpipe_util::time::now_ms;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::{DeployReport, FinetuneReport, TunerError};
+use crate::{DeployReport, FinetuneReport, RolloutReport, TunerError};
 
 /// What a job does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,6 +23,8 @@ pub enum JobKind {
     Finetune,
     /// A deploy of a registered version (also a rollback).
     Deploy,
+    /// A rollout of a kept backbone to every node.
+    Rollout,
 }
 
 /// Where a job stands.
@@ -31,6 +33,8 @@ pub enum JobKind {
 pub enum Phase {
     /// Asking the nodes what they hold.
     Surveying,
+    /// Sending a backbone to the nodes, which keep it staged.
+    Staging,
     /// The nodes stream features (the Tuner trains the runs that are complete).
     Extracting,
     /// Every node has sent its features; training finishes.
@@ -39,6 +43,8 @@ pub enum Phase {
     Deploying,
     /// The nodes re-label their photos.
     Relabelling,
+    /// The nodes switch to the rolled-out backbone.
+    Committing,
     /// Finished; the result is there.
     Done,
     /// Failed; the error is there.
@@ -46,7 +52,7 @@ pub enum Phase {
 }
 
 /// A node's progress in the current phase.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeProgress {
     /// "name (node N)".
     pub node: String,
@@ -54,6 +60,12 @@ pub struct NodeProgress {
     pub done: u64,
     /// Photos to do (0 until the node says).
     pub total: u64,
+    /// Photos per second, where the node reports it (a rollout's extraction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images_per_second: Option<f64>,
+    /// Seconds left at that rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_seconds: Option<f64>,
 }
 
 /// What a finished job produced.
@@ -64,6 +76,8 @@ pub enum JobResult {
     Finetune(Box<FinetuneReport>),
     /// A deploy's report.
     Deploy(DeployReport),
+    /// A rollout's report.
+    Rollout(RolloutReport),
 }
 
 /// Why a job failed.
@@ -175,6 +189,7 @@ impl Jobs {
         let prefix = match kind {
             JobKind::Finetune => "ft",
             JobKind::Deploy => "deploy",
+            JobKind::Rollout => "rollout",
         };
         let view = JobView {
             id: format!("{prefix}-{now}"),
@@ -182,6 +197,7 @@ impl Jobs {
             phase: match kind {
                 JobKind::Finetune => Phase::Surveying,
                 JobKind::Deploy => Phase::Deploying,
+                JobKind::Rollout => Phase::Staging,
             },
             request,
             created_ms: now,
@@ -245,7 +261,8 @@ impl Jobs {
     }
 }
 
-/// How a running job reports its phase, progress and outcome.
+/// How a running job reports its phase, progress and outcome (clones report on the same job).
+#[derive(Clone)]
 pub(crate) struct Progress {
     jobs: Arc<Jobs>,
     id: String,
@@ -272,6 +289,8 @@ impl Progress {
                     node: node.clone(),
                     done: 0,
                     total: 0,
+                    images_per_second: None,
+                    eta_seconds: None,
                 })
                 .collect();
         });
@@ -282,6 +301,19 @@ impl Progress {
         self.jobs.update(&self.id, false, |v| {
             if let Some(p) = v.progress.get_mut(i) {
                 (p.done, p.total) = (done, total);
+            }
+        });
+    }
+
+    /// Node `i` has done `done` of `total` photos at `images_per_second`: also shows the time
+    /// left at that rate.
+    pub(crate) fn node_rate(&self, i: usize, done: u64, total: u64, images_per_second: f64) {
+        self.jobs.update(&self.id, false, |v| {
+            if let Some(p) = v.progress.get_mut(i) {
+                (p.done, p.total) = (done, total);
+                p.images_per_second = Some(images_per_second);
+                p.eta_seconds = (images_per_second > 0.0)
+                    .then(|| total.saturating_sub(done) as f64 / images_per_second);
             }
         });
     }

@@ -23,6 +23,9 @@
 //!   clients with deadlines and stream watchdogs, and which of them a job may use;
 //! - `sync`: bringing nodes that serve another version to the active one;
 //! - `registry`: model versions (a catalog `ModelRegistry`) and their head files;
+//! - `backbones`: backbones added for rollouts, verified and kept in `DATA/backbones/`;
+//! - `rollout`: a backbone rollout as one job (stage on every node, re-extract with a
+//!   checkpoint and resume after a node's restart, commit everywhere);
 //! - `finetune`: a job — `request`, `report`, the node `streams`, the `intake` bookkeeping, load
 //!   `balance` and take-overs, the `trainer` thread, training through a cache over the memory
 //!   budget (`cached`), and the `conventional` comparison mode;
@@ -72,6 +75,7 @@
 #![deny(missing_docs)]
 
 mod api;
+mod backbones;
 mod config;
 mod control;
 mod deploy;
@@ -82,11 +86,13 @@ mod head;
 mod jobs;
 mod nodes;
 mod registry;
+mod rollout;
 mod schedule;
 mod server;
 mod sync;
 mod tuner;
 
+pub use backbones::{BackboneUpload, BackboneView};
 pub use config::Config;
 pub use deploy::DeployReport;
 pub use error::TunerError;
@@ -99,5 +105,6 @@ pub use head::{Head, HeadConfig, Prediction, RunReport};
 pub use jobs::{JobFailure, JobKind, JobResult, JobView, NodeProgress, Phase};
 pub use ndpipe_proto::RunPlan;
 pub use nodes::NodeView;
+pub use rollout::{NodeRollout, RolloutReport};
 pub use server::Running;
 pub use tuner::Tuner;

@@ -346,6 +346,18 @@ impl Nodes {
             .collect()
     }
 
+    /// The registered node named `name` with a live lease, if there is one (for a job that waits
+    /// for a node to come back).
+    pub(crate) fn named(&self, name: &str) -> Result<Option<Node>, TunerError> {
+        let now = now_ms();
+        self.registry
+            .nodes()?
+            .iter()
+            .find(|r| r.name == name && r.lease_expires_ms > now)
+            .map(|r| self.node(r))
+            .transpose()
+    }
+
     /// A job's handle on a registered node, reusing the client made for its url.
     fn node(&self, r: &NodeRecord) -> Result<Node, TunerError> {
         let mut clients = lock(&self.clients);

@@ -3,13 +3,16 @@
 use std::sync::Arc;
 
 use ndpipe_catalog::{ModelVersion, NodeHit, NodeState};
-use ndpipe_model::{InferenceBackend, OrtBackend, RuntimeConfig};
+use ndpipe_model::{InferenceBackend, OrtBackend};
 use ndpipe_util::fs::read_secret;
 
 use crate::control::Core;
 use crate::jobs::JobView;
 use crate::server::{self, Running};
-use crate::{Config, DeployReport, FinetuneReport, FinetuneRequest, NodeView, TunerError, api};
+use crate::{
+    BackboneUpload, BackboneView, Config, DeployReport, FinetuneReport, FinetuneRequest, NodeView,
+    RolloutReport, TunerError, api,
+};
 
 /// The Tuner: the registered PipeStores, the model registry, and the jobs over them (one at a
 /// time: a fine-tuning job or a deploy), each running in the background.
@@ -26,6 +29,7 @@ use crate::{Config, DeployReport, FinetuneReport, FinetuneRequest, NodeView, Tun
 pub struct Tuner {
     core: Arc<Core>,
     token: Option<Arc<str>>,
+    backbone_upload_limit: usize,
 }
 
 impl Tuner {
@@ -47,19 +51,16 @@ impl Tuner {
             ),
             (None, None) => None,
         };
-        let backbone = match &config.model_dir {
-            Some(dir) => {
-                let runtime = RuntimeConfig {
-                    intra_threads: config.intra_threads,
-                    ..RuntimeConfig::for_model_dir(dir)
-                };
-                Some(Arc::new(OrtBackend::load(dir, &runtime)?) as Arc<dyn InferenceBackend>)
-            }
-            None => None,
-        };
+        let backbone =
+            match &config.model_dir {
+                Some(dir) => Some(Arc::new(OrtBackend::load(dir, &config.runtime())?)
+                    as Arc<dyn InferenceBackend>),
+                None => None,
+            };
         Ok(Tuner {
             core: Arc::new(Core::open(config, backbone)?),
             token,
+            backbone_upload_limit: upload_limit(config.max_backbone_bytes),
         })
     }
 
@@ -106,6 +107,14 @@ impl Tuner {
         Ok(self.core.submit_deploy(version)?.0)
     }
 
+    /// Starts a rollout of kept backbone `backbone` (its sha256) in the background and returns
+    /// it as it starts: staged on every node, every photo re-extracted and labelled with it,
+    /// then committed everywhere. Fails at once like [`Tuner::submit_deploy`], and with
+    /// [`TunerError::UnknownBackbone`].
+    pub fn submit_rollout(&self, backbone: &str) -> Result<JobView, TunerError> {
+        Ok(self.core.submit_rollout(backbone)?.0)
+    }
+
     /// Fine-tunes a new head from the nodes' features (NDPipe's pipelined runs), records the
     /// version and, when `req.deploy`, deploys it: a job run to its end. Fails with
     /// [`TunerError::Busy`] while another job runs.
@@ -118,6 +127,38 @@ impl Tuner {
     /// rollback; a job run to its end. Fails with [`TunerError::Busy`] while another job runs.
     pub async fn deploy(&self, version: &str) -> Result<DeployReport, TunerError> {
         let (_, outcome) = self.core.submit_deploy(version)?;
+        outcome.await.map_err(ended)?
+    }
+
+    /// Verifies a backbone (ONNX Runtime loads it; its input, outputs and dimensions are the
+    /// manifest's), keeps it durably under the data directory and records its pretrained
+    /// version. Returns it and whether it is new. [`TunerError::InvalidBackbone`] for a file
+    /// that does not load as its manifest says.
+    pub async fn add_backbone(
+        &self,
+        upload: BackboneUpload,
+    ) -> Result<(BackboneView, bool), TunerError> {
+        let core = self.core.clone();
+        tokio::task::spawn_blocking(move || core.backbones.add(upload, &core.registry))
+            .await
+            .map_err(|e| TunerError::Internal(format!("adding a backbone: {e}")))?
+    }
+
+    /// Every backbone the Tuner keeps.
+    pub fn backbones(&self) -> Result<Vec<BackboneView>, TunerError> {
+        self.core.backbones.list()
+    }
+
+    /// The largest body of `POST /v1/tuner/backbones`: the base64 of the largest ONNX file
+    /// and room for the manifest and class names.
+    pub(crate) fn backbone_upload_limit(&self) -> usize {
+        self.backbone_upload_limit
+    }
+
+    /// Rolls kept backbone `backbone` out to every node: a job run to its end. Fails with
+    /// [`TunerError::Busy`] while another job runs.
+    pub async fn rollout(&self, backbone: &str) -> Result<RolloutReport, TunerError> {
+        let (_, outcome) = self.core.submit_rollout(backbone)?;
         outcome.await.map_err(ended)?
     }
 
@@ -199,4 +240,13 @@ impl Tuner {
 /// A job's task ended without sending its outcome: it panicked.
 fn ended(_: tokio::sync::oneshot::error::RecvError) -> TunerError {
     TunerError::Internal("the job's task ended without a result".into())
+}
+
+/// The body limit for ONNX files of at most `max_bytes`: their base64 and 4 MiB for the rest.
+fn upload_limit(max_bytes: usize) -> usize {
+    max_bytes
+        .saturating_add(2)
+        .div_ceil(3)
+        .saturating_mul(4)
+        .saturating_add(4 << 20)
 }

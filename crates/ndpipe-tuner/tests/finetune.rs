@@ -1,8 +1,8 @@
 //! Fine-tuning and deploy end to end against fake PipeStores (gRPC servers in this process whose
 //! features are a function of the photo's label): pipelined runs, a damaged chunk fetched again,
-//! load balancing with a take-over, training through a cache, the two-phase deploy and rollback,
-//! a stalled node failing the job by name, and a node that missed a commit brought to the active
-//! version afterwards.
+//! load balancing with a take-over (in the job's mode and limits), training through a cache,
+//! the two-phase deploy and rollback, a stalled node failing the job by name, and a node that
+//! missed a commit brought to the active version afterwards.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -106,26 +106,7 @@ impl Fake {
     }
 
     fn chunk(&self, part: Part, run: u32, seq: u32, rows: &[(u64, u32)], tensors: bool) -> Event {
-        let mut chunk = if tensors {
-            let (h, w) = (224, 224);
-            encode_tensor_chunk(
-                part,
-                run,
-                seq,
-                &Tensors {
-                    data: rows
-                        .iter()
-                        .flat_map(|r| vec![(r.1 * 200) as u8; h * w * 3])
-                        .collect(),
-                    height: h as u32,
-                    width: w as u32,
-                    labels: rows.iter().map(|r| r.1).collect(),
-                    photo_ids: rows.iter().map(|r| r.0).collect(),
-                },
-            )
-        } else {
-            encode_chunk(part, run, seq, &features(rows))
-        };
+        let mut chunk = encode(part, run, seq, rows, tensors);
         let mut sent = self.sent.lock().unwrap();
         let first = sent.is_empty();
         sent.insert((part as i32, run, seq), chunk.clone());
@@ -134,6 +115,25 @@ impl Fake {
         }
         Event::Chunk(chunk)
     }
+}
+
+/// A chunk of `rows`: their features, or with `tensors` their (fake) u8 tensors.
+fn encode(part: Part, run: u32, seq: u32, rows: &[(u64, u32)], tensors: bool) -> pb::FeatureChunk {
+    if !tensors {
+        return encode_chunk(part, run, seq, &features(rows));
+    }
+    let (h, w) = (224, 224);
+    let t = Tensors {
+        data: rows
+            .iter()
+            .flat_map(|r| vec![(r.1 * 200) as u8; h * w * 3])
+            .collect(),
+        height: h as u32,
+        width: w as u32,
+        labels: rows.iter().map(|r| r.1).collect(),
+        photo_ids: rows.iter().map(|r| r.0).collect(),
+    };
+    encode_tensor_chunk(part, run, seq, &t)
 }
 
 #[derive(Clone)]
@@ -199,7 +199,8 @@ impl PipeStore for Node {
             // As PipeStores do: throughput after chunks, then the part is ready.
             events.push(Event::Throughput(pb::Throughput {
                 images_per_second: fake.behaviour.rate,
-                ..Default::default()
+                done: val.len() as u64,
+                total: (val.len() + train.len()) as u64,
             }));
             events.push(Event::RunReady(pb::RunReady {
                 part: Part::Val as i32,
@@ -239,6 +240,7 @@ impl PipeStore for Node {
                 seconds: 0.5,
                 extracted: 3,
                 deleted: 0,
+                ..Default::default()
             }));
             for e in events {
                 if tx.send(e).await.is_err() {
@@ -340,12 +342,16 @@ impl PipeStore for Node {
         *given = give.min(last.len());
         let photos = train[last.end - *given..last.end]
             .iter()
-            .map(|&(id, label)| pb::LabelledPhoto { id, label })
+            .map(|&(id, label)| pb::LabelledPhoto {
+                id,
+                label,
+                run: plan.runs() as u32 - 1,
+                sha256: String::new(),
+            })
             .collect();
-        let run = plan.runs() as u32 - 1;
         drop(job);
         self.0.rebalanced.notify_one();
-        Ok(Response::new(pb::RebalanceReply { photos, run }))
+        Ok(Response::new(pb::RebalanceReply { photos }))
     }
 
     type TakeOverStream = Events;
@@ -355,17 +361,21 @@ impl PipeStore for Node {
         request: Request<pb::TakeOverRequest>,
     ) -> Result<Response<Events>, Status> {
         let req = request.into_inner();
+        self.0.call(format!(
+            "take over {} photos: tensors {}, stored {}, throttle {}, cap {}",
+            req.photos.len(),
+            req.ship_tensors,
+            req.use_stored_features,
+            req.throttle_images_per_second,
+            req.bandwidth_bytes_per_second
+        ));
         let corrupt = self.0.behaviour.corrupt_takeovers;
         let (tx, rx) = mpsc::channel(16);
         tokio::spawn(async move {
             let rows: Vec<(u64, u32)> = req.photos.iter().map(|p| (p.id, p.label)).collect();
             for (k, rows) in rows.chunks(req.chunk_size as usize).enumerate() {
-                let mut chunk = encode_chunk(
-                    Part::Train,
-                    req.run,
-                    req.first_seq + k as u32,
-                    &features(rows),
-                );
+                let (run, seq) = (req.photos[0].run, req.first_seq + k as u32);
+                let mut chunk = encode(Part::Train, run, seq, rows, req.ship_tensors);
                 if corrupt {
                     chunk.crc32c ^= 1;
                 }
@@ -378,6 +388,7 @@ impl PipeStore for Node {
                 seconds: 0.1,
                 extracted: rows.len() as u64,
                 deleted: 0,
+                ..Default::default()
             };
             let _ = tx.send(Event::Done(done)).await;
         });
@@ -410,6 +421,53 @@ impl PipeStore for Node {
             &features(&rows),
         )))
     }
+
+    type ExtractBackboneStream =
+        Pin<Box<dyn Stream<Item = Result<pb::ExtractBackboneEvent, Status>> + Send>>;
+
+    async fn stage_backbone(
+        &self,
+        _: Request<tonic::Streaming<pb::BackboneChunk>>,
+    ) -> Result<Response<pb::StageBackboneReply>, Status> {
+        Err(no_rollouts())
+    }
+
+    async fn extract_backbone(
+        &self,
+        _: Request<pb::ExtractBackboneRequest>,
+    ) -> Result<Response<Self::ExtractBackboneStream>, Status> {
+        Err(no_rollouts())
+    }
+
+    async fn commit_backbone(
+        &self,
+        _: Request<pb::CommitBackboneRequest>,
+    ) -> Result<Response<pb::CommitBackboneReply>, Status> {
+        Err(no_rollouts())
+    }
+
+    async fn abort_backbone(
+        &self,
+        _: Request<pb::AbortBackboneRequest>,
+    ) -> Result<Response<pb::AbortBackboneReply>, Status> {
+        Err(no_rollouts())
+    }
+
+    async fn put_features(
+        &self,
+        request: Request<pb::PutFeaturesRequest>,
+    ) -> Result<Response<pb::PutFeaturesReply>, Status> {
+        let chunk = request.into_inner().chunk.unwrap_or_default();
+        self.0.call(format!("put features {}", chunk.count));
+        Ok(Response::new(pb::PutFeaturesReply {
+            stored: chunk.count,
+        }))
+    }
+}
+
+/// Rollouts are tested with real PipeStores (`crates/ndpipe/tests/integration/rollout.rs`).
+fn no_rollouts() -> Status {
+    Status::unimplemented("the fake PipeStore does not take backbones")
 }
 
 /// A fake PipeStore with `train` training and `val` validation photos (ids from `first`),
@@ -454,6 +512,26 @@ fn tuner(dir: &std::path::Path) -> Tuner {
     .unwrap()
 }
 
+/// Registers the fakes at `a` and `b` as ps-a and ps-b.
+fn register(tuner: &Tuner, a: SocketAddr, b: SocketAddr) {
+    tuner.register_node("ps-a", &format!("http://{a}")).unwrap();
+    tuner.register_node("ps-b", &format!("http://{b}")).unwrap();
+}
+
+/// Registers ps-a, a fake behaving as `fast`, and ps-b, a slow one (10 images/s) that waits for
+/// a rebalance before its training runs; 40 training and 10 validation photos each.
+async fn fast_and_slow(tuner: &Tuner, fast: Behaviour) -> (Arc<Fake>, Arc<Fake>) {
+    let slow = Behaviour {
+        rate: 10.0,
+        wait_for_rebalance: true,
+        ..Behaviour::default()
+    };
+    let (a, a_addr) = fake(0, 40, 10, fast).await;
+    let (b, b_addr) = fake(1000, 40, 10, slow).await;
+    register(tuner, a_addr, b_addr);
+    (a, b)
+}
+
 fn small(req: FinetuneRequest) -> FinetuneRequest {
     FinetuneRequest {
         runs: 2,
@@ -481,19 +559,7 @@ async fn two_nodes_pipelined_with_a_refetch_a_take_over_and_a_deploy_then_rollba
         corrupt_first: true,
         ..Behaviour::default()
     };
-    let slow = Behaviour {
-        rate: 10.0,
-        wait_for_rebalance: true,
-        ..Behaviour::default()
-    };
-    let (a, a_addr) = fake(0, 40, 10, fast).await;
-    let (b, b_addr) = fake(1000, 40, 10, slow).await;
-    tuner
-        .register_node("ps-a", &format!("http://{a_addr}"))
-        .unwrap();
-    tuner
-        .register_node("ps-b", &format!("http://{b_addr}"))
-        .unwrap();
+    let (a, b) = fast_and_slow(&tuner, fast).await;
 
     let report = run(&tuner, small(FinetuneRequest::default())).await;
 
@@ -509,6 +575,8 @@ async fn two_nodes_pipelined_with_a_refetch_a_take_over_and_a_deploy_then_rollba
     assert!(report.val_top1 > 0.9, "{report:?}");
     assert_eq!(report.chunks_refetched, 1);
     assert!(a.calls.lock().unwrap().contains(&"refetch 0 0".to_string()));
+    let took = "take over 20 photos: tensors false, stored true, throttle 0, cap 0".to_string();
+    assert!(a.calls.lock().unwrap().contains(&took), "the job's mode");
     assert_eq!(report.rebalanced.len(), 1, "{report:?}");
     let moved = &report.rebalanced[0];
     assert!(moved.from.starts_with("ps-b") && moved.to.starts_with("ps-a"));
@@ -608,12 +676,7 @@ async fn over_the_memory_budget_training_reads_through_the_cache() {
     let tuner = tuner(dir.path());
     let (_a, a_addr) = fake(0, 40, 10, Behaviour::default()).await;
     let (_b, b_addr) = fake(1000, 40, 10, Behaviour::default()).await;
-    tuner
-        .register_node("ps-a", &format!("http://{a_addr}"))
-        .unwrap();
-    tuner
-        .register_node("ps-b", &format!("http://{b_addr}"))
-        .unwrap();
+    register(&tuner, a_addr, b_addr);
     // 80 training features of 4 f32 are 1280 bytes; 20 rows of f16 fit in 160.
     let req = small(FinetuneRequest {
         memory_budget_bytes: 160,
@@ -633,6 +696,14 @@ async fn over_the_memory_budget_training_reads_through_the_cache() {
     assert!(cache.misses > 0 && cache.fetched_bytes > 0, "{cache:?}");
     assert_eq!(report.train_images, 80);
     assert!(report.val_top1 > 0.9, "{report:?}");
+    // Neither fake reports a throughput: balancing is skipped, and the report says why (no
+    // rate, or every stream ended before one could be known).
+    assert!(report.rebalanced.is_empty());
+    let why = report.balance_skipped.as_deref().unwrap_or_default();
+    assert!(
+        why.contains("throughput") || why.contains("finished"),
+        "{report:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -644,19 +715,7 @@ async fn a_damaged_take_over_chunk_fails_the_job_naming_both_nodes() {
         corrupt_takeovers: true,
         ..Behaviour::default()
     };
-    let slow = Behaviour {
-        rate: 10.0,
-        wait_for_rebalance: true,
-        ..Behaviour::default()
-    };
-    let (_a, a_addr) = fake(0, 40, 10, fast).await;
-    let (_b, b_addr) = fake(1000, 40, 10, slow).await;
-    tuner
-        .register_node("ps-a", &format!("http://{a_addr}"))
-        .unwrap();
-    tuner
-        .register_node("ps-b", &format!("http://{b_addr}"))
-        .unwrap();
+    fast_and_slow(&tuner, fast).await;
     let err = tuner
         .finetune(small(FinetuneRequest::default()))
         .await
@@ -696,6 +755,37 @@ async fn conventional_mode_runs_the_tuners_backbone_on_shipped_tensors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moved_work_follows_the_jobs_mode_throttle_and_bandwidth_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let fast = Behaviour {
+        rate: 1000.0,
+        ..Behaviour::default()
+    };
+    let backbone = ndpipe_model::FakeBackend::new(DIM, 2);
+    let tuner = tuner(dir.path()).with_backbone(Arc::new(backbone));
+    let (a, _) = fast_and_slow(&tuner, fast).await;
+    let req = small(FinetuneRequest {
+        mode: Mode::Conventional,
+        use_stored_features: false,
+        throttle: [("ps-a".to_string(), 7.0), ("ps-b".to_string(), 3.0)].into(),
+        bandwidth_bytes_per_second: 1e9,
+        deploy: false,
+        ..FinetuneRequest::default()
+    });
+    let report = run(&tuner, req).await;
+    assert_eq!(report.rebalanced.len(), 1, "{report:?}");
+    assert_eq!((report.train_images, report.val_images), (80, 20));
+    // The fast node ships the tensors (the Tuner runs the backbone on them too), under its own
+    // throttle and the job's cap.
+    let took = "take over 20 photos: tensors true, stored false, throttle 7, cap 1000000000";
+    assert!(
+        a.calls.lock().unwrap().contains(&took.to_string()),
+        "{:?}",
+        a.calls.lock().unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_node_fails_the_job_by_name_and_the_next_job_runs() {
     let dir = tempfile::tempdir().unwrap();
     let tuner = tuner(dir.path());
@@ -705,12 +795,7 @@ async fn a_stalled_node_fails_the_job_by_name_and_the_next_job_runs() {
     };
     let (_a, a_addr) = fake(0, 40, 10, Behaviour::default()).await;
     let (_b, b_addr) = fake(1000, 40, 10, stalled).await;
-    tuner
-        .register_node("ps-a", &format!("http://{a_addr}"))
-        .unwrap();
-    tuner
-        .register_node("ps-b", &format!("http://{b_addr}"))
-        .unwrap();
+    register(&tuner, a_addr, b_addr);
     let req = small(FinetuneRequest {
         deploy: false,
         load_balance: false,
@@ -760,12 +845,7 @@ async fn a_node_that_misses_the_commit_is_brought_to_the_active_version() {
     let tuner = tuner(dir.path());
     let (_a, a_addr) = fake(0, 40, 10, Behaviour::default()).await;
     let (b, b_addr) = fake(1000, 40, 10, Behaviour::default()).await;
-    tuner
-        .register_node("ps-a", &format!("http://{a_addr}"))
-        .unwrap();
-    tuner
-        .register_node("ps-b", &format!("http://{b_addr}"))
-        .unwrap();
+    register(&tuner, a_addr, b_addr);
     b.fail_commits.store(1, Ordering::Relaxed);
     let report = run(
         &tuner,

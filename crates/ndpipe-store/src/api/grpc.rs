@@ -7,20 +7,22 @@ use std::sync::Arc;
 
 use ndpipe_proto::pb;
 use ndpipe_proto::pb::pipe_store_server::{PipeStore as PipeStoreRpc, PipeStoreServer};
-use ndpipe_proto::pb::relabel_event;
+use ndpipe_proto::pb::{extract_backbone_event, relabel_event};
 use ndpipe_proto::transport::{ClusterSecret, Guard};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::service::interceptor::InterceptedService;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
-use crate::node::{MAX_MESSAGE, NodeError, PipeStoreNode};
+use crate::node::{MAX_BACKBONE_BYTES, MAX_MESSAGE, NodeError, PipeStoreNode};
 
 type ExtractStream =
     Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ExtractEvent, Status>> + Send>>;
 type RelabelStream =
     Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::RelabelEvent, Status>> + Send>>;
+type ExtractBackboneStream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ExtractBackboneEvent, Status>> + Send>>;
 
 /// The tonic service over a shared node.
 #[derive(Clone)]
@@ -62,19 +64,90 @@ impl PipeStoreRpc for PipeStoreService {
     type ExtractStream = ExtractStream;
     type TakeOverStream = ExtractStream;
     type RelabelStream = RelabelStream;
+    type ExtractBackboneStream = ExtractBackboneStream;
+
+    /// Takes the chunks in order (each checked as it comes), then stages the whole file off
+    /// the async runtime.
+    async fn stage_backbone(
+        &self,
+        request: Request<Streaming<pb::BackboneChunk>>,
+    ) -> Result<Response<pb::StageBackboneReply>, Status> {
+        let mut chunks = request.into_inner();
+        let mut upload = ndpipe_proto::BackboneAssembly::default();
+        while let Some(chunk) = chunks.message().await? {
+            upload
+                .push(chunk, MAX_BACKBONE_BYTES)
+                .map_err(|e| NodeError::BadBackbone(e.to_string()))?;
+        }
+        let model_version = self
+            .blocking(move |node| node.stage_backbone(upload))
+            .await?;
+        Ok(Response::new(pb::StageBackboneReply { model_version }))
+    }
+
+    /// Re-extracts on a blocking thread, streaming its progress after every batch and the
+    /// report last. The pass finishes (and checkpoints) even if the Tuner stops listening.
+    async fn extract_backbone(
+        &self,
+        request: Request<pb::ExtractBackboneRequest>,
+    ) -> Result<Response<Self::ExtractBackboneStream>, Status> {
+        let sha = request.into_inner().backbone_version;
+        let node = self.0.clone();
+        let (tx, rx) = mpsc::channel(16);
+        tokio::task::spawn_blocking(move || {
+            let event = |event| pb::ExtractBackboneEvent { event: Some(event) };
+            let progress = |done, total, images_per_second| {
+                let progress = pb::ExtractBackboneProgress {
+                    done,
+                    total,
+                    images_per_second,
+                };
+                let _ =
+                    tx.blocking_send(Ok(event(extract_backbone_event::Event::Progress(progress))));
+            };
+            let done = node
+                .extract_backbone(&sha, progress)
+                .map(|done| event(extract_backbone_event::Event::Done(done)))
+                .map_err(Status::from);
+            let _ = tx.blocking_send(done);
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn commit_backbone(
+        &self,
+        request: Request<pb::CommitBackboneRequest>,
+    ) -> Result<Response<pb::CommitBackboneReply>, Status> {
+        let sha = request.into_inner().backbone_version;
+        let reply = self
+            .blocking(move |node| node.commit_backbone(&sha))
+            .await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn abort_backbone(
+        &self,
+        request: Request<pb::AbortBackboneRequest>,
+    ) -> Result<Response<pb::AbortBackboneReply>, Status> {
+        let sha = request.into_inner().backbone_version;
+        self.blocking(move |node| node.abort_backbone(&sha)).await?;
+        Ok(Response::new(pb::AbortBackboneReply {}))
+    }
 
     async fn rebalance(
         &self,
         request: Request<pb::RebalanceRequest>,
     ) -> Result<Response<pb::RebalanceReply>, Status> {
-        Ok(Response::new(self.0.rebalance(&request.into_inner())?))
+        let request = request.into_inner();
+        let reply = self.blocking(move |node| node.rebalance(&request)).await?;
+        Ok(Response::new(reply))
     }
 
     async fn take_over(
         &self,
         request: Request<pb::TakeOverRequest>,
     ) -> Result<Response<Self::TakeOverStream>, Status> {
-        let rx = self.0.take_over(request.into_inner()).await?;
+        let rx = self.0.clone().take_over(request.into_inner()).await?;
         Ok(Response::new(events(rx)))
     }
 
@@ -82,9 +155,22 @@ impl PipeStoreRpc for PipeStoreService {
         &self,
         request: Request<pb::GetFeaturesRequest>,
     ) -> Result<Response<pb::FeatureChunk>, Status> {
-        let ids = request.into_inner().ids;
-        let chunk = self.blocking(move |node| node.features_chunk(&ids)).await?;
+        let request = request.into_inner();
+        let chunk = self
+            .blocking(move |node| node.features_chunk(&request.ids, request.stored_only))
+            .await?;
         Ok(Response::new(chunk))
+    }
+
+    async fn put_features(
+        &self,
+        request: Request<pb::PutFeaturesRequest>,
+    ) -> Result<Response<pb::PutFeaturesReply>, Status> {
+        let request = request.into_inner();
+        let reply = self
+            .blocking(move |node| node.put_features(&request))
+            .await?;
+        Ok(Response::new(reply))
     }
 
     async fn get_tensors(

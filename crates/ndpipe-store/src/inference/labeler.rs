@@ -4,12 +4,12 @@
 //! runtime). The thread gathers up to `max_batch` photos, waiting at most `max_wait` after the
 //! first one, so concurrent uploads share a batch; it then writes the top-k labels to the catalog
 //! and the feature vectors to the feature store. The HTTP 201 does not wait for this: the
-//! 201-to-label latency is exported as `ndpipe_store_label_latency_seconds`. A photo whose labels
-//! are lost (queue full, crash) is picked up by the next re-labelling. The primary of a
+//! 201-to-label latency is exported as `ndpipe_store_label_latency_seconds`. Photos that find the
+//! queue full wait in a bounded [`Backlog`] of ids (past its bound, in the catalog as unlabelled);
+//! a photo whose labels a crash lost is queued again at the next start. The primary of a
 //! replicated photo labels it before the 201 instead ([`Labeler::label_first`]), so that its
 //! copies carry its features; it files the labels itself once the photo is catalogued.
 
-use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -23,6 +23,7 @@ use tracing::warn;
 
 use super::InferenceError;
 use super::backbone::stored_tensor;
+use super::backlog::Backlog;
 use super::model::{ActiveModel, SharedModel};
 use crate::metrics::StoreMetrics;
 use crate::storage::features::encode;
@@ -37,8 +38,10 @@ pub(crate) struct LabelerConfig {
     pub(crate) max_wait: Duration,
     /// Labels kept per photo.
     pub(crate) top_k: usize,
-    /// Photos waiting for the model before new ones are left to re-labelling.
+    /// Photos waiting for the model with their tensors; more go to the backlog.
     pub(crate) queue: usize,
+    /// Photo ids the backlog holds; more are found again in the catalog.
+    pub(crate) backlog: usize,
 }
 
 impl Default for LabelerConfig {
@@ -47,7 +50,8 @@ impl Default for LabelerConfig {
             max_batch: 16,
             max_wait: Duration::from_millis(5),
             top_k: 5,
-            queue: 1024,
+            queue: 256,
+            backlog: 100_000,
         }
     }
 }
@@ -79,12 +83,9 @@ pub(crate) struct Labeler {
     tx: Mutex<Option<SyncSender<Request>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     model: SharedModel,
-    backlog: Backlog,
+    backlog: Arc<Backlog>,
+    metrics: Arc<StoreMetrics>,
 }
-
-/// Photos that arrived while the queue was full, labelled from their stored tensors when the
-/// model thread is idle.
-type Backlog = Arc<Mutex<VecDeque<(u64, Instant)>>>;
 
 impl Labeler {
     /// Starts the model thread.
@@ -97,13 +98,13 @@ impl Labeler {
         config: LabelerConfig,
     ) -> std::io::Result<Self> {
         let (tx, rx) = std::sync::mpsc::sync_channel(config.queue.max(1));
-        let backlog = Backlog::default();
+        let backlog = Arc::new(Backlog::new(config.backlog));
         let worker = Worker {
             model: model.clone(),
             features,
             store,
             catalog,
-            metrics,
+            metrics: metrics.clone(),
             config,
             backlog: backlog.clone(),
         };
@@ -115,6 +116,7 @@ impl Labeler {
             thread: Mutex::new(Some(thread)),
             model,
             backlog,
+            metrics,
         })
     }
 
@@ -126,11 +128,11 @@ impl Labeler {
     /// Queues stored photos for labelling from their stored tensors (e.g. photos stored while
     /// no model was loaded, or whose labels a crash lost).
     pub(crate) fn enqueue_stored(&self, ids: impl IntoIterator<Item = u64>) {
-        let now = Instant::now();
-        lock(&self.backlog).extend(ids.into_iter().map(|id| (id, now)));
+        self.backlog.extend(ids, Instant::now());
+        set_gauge(&self.metrics, &self.backlog);
     }
 
-    /// Queues a stored photo for labelling. When the queue is full, the photo's id goes to a
+    /// Queues a stored photo for labelling. When the queue is full, the photo's id goes to the
     /// backlog that the model thread works off (reading the stored tensor) when it is idle.
     pub(crate) fn submit(&self, id: u64, tensor: ImageTensor) {
         let tx = lock(&self.tx);
@@ -142,7 +144,8 @@ impl Labeler {
             enqueued,
             reply: None,
         }) {
-            lock(&self.backlog).push_back((id, enqueued));
+            self.backlog.extend([id], enqueued);
+            set_gauge(&self.metrics, &self.backlog);
         }
     }
 
@@ -199,7 +202,7 @@ struct Worker {
     features: Arc<FeatureStore>,
     metrics: Arc<StoreMetrics>,
     config: LabelerConfig,
-    backlog: Backlog,
+    backlog: Arc<Backlog>,
 }
 
 impl Worker {
@@ -235,13 +238,14 @@ impl Worker {
         }
     }
 
-    /// Labels up to one batch of backlogged photos from their stored tensors.
+    /// Labels up to one batch of backlogged photos from their stored tensors, first refilling
+    /// the backlog from the catalog if it left photos out.
     fn work_off_backlog(&self, max_batch: usize) {
-        let taken: Vec<(u64, Instant)> = {
-            let mut backlog = lock(&self.backlog);
-            let n = backlog.len().min(max_batch);
-            backlog.drain(..n).collect()
-        };
+        if self.backlog.needs_refill() {
+            self.refill_backlog();
+        }
+        let taken = self.backlog.take(max_batch);
+        set_gauge(&self.metrics, &self.backlog);
         let mut batch = Vec::with_capacity(taken.len());
         for (id, enqueued) in taken {
             match stored_tensor(&self.store, id) {
@@ -262,6 +266,18 @@ impl Worker {
         {
             warn!(error = %e, photos, "labelling backlogged photos failed");
             self.metrics.error("label_failed");
+        }
+    }
+
+    /// Queues the photos the catalog holds without labels of the active version.
+    fn refill_backlog(&self) {
+        let version = self.model.get().version;
+        match self.catalog.unlabelled(&version) {
+            Ok(ids) => self.backlog.extend(ids, Instant::now()),
+            Err(e) => warn!(
+                error = %e,
+                "cannot list the unlabelled photos; they stay unlabelled until the next start or re-labelling"
+            ),
         }
     }
 
@@ -305,6 +321,13 @@ impl Worker {
     }
 }
 
+/// Shows how many photo ids wait in the backlog.
+fn set_gauge(metrics: &StoreMetrics, backlog: &Backlog) {
+    metrics
+        .label_backlog
+        .set(i64::try_from(backlog.len()).unwrap_or(i64::MAX));
+}
+
 /// Files the features and labels of a batch: features under the backbone, then labels under the
 /// model version, so a photo with labels always has its features. Labels of photos deleted
 /// meanwhile are skipped.
@@ -338,26 +361,16 @@ mod tests {
 
     use super::*;
     use crate::ingest::{IngestConfig, Ingestor};
-    use crate::testing::{png, setup};
+    use crate::testing::{Setup, png, setup};
 
-    #[tokio::test]
-    async fn concurrent_uploads_share_batches_and_get_labels_and_features() {
-        let s = setup();
+    /// A labeller over `s`'s fake model as version `fake-v1`.
+    fn start(s: &Setup, metrics: &Arc<StoreMetrics>, config: LabelerConfig) -> Labeler {
         let model = ActiveModel {
             backend: s.fake.clone(),
             version: "fake-v1".into(),
             head: None,
         };
-        // A queue of 4 for 16 uploads: the rest go through the backlog, from their stored
-        // tensors.
-        let config = LabelerConfig {
-            max_batch: 8,
-            max_wait: Duration::from_millis(50),
-            queue: 4,
-            ..LabelerConfig::default()
-        };
-        let metrics = Arc::new(StoreMetrics::default());
-        let labeler = Labeler::start(
+        Labeler::start(
             SharedModel::new(model),
             s.store.clone(),
             s.features.clone(),
@@ -365,7 +378,23 @@ mod tests {
             metrics.clone(),
             config,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn concurrent_uploads_share_batches_and_get_labels_and_features() {
+        let s = setup();
+        // A queue of 4 and a backlog of 2 for 16 uploads: the rest wait in the catalog as
+        // unlabelled, and are labelled from their stored tensors once the backlog refills.
+        let config = LabelerConfig {
+            max_batch: 8,
+            max_wait: Duration::from_millis(50),
+            queue: 4,
+            backlog: 2,
+            ..LabelerConfig::default()
+        };
+        let metrics = Arc::new(StoreMetrics::default());
+        let labeler = start(&s, &metrics, config);
         let ingestor = Arc::new(
             Ingestor::new(
                 s.store.clone(),
@@ -442,5 +471,48 @@ mod tests {
             s.catalog.predictions(late).unwrap().is_empty(),
             "a stopped labeler labels nothing"
         );
+    }
+
+    #[tokio::test]
+    async fn a_backlog_past_its_bound_refills_from_the_catalog_and_labels_every_photo() {
+        let s = setup();
+        let metrics = Arc::new(StoreMetrics::default());
+        let ingestor = Ingestor::new(
+            s.store.clone(),
+            s.features.clone(),
+            s.catalog.clone(),
+            metrics.clone(),
+            IngestConfig::default(),
+        );
+        let mut ids = Vec::new();
+        for i in 0..12u8 {
+            ids.push(ingestor.ingest(png(i), None).await.unwrap().id);
+        }
+        let config = LabelerConfig {
+            max_batch: 4,
+            backlog: 3,
+            ..LabelerConfig::default()
+        };
+        let labeler = start(&s, &metrics, config);
+        labeler.enqueue_stored(ids.clone());
+        assert_eq!(
+            metrics.label_backlog.get(),
+            3,
+            "the backlog holds only its bound"
+        );
+        let all_labelled = async {
+            while !ids
+                .iter()
+                .all(|id| !s.catalog.predictions(*id).unwrap().is_empty())
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        // A guard against hanging, not a speed target.
+        tokio::time::timeout(Duration::from_secs(120), all_labelled)
+            .await
+            .expect("the photos past the bound were never labelled");
+        assert!(s.catalog.unlabelled("fake-v1").unwrap().is_empty());
+        labeler.stop();
     }
 }

@@ -6,11 +6,15 @@
 //! - [`heads`]: committed head files (`DATA/heads`, [`ndpipe_model::HeadFile`]);
 //! - [`backbone`]: stored tensors and feature vectors of stored photos (from the feature store,
 //!   or computed by the backbone);
+//! - [`backbones`]: the backbones a rollout staged and committed (`DATA/backbones`), and how the
+//!   node loads one;
 //! - [`labeler`]: online labelling right after each upload's durable write;
 //! - [`relabel`]: re-labelling the whole store, in full (backbone and classifier, pipelined and
 //!   checkpointed) or head-only over stored features.
 
 pub(crate) mod backbone;
+pub(crate) mod backbones;
+mod backlog;
 pub(crate) mod heads;
 pub(crate) mod labeler;
 pub(crate) mod model;

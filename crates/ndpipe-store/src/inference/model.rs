@@ -1,9 +1,10 @@
 //! The node-side model lifecycle, in one place.
 //!
-//! A node loads one backbone (the pretrained model) and labels with the *active* model: the
+//! A node runs one backbone (the pretrained model) and labels with the *active* model: the
 //! backbone's own classifier, or a fine-tuned head over its features. [`Models`] keeps the
-//! pretrained version registered, loads the active head at start, and commits (or rolls back
-//! to) versions as the Tuner deploys them, remembering the version before for label churn.
+//! pretrained version registered, loads the active head at start, commits (or rolls back to)
+//! versions as the Tuner deploys them, and switches to another backbone at the end of a
+//! rollout, remembering the version before for label churn.
 
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -30,8 +31,7 @@ pub struct ActiveModel {
 impl ActiveModel {
     /// The model version id of a pretrained model: its name and the backbone hash prefix.
     pub fn pretrained_version(info: &ModelInfo) -> String {
-        let short = &info.backbone_version[..info.backbone_version.len().min(12)];
-        format!("{}-{short}", info.name)
+        info.pretrained_version()
     }
 
     /// The model's description.
@@ -99,7 +99,7 @@ impl SharedModel {
 /// The node's models: the pretrained one it loaded, the active one, the one before it, and the
 /// committed heads.
 pub(crate) struct Models {
-    pretrained: ActiveModel,
+    pretrained: RwLock<ActiveModel>,
     active: SharedModel,
     previous: Mutex<Option<String>>,
     heads: HeadDir,
@@ -119,7 +119,7 @@ impl Models {
         let previous = heads.read_previous()?;
         let models = Models {
             active: SharedModel::new(pretrained.clone()),
-            pretrained,
+            pretrained: RwLock::new(pretrained),
             previous: Mutex::new(previous),
             heads,
             registry,
@@ -128,9 +128,9 @@ impl Models {
         Ok(models)
     }
 
-    /// The backbone with its own classifier, as loaded.
-    pub(crate) fn pretrained(&self) -> &ActiveModel {
-        &self.pretrained
+    /// The backbone with its own classifier: as loaded, or as a rollout switched to.
+    pub(crate) fn pretrained(&self) -> ActiveModel {
+        read(&self.pretrained).clone()
     }
 
     /// The active model, shared with everything that labels.
@@ -144,11 +144,20 @@ impl Models {
         lock(&self.previous).clone()
     }
 
+    /// Loads the head of the registry's active version. A version of another backbone (a
+    /// rollout switched the backbone, and stopped before the registry said so) gives way to
+    /// this backbone's pretrained version.
     fn load_active_head(&self) -> Result<(), InferenceError> {
         let Some(active) = self.registry.active_model()? else {
             return Ok(());
         };
-        if active.id == self.pretrained.version {
+        let pretrained = self.pretrained();
+        if active.id == pretrained.version {
+            return Ok(());
+        }
+        if active.backbone != pretrained.info().backbone_version {
+            info!(version = %active.id, serving = %pretrained.version, "the active version is of another backbone: serving this backbone's own");
+            self.registry.set_active_model(&pretrained.version)?;
             return Ok(());
         }
         let Some((head, _)) = self.heads.read(&active.id)? else {
@@ -180,9 +189,10 @@ impl Models {
     /// re-activated) in the registry, then swapped in; its staged file goes last.
     pub(crate) fn commit(&self, version: &str) -> Result<(), InferenceError> {
         let before = self.active.get().version;
-        if version == self.pretrained.version {
+        let pretrained = self.pretrained();
+        if version == pretrained.version {
             self.registry.set_active_model(version)?;
-            self.active.set(self.pretrained.clone());
+            self.active.set(pretrained);
             info!(version, "rolled back to the pretrained model");
         } else {
             let (head, meta) = match self.heads.read_staged(version)? {
@@ -196,7 +206,7 @@ impl Models {
             };
             let meta = meta.unwrap_or_else(|| HeadVersion {
                 id: version.to_string(),
-                backbone: self.pretrained.info().backbone_version.clone(),
+                backbone: pretrained.info().backbone_version.clone(),
                 parent: None,
                 metrics: serde_json::Value::Null,
             });
@@ -217,7 +227,31 @@ impl Models {
             self.heads.remove_staged(version)?;
             info!(version, "committed a new head");
         }
-        if before != version {
+        self.remember_previous(before, version)
+    }
+
+    /// Records `pretrained`'s version in the registry (not active), so that labels can be
+    /// filed under it before a rollout switches to it.
+    pub(crate) fn register(&self, pretrained: &ActiveModel) -> Result<(), InferenceError> {
+        register_pretrained(&*self.registry, pretrained)
+    }
+
+    /// Serves `pretrained`, another backbone with its own classifier, from now on: its version
+    /// becomes active in the registry, then it labels. Idempotent.
+    pub(crate) fn switch_backbone(&self, pretrained: ActiveModel) -> Result<(), InferenceError> {
+        let before = self.active.get().version;
+        let version = pretrained.version.clone();
+        register_pretrained(&*self.registry, &pretrained)?;
+        self.registry.set_active_model(&version)?;
+        *write(&self.pretrained) = pretrained.clone();
+        self.active.set(pretrained);
+        info!(version, "switched to another backbone");
+        self.remember_previous(before, &version)
+    }
+
+    /// Keeps `before` as the version before `now` when they differ (for label churn).
+    fn remember_previous(&self, before: String, now: &str) -> Result<(), InferenceError> {
+        if before != now {
             self.heads.write_previous(&before)?;
             *lock(&self.previous) = Some(before);
         }
@@ -228,7 +262,7 @@ impl Models {
         ActiveModel {
             version,
             head: Some(Arc::new(head)),
-            ..self.pretrained.clone()
+            ..self.pretrained()
         }
     }
 }
@@ -350,5 +384,45 @@ mod tests {
         reopened.commit("ft-1").unwrap();
         assert_eq!(registry.active_model().unwrap().unwrap().id, "ft-1");
         assert_eq!(reopened.previous().as_deref(), Some(base.as_str()));
+    }
+
+    #[test]
+    fn a_switched_backbone_serves_and_a_restart_on_it_leaves_the_old_backbones_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry: Arc<dyn ModelRegistry> =
+            Arc::new(SqliteCatalog::open(&dir.path().join("c.sqlite")).unwrap());
+        let heads = || HeadDir::open(dir.path().join("heads")).unwrap();
+        let models = Models::open(pretrained(), registry.clone(), heads()).unwrap();
+        let (weights, version) = head();
+        models.stage(&weights, &version).unwrap();
+        models.commit("ft-1").unwrap();
+
+        let backend = Arc::new(FakeBackend::new(5, 4));
+        let other = ActiveModel {
+            version: ActiveModel::pretrained_version(backend.info()),
+            backend,
+            head: None,
+        };
+        assert_ne!(other.version, pretrained().version);
+        models.register(&other).unwrap();
+        assert_eq!(registry.active_model().unwrap().unwrap().id, "ft-1");
+        models.switch_backbone(other.clone()).unwrap();
+        models.switch_backbone(other.clone()).unwrap();
+        assert_eq!(models.active().get().version, other.version);
+        assert!(models.active().get().head.is_none());
+        assert_eq!(models.pretrained().version, other.version);
+        assert_eq!(models.previous().as_deref(), Some("ft-1"));
+        assert_eq!(registry.active_model().unwrap().unwrap().id, other.version);
+
+        // A node that restarts on the new backbone while the registry still names a head of
+        // the old one (it stopped between the two) serves the new backbone's own version.
+        registry.set_active_model("ft-1").unwrap();
+        let reopened = Models::open(other.clone(), registry.clone(), heads()).unwrap();
+        let active = reopened.active().get();
+        assert_eq!(
+            (active.version.as_str(), active.head.is_none()),
+            (other.version.as_str(), true)
+        );
+        assert_eq!(registry.active_model().unwrap().unwrap().id, other.version);
     }
 }

@@ -16,6 +16,22 @@ pub(crate) enum NodeError {
     /// A staged head does not hold together (checksum, shape).
     #[error(transparent)]
     BadHead(ProtoError),
+    /// A backbone sent for a rollout does not hold together (chunks, checksum, sha256) or does
+    /// not load with its manifest.
+    #[error("backbone refused: {0}")]
+    BadBackbone(String),
+    /// A rollout phase named a backbone that is not staged on this node.
+    #[error("backbone {0} is not staged on this node")]
+    BackboneNotStaged(String),
+    /// A staged or committed backbone's files cannot be written, read or moved.
+    #[error("backbone files {}: {source}", path.display())]
+    BackboneFiles {
+        /// The file or folder.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The job's extraction never started on this node.
     #[error("unknown job {0}")]
     UnknownJob(String),
@@ -86,10 +102,11 @@ impl From<NodeError> for Status {
     fn from(e: NodeError) -> Self {
         let message = e.to_string();
         match e {
-            NodeError::InvalidArgument(_) | NodeError::BadHead(_) => {
+            NodeError::InvalidArgument(_) | NodeError::BadHead(_) | NodeError::BadBackbone(_) => {
                 Status::invalid_argument(message)
             }
             NodeError::UnknownJob(_)
+            | NodeError::BackboneNotStaged(_)
             | NodeError::NoChunk { .. }
             | NodeError::Inference(
                 InferenceError::NoTensor { .. } | InferenceError::NotStaged { .. },
@@ -102,6 +119,7 @@ impl From<NodeError> for Status {
             }
             NodeError::Peer { .. } | NodeError::Injected(_) => Status::unavailable(message),
             NodeError::Inference(_)
+            | NodeError::BackboneFiles { .. }
             | NodeError::Catalog(_)
             | NodeError::Model(_)
             | NodeError::Task(_) => Status::internal(message),

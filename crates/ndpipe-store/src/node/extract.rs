@@ -1,41 +1,40 @@
 //! Feature extraction for the Tuner: the event stream of a job (validation part, then each
-//! training run, chunk by chunk), chunks fetched again, features and tensors by id, and the tail
-//! given away by load balancing.
+//! training run, chunk by chunk), chunks fetched again, features and tensors by id, the tails
+//! given away by load balancing, and the features a take-over computed, stored back.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ndpipe_proto::pb::{self, extract_event::Event};
-use ndpipe_proto::{Features, Tensors, encode_chunk, encode_tensor_chunk};
+use ndpipe_proto::{Features, Tensors, decode_chunk, encode_chunk, encode_tensor_chunk};
 use tokio::sync::mpsc;
 use tracing::info;
 
 use super::plan::{ExtractionPlan, Row};
 use super::{NodeError, PipeStoreNode};
+use crate::inference::InferenceError;
 use crate::inference::backbone::{FeatureSource, stored_blob, stored_tensor};
 
 /// The events of an extraction, as the stream sends them.
 pub(crate) type Events = mpsc::Receiver<Result<pb::ExtractEvent, NodeError>>;
 
 impl PipeStoreNode {
-    fn source(&self) -> FeatureSource<'_> {
-        FeatureSource {
-            store: &self.store,
-            features: &self.features,
-            backend: &*self.models.pretrained().backend,
-        }
-    }
-
     /// The features of `rows` under the backbone: stored ones when allowed, the rest computed
     /// (and stored). Returns the features and how many were computed.
     fn features(&self, rows: &[Row], use_stored: bool) -> Result<(Features, usize), NodeError> {
         let ids: Vec<u64> = rows.iter().map(|r| r.0).collect();
-        let (values, computed) = self.source().features(&ids, use_stored)?;
+        let backbone = self.backbone();
+        let source = FeatureSource {
+            store: &self.store,
+            features: &self.features,
+            backend: &*backbone,
+        };
+        let (values, computed) = source.features(&ids, use_stored)?;
         Ok((
             Features {
                 values,
-                dim: self.models.pretrained().info().feature_dim,
+                dim: backbone.info().feature_dim,
                 labels: rows.iter().map(|r| r.1).collect(),
                 photo_ids: ids,
             },
@@ -108,7 +107,6 @@ impl PipeStoreNode {
         let total = (plan.val.len() + plan.train.len()) as u64;
         let mut done = 0u64;
         let mut extracted = 0u64;
-        let mut sent_bytes = 0u64;
         let mut deleted = 0u64;
         let parts = std::iter::once((pb::Part::Val, 0))
             .chain((0..plan.plan.runs() as u32).map(|k| (pb::Part::Train, k)));
@@ -130,9 +128,7 @@ impl PipeStoreNode {
                 };
                 extracted += computed as u64;
                 done += planned.len() as u64;
-                throttle(started, done, req.throttle_images_per_second);
-                sent_bytes += chunk.features.len() as u64;
-                throttle(started, sent_bytes, req.bandwidth_bytes_per_second);
+                plan.pace.wait(planned.len(), chunk.features.len());
                 let damage = self
                     .corrupt_chunks
                     .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
@@ -172,6 +168,7 @@ impl PipeStoreNode {
             seconds: started.elapsed().as_secs_f64(),
             extracted,
             deleted,
+            peer_bytes: 0,
         }));
     }
 
@@ -203,44 +200,116 @@ impl PipeStoreNode {
         Ok(chunk)
     }
 
-    /// The features of photos `ids` (stored, else computed), as one chunk.
-    pub(crate) fn features_chunk(&self, ids: &[u64]) -> Result<pb::FeatureChunk, NodeError> {
-        let rows: Vec<Row> = ids.iter().map(|id| (*id, 0)).collect();
+    /// The features of photos `ids` (stored, else computed), as one chunk; with `stored_only`,
+    /// only those stored (the others left out, for a take-over to compute).
+    pub(crate) fn features_chunk(
+        &self,
+        ids: &[u64],
+        stored_only: bool,
+    ) -> Result<pb::FeatureChunk, NodeError> {
+        let mut rows: Vec<Row> = ids.iter().map(|id| (*id, 0)).collect();
+        if stored_only {
+            rows = self.with_stored_features(&rows)?;
+        }
         let (features, _) = self.features(&rows, true)?;
         Ok(encode_chunk(pb::Part::Train, 0, 0, &features))
     }
 
-    /// The compressed tensors of photos `ids` (for a node taking over this one's tail).
+    /// The rows of `rows` whose features under the backbone are stored.
+    pub(super) fn with_stored_features(&self, rows: &[Row]) -> Result<Vec<Row>, NodeError> {
+        let pretrained = self.models.pretrained();
+        let backbone = &pretrained.info().backbone_version;
+        let mut kept = Vec::new();
+        for row in rows {
+            if self
+                .features
+                .get(backbone, row.0)
+                .map_err(InferenceError::from)?
+                .is_some()
+            {
+                kept.push(*row);
+            }
+        }
+        Ok(kept)
+    }
+
+    /// Stores features another node computed for this node's photos under `req`'s backbone,
+    /// which must be this node's; photos this node no longer holds are skipped. Blocks.
+    pub(crate) fn put_features(
+        &self,
+        req: &pb::PutFeaturesRequest,
+    ) -> Result<pb::PutFeaturesReply, NodeError> {
+        let pretrained = self.models.pretrained();
+        let info = pretrained.info();
+        if req.backbone_version != info.backbone_version {
+            return Err(NodeError::InvalidArgument(format!(
+                "features of backbone {:?}; this node runs {:?}",
+                req.backbone_version, info.backbone_version
+            )));
+        }
+        let chunk = req
+            .chunk
+            .as_ref()
+            .ok_or_else(|| NodeError::InvalidArgument("no features sent".into()))?;
+        let classes = chunk.labels.iter().max().map_or(1, |l| *l as usize + 1);
+        let features =
+            decode_chunk(chunk, classes).map_err(|e| NodeError::InvalidArgument(e.to_string()))?;
+        if features.dim != info.feature_dim {
+            return Err(NodeError::InvalidArgument(format!(
+                "{}-d features; the backbone's are {}-d",
+                features.dim, info.feature_dim
+            )));
+        }
+        let mut rows = Vec::new();
+        for (id, values) in features
+            .photo_ids
+            .iter()
+            .zip(features.values.chunks_exact(features.dim.max(1)))
+        {
+            if self.store.contains(*id).map_err(InferenceError::from)? {
+                rows.push((*id, values));
+            }
+        }
+        self.features
+            .put_many(&info.backbone_version, &rows)
+            .map_err(InferenceError::from)?;
+        Ok(pb::PutFeaturesReply {
+            stored: rows.len() as u32,
+        })
+    }
+
+    /// The compressed tensors of photos `ids` (for a node taking over this one's work).
     pub(crate) fn tensors(&self, ids: &[u64]) -> Result<Vec<Vec<u8>>, NodeError> {
         ids.iter()
             .map(|id| Ok(stored_blob(&self.store, *id)?))
             .collect()
     }
 
-    /// Gives up to `req.give` photos not yet extracted from the tail of the job's last run.
+    /// Gives up to `req.give` photos not yet extracted, from the tails of the job's runs (the
+    /// latest first), each with its run and checksum. Blocks (store index).
     pub(crate) fn rebalance(
         &self,
         req: &pb::RebalanceRequest,
     ) -> Result<pb::RebalanceReply, NodeError> {
         let plan = self.job(&req.job_id)?;
-        let (run, given) = plan.give_tail(req.give as usize);
-        info!(job = %req.job_id, asked = req.give, given = given.len(), "gave the tail of the last run away");
-        Ok(pb::RebalanceReply {
-            photos: given
-                .into_iter()
-                .map(|(id, label)| pb::LabelledPhoto { id, label })
-                .collect(),
-            run,
-        })
-    }
-}
-
-/// Sleeps until `done` units (images or bytes) fit under `limit` per second since `started`.
-fn throttle(started: Instant, done: u64, limit: f64) {
-    if limit > 0.0 {
-        let due = Duration::from_secs_f64(done as f64 / limit);
-        if let Some(wait) = due.checked_sub(started.elapsed()) {
-            std::thread::sleep(wait);
-        }
+        let given = plan.give(req.give as usize);
+        let runs: std::collections::BTreeSet<u32> = given.iter().map(|g| g.0).collect();
+        info!(job = %req.job_id, asked = req.give, given = given.len(), ?runs, "gave work away");
+        let photos = given
+            .into_iter()
+            .map(|(run, (id, label))| {
+                Ok(pb::LabelledPhoto {
+                    id,
+                    label,
+                    run,
+                    sha256: self
+                        .store
+                        .sha256(id)
+                        .map_err(InferenceError::from)?
+                        .unwrap_or_default(),
+                })
+            })
+            .collect::<Result<_, NodeError>>()?;
+        Ok(pb::RebalanceReply { photos })
     }
 }

@@ -17,7 +17,8 @@ impl PipeStoreNode {
     /// commit. Blocks (a file write): call it off the async runtime.
     pub(crate) fn stage_head(&self, req: &pb::StageHeadRequest) -> Result<(), NodeError> {
         let head = ndpipe_proto::head_from_request(req).map_err(NodeError::BadHead)?;
-        let info = self.models.pretrained().info();
+        let pretrained = self.models.pretrained();
+        let info = pretrained.info();
         if req.backbone_version != info.backbone_version {
             return Err(NodeError::WrongBackbone {
                 version: req.version.clone(),

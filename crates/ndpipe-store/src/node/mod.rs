@@ -3,18 +3,24 @@
 //!
 //! Features leave the node, photos never do:
 //! - [`plan`]: a job's [`ExtractionPlan`], fixed when extraction starts,
-//!   and the tail of its last run that load balancing may give away;
+//!   and the tails of its runs that load balancing may give away;
+//! - [`pace`]: the job's throttle and bandwidth cap on this node, over all its streams;
 //! - [`extract`]: the extraction stream (stored features, or the backbone for photos without),
-//!   and chunks fetched again;
-//! - [`takeover`]: extracting another node's tail from tensors fetched from it;
+//!   chunks fetched again, and features a take-over stores back;
+//! - [`takeover`]: extracting another node's photos (from its stored features or tensors, or
+//!   this node's own copies);
 //! - [`heads`]: two-phase head deploys (stage durably, commit idempotently, abort) over
 //!   [`Models`];
+//! - [`rollout`]: a backbone rollout (stage the file durably, re-extract every photo with it
+//!   under its own version with a checkpoint, commit or abort);
 //! - here: the node itself, its inventory and re-labelling after a deploy.
 
 mod error;
 mod extract;
 mod heads;
+mod pace;
 mod plan;
+mod rollout;
 mod takeover;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -28,7 +34,10 @@ use ndpipe_util::sync::lock;
 
 pub(crate) use error::NodeError;
 pub(crate) use extract::Events;
+pub(crate) use rollout::MAX_BACKBONE_BYTES;
 
+use crate::inference::ActiveModel;
+use crate::inference::backbones::{BackboneDirs, BackboneLoader};
 use crate::inference::model::Models;
 use crate::inference::{RelabelOptions, RelabelReport, Relabeler};
 use crate::storage::{FeatureStore, PhotoStore};
@@ -58,17 +67,28 @@ pub(crate) struct PipeStoreNode {
     secret: Option<ClusterSecret>,
     /// Mutual TLS of the calls this node makes to other nodes.
     tls: Option<Tls>,
+    /// Where staged and committed backbones are kept.
+    backbones: BackboneDirs,
+    /// How a staged backbone is loaded.
+    loader: BackboneLoader,
+    /// The staged backbone, once loaded.
+    staged: Mutex<Option<ActiveModel>>,
+    /// Held by each phase of a rollout: one at a time.
+    rollout: Mutex<()>,
 }
 
 impl PipeStoreNode {
     /// A node over its store, features, catalog and models; `relabel` sets batch size and labels
-    /// per photo of re-labellings after deploys.
+    /// per photo of re-labellings after deploys and rollouts; rollouts keep backbones in
+    /// `backbones` and load them with `loader`.
     pub(crate) fn new(
         store: Arc<PhotoStore>,
         features: Arc<FeatureStore>,
         catalog: Arc<dyn PhotoCatalog>,
         models: Arc<Models>,
         relabel: RelabelOptions,
+        backbones: BackboneDirs,
+        loader: BackboneLoader,
     ) -> Self {
         PipeStoreNode {
             store,
@@ -82,6 +102,10 @@ impl PipeStoreNode {
             failing_commits: AtomicU32::new(0),
             secret: None,
             tls: None,
+            backbones,
+            loader,
+            staged: Mutex::new(None),
+            rollout: Mutex::new(()),
         }
     }
 

@@ -1,9 +1,9 @@
 //! A job's extraction plan: which photos go into the validation part and each training run,
-//! fixed when extraction starts so that any chunk can be sent again, and the tail of the last
-//! run that load balancing may give to a faster node.
+//! fixed when extraction starts so that any chunk can be sent again, and the tails of the runs
+//! that load balancing may give to a faster node.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use ndpipe_catalog::{PhotoCatalog, Split};
 use ndpipe_proto::{RunPlan, pb};
@@ -12,6 +12,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
 use super::NodeError;
+use super::pace::Pace;
 
 /// A labelled photo as extraction sees it: (photo id, class index in the job's class list).
 pub(super) type Row = (u64, u32);
@@ -30,7 +31,7 @@ pub(crate) fn carved_for_validation(id: u64) -> bool {
     (h ^ (h >> 31)) % 100 < CARVED_PERCENT
 }
 
-/// A job's photos, split into parts and runs, and where extraction of the last run stands.
+/// A job's photos, split into parts and runs, and where extraction of each run stands.
 pub(super) struct ExtractionPlan {
     pub(super) val: Vec<Row>,
     pub(super) train: Vec<Row>,
@@ -38,9 +39,12 @@ pub(super) struct ExtractionPlan {
     pub(super) chunk_size: usize,
     pub(super) ship_tensors: bool,
     pub(super) use_stored: bool,
-    /// The last run's (next row to extract, rows it keeps): load balancing may lower the limit
-    /// while extraction runs, giving the tail to a faster node.
-    last: Mutex<(usize, usize)>,
+    /// The job's throttle and bandwidth cap on this node, shared by its extraction and any
+    /// take-over it runs for the job.
+    pub(super) pace: Arc<Pace>,
+    /// Per training run, (next row to extract, rows it keeps): load balancing may lower the
+    /// limit while extraction runs, giving the tail to a faster node.
+    runs: Mutex<Vec<(usize, usize)>>,
 }
 
 impl ExtractionPlan {
@@ -97,22 +101,26 @@ impl ExtractionPlan {
             train,
             plan,
             req.chunk_size as usize,
-            req.ship_tensors,
-            req.use_stored_features,
+            (req.ship_tensors, req.use_stored_features),
+            Pace::new(
+                req.throttle_images_per_second,
+                req.bandwidth_bytes_per_second,
+            ),
         ))
     }
 
+    /// A plan of these rows; `mode` is (ship tensors, use stored features).
     fn from_parts(
         val: Vec<Row>,
         train: Vec<Row>,
         plan: RunPlan,
         chunk_size: usize,
-        ship_tensors: bool,
-        use_stored: bool,
+        (ship_tensors, use_stored): (bool, bool),
+        pace: Pace,
     ) -> Self {
-        let last_len = plan
-            .chunk(plan.runs().saturating_sub(1))
-            .map_or(0, |r| r.len());
+        let runs = (0..plan.runs())
+            .map(|k| (0, plan.chunk(k).map_or(0, |r| r.len())))
+            .collect();
         ExtractionPlan {
             val,
             train,
@@ -120,12 +128,9 @@ impl ExtractionPlan {
             chunk_size,
             ship_tensors,
             use_stored,
-            last: Mutex::new((0, last_len)),
+            pace: Arc::new(pace),
+            runs: Mutex::new(runs),
         }
-    }
-
-    fn is_last(&self, part: pb::Part, run: u32) -> bool {
-        part == pb::Part::Train && run as usize + 1 == self.plan.runs()
     }
 
     /// All rows of training run `run`, the tail given away included.
@@ -133,23 +138,20 @@ impl ExtractionPlan {
         self.plan.chunk(run).map_or(&[][..], |r| &self.train[r])
     }
 
-    /// All rows of a part and run (the last run without the tail given away).
+    /// All rows of a part and run (a training run without the tail given away).
     pub(super) fn rows(&self, part: pb::Part, run: u32) -> &[Row] {
         match part {
             pb::Part::Train => {
                 let all = self.run_rows(run as usize);
-                if self.is_last(part, run) {
-                    &all[..lock(&self.last).1.min(all.len())]
-                } else {
-                    all
-                }
+                let limit = lock(&self.runs).get(run as usize).map_or(0, |r| r.1);
+                &all[..limit.min(all.len())]
             }
             _ => &self.val,
         }
     }
 
     /// The next chunk to extract of a part and run, as (seq, rows); `cursor` tracks progress in
-    /// runs that cannot shrink.
+    /// the validation part, which cannot shrink.
     pub(super) fn take_chunk(
         &self,
         part: pb::Part,
@@ -157,15 +159,16 @@ impl ExtractionPlan {
         cursor: &mut usize,
     ) -> Option<(u32, &[Row])> {
         let cs = self.chunk_size;
-        if self.is_last(part, run) {
+        if part == pb::Part::Train {
             let all = self.run_rows(run as usize);
-            let mut last = lock(&self.last);
-            let (start, limit) = *last;
+            let mut runs = lock(&self.runs);
+            let state = runs.get_mut(run as usize)?;
+            let (start, limit) = *state;
             if start >= limit {
                 return None;
             }
             let end = (start + cs).min(limit);
-            last.0 = end;
+            state.0 = end;
             return Some(((start / cs) as u32, &all[start..end]));
         }
         let rows = self.rows(part, run);
@@ -177,16 +180,29 @@ impl ExtractionPlan {
         Some(((start / cs) as u32, &rows[start..*cursor]))
     }
 
-    /// Gives up to `give` not yet extracted rows from the tail of the last run; returns the run
-    /// and the rows given.
-    pub(super) fn give_tail(&self, give: usize) -> (u32, Vec<Row>) {
-        let run = self.plan.runs().saturating_sub(1);
-        let all = self.run_rows(run);
-        let mut last = lock(&self.last);
-        let (next, limit) = *last;
-        let new_limit = limit.saturating_sub(give).max(next);
-        last.1 = new_limit;
-        (run as u32, all[new_limit..limit].to_vec())
+    /// Gives up to `give` rows not yet extracted, from the tails of the runs, the latest run
+    /// first (so the runs this node extracts next stay whole); returns (run, row) pairs in run
+    /// order.
+    pub(super) fn give(&self, give: usize) -> Vec<(u32, Row)> {
+        let mut runs = lock(&self.runs);
+        let mut left = give;
+        let mut given = Vec::new();
+        for (k, (next, limit)) in runs.iter_mut().enumerate().rev() {
+            if left == 0 {
+                break;
+            }
+            let new_limit = limit.saturating_sub(left).max(*next);
+            let all = self.run_rows(k);
+            given.push(
+                all[new_limit..*limit]
+                    .iter()
+                    .map(|r| (k as u32, *r))
+                    .collect::<Vec<_>>(),
+            );
+            left -= *limit - new_limit;
+            *limit = new_limit;
+        }
+        given.into_iter().rev().flatten().collect()
     }
 }
 
@@ -198,7 +214,15 @@ mod tests {
     fn plan() -> ExtractionPlan {
         let train: Vec<Row> = (1..=10).map(|id| (id, 0)).collect();
         let runs = RunPlan::new(train.len(), 2, 1).unwrap();
-        ExtractionPlan::from_parts(vec![(100, 1), (101, 1)], train, runs, 2, false, true)
+        let pace = Pace::new(0.0, 0.0);
+        ExtractionPlan::from_parts(
+            vec![(100, 1), (101, 1)],
+            train,
+            runs,
+            2,
+            (false, true),
+            pace,
+        )
     }
 
     fn drain(plan: &ExtractionPlan, part: pb::Part, run: u32) -> Vec<(u32, Vec<u64>)> {
@@ -237,24 +261,44 @@ mod tests {
     }
 
     #[test]
-    fn the_tail_given_away_is_never_extracted_here() {
+    fn the_tails_given_away_are_never_extracted_here() {
         let p = plan();
         let mut cursor = 0;
-        let (seq, rows) = p.take_chunk(pb::Part::Train, 1, &mut cursor).unwrap();
+        let (seq, rows) = p.take_chunk(pb::Part::Train, 0, &mut cursor).unwrap();
         assert_eq!((seq, rows.len()), (0, 2));
         let taken: Vec<Row> = rows.to_vec();
-        // Asking for more than is left gives only rows not yet extracted.
-        let (run, given) = p.give_tail(10);
-        assert_eq!(run, 1);
-        assert_eq!(given.len(), 3);
-        assert!(given.iter().all(|r| !taken.contains(r)));
-        assert!(p.take_chunk(pb::Part::Train, 1, &mut cursor).is_none());
-        assert_eq!(p.rows(pb::Part::Train, 1), &taken[..]);
-        assert_eq!(p.give_tail(1).1, Vec::<Row>::new());
+        // The last run's tail goes first; a small give leaves run 0 whole.
+        let given = p.give(2);
+        assert_eq!(given.iter().map(|g| g.0).collect::<Vec<_>>(), [1, 1]);
+        assert_eq!(p.rows(pb::Part::Train, 0).len(), 5);
+        // Asking for more than is left gives every row not yet extracted, from both runs, in
+        // run order.
+        let more = p.give(100);
         assert_eq!(
-            p.rows(pb::Part::Train, 0).len(),
-            5,
-            "other runs keep their rows"
+            more.len(),
+            3 + 3,
+            "run 1's other 3, and run 0's 3 not taken"
+        );
+        assert_eq!(
+            more.iter().map(|g| g.0).collect::<Vec<_>>(),
+            [0, 0, 0, 1, 1, 1]
+        );
+        assert!(more.iter().chain(&given).all(|(_, r)| !taken.contains(r)));
+        assert!(p.take_chunk(pb::Part::Train, 0, &mut cursor).is_none());
+        assert!(drain(&p, pb::Part::Train, 1).is_empty());
+        assert_eq!(p.rows(pb::Part::Train, 0), &taken[..]);
+        assert!(p.rows(pb::Part::Train, 1).is_empty());
+        assert!(p.give(1).is_empty());
+        let mut all: Vec<u64> = taken
+            .iter()
+            .chain(more.iter().chain(&given).map(|g| &g.1))
+            .map(|r| r.0)
+            .collect();
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            (1..=10).collect::<Vec<_>>(),
+            "every row once, here or given"
         );
     }
 

@@ -25,20 +25,25 @@ struct Slot {
 /// One redb file, opened again after an I/O failure.
 pub(crate) struct Db {
     path: PathBuf,
+    /// Bytes of pages redb keeps in memory (its default is 1 GiB per file).
+    cache_bytes: usize,
     /// Creates the tables of a new file; must not write to a file that has them.
     init: fn(&Database) -> Result<(), StoreError>,
     slot: RwLock<Slot>,
 }
 
 impl Db {
-    /// Opens (creating if absent) the database at `path`; `init` creates its tables.
+    /// Opens (creating if absent) the database at `path`, caching at most `cache_bytes` of
+    /// its pages in memory; `init` creates its tables.
     pub(crate) fn open(
         path: &Path,
+        cache_bytes: usize,
         init: fn(&Database) -> Result<(), StoreError>,
     ) -> Result<Self, StoreError> {
-        let db = open_file(path, init)?;
+        let db = open_file(path, cache_bytes, init)?;
         Ok(Db {
             path: path.to_path_buf(),
+            cache_bytes,
             init,
             slot: RwLock::new(Slot {
                 db: Some(db),
@@ -104,7 +109,7 @@ impl Db {
         warn!(error = %failure, path = %self.path.display(), "database I/O failed; opening it again");
         slot.db = None;
         slot.generation += 1;
-        slot.db = Some(open_file(&self.path, self.init)?);
+        slot.db = Some(open_file(&self.path, self.cache_bytes, self.init)?);
         info!(path = %self.path.display(), "database open again");
         Ok(())
     }
@@ -118,9 +123,13 @@ enum Outcome<T> {
 
 fn open_file(
     path: &Path,
+    cache_bytes: usize,
     init: fn(&Database) -> Result<(), StoreError>,
 ) -> Result<Database, StoreError> {
-    let db = Database::create(path).map_err(StoreError::index)?;
+    let db = redb::Builder::new()
+        .set_cache_size(cache_bytes)
+        .create(path)
+        .map_err(StoreError::index)?;
     init(&db)?;
     Ok(db)
 }

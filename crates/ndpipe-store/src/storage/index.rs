@@ -73,10 +73,11 @@ pub(crate) struct Index {
 }
 
 impl Index {
-    /// Opens the index at `path`, creating it if absent.
-    pub(crate) fn open(path: &Path) -> Result<Self, StoreError> {
+    /// Opens the index at `path`, creating it if absent, with at most `cache_bytes` of it
+    /// cached in memory.
+    pub(crate) fn open(path: &Path, cache_bytes: usize) -> Result<Self, StoreError> {
         Ok(Index {
-            db: Db::open(path, create_tables)?,
+            db: Db::open(path, cache_bytes, create_tables)?,
         })
     }
 

@@ -18,5 +18,6 @@ pub(crate) mod store;
 pub(crate) mod volume;
 
 pub use error::StoreError;
-pub use features::FeatureStore;
+pub use features::{DEFAULT_FEATURE_CACHE_BYTES, FeatureStore};
+pub(crate) use store::DEFAULT_INDEX_CACHE_BYTES;
 pub use store::{CompactionReport, NewPhoto, PhotoIds, PhotoStore, RecoveryReport, StoreConfig};

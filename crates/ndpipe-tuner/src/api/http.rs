@@ -4,10 +4,16 @@
 //!   `POST /v1/tuner/nodes/{name}/drain` (it takes no new work), `POST
 //!   /v1/tuner/nodes/{name}/activate` and `DELETE /v1/tuner/nodes/{name}` (forgotten).
 //! - `GET /v1/tuner/versions`: the model versions.
+//! - `POST /v1/tuner/backbones` (a [`BackboneUpload`] body, at most `max_backbone_bytes` of
+//!   ONNX): verified and kept, 201 with the [`BackboneView`] (200 when it was kept already), 400
+//!   for a file that does not load as its manifest says, 413 over the limit; `GET
+//!   /v1/tuner/backbones` lists them.
 //! - `POST /v1/tuner/finetune` (a [`FinetuneRequest`] body) and `POST
 //!   /v1/tuner/deploy/{version}` (also the rollback) start a job in the background and answer
 //!   202 with the [`JobView`] (and `Location: /v1/tuner/jobs/{id}`); what can be checked at
 //!   once is (400, 404, 409).
+//! - `POST /v1/tuner/rollout/{backbone}`: a rollout of a kept backbone, in the background (202
+//!   with the job; 404 for a backbone the Tuner does not keep).
 //! - `GET /v1/tuner/jobs` and `GET /v1/tuner/jobs/{id}`: phase, progress, result or error.
 //! - `GET /v1/search?label=&model=&offset=&limit=` (standalone Tuner only; an embedded one
 //!   leaves it to its PipeStore): photos of every node of a shared catalog, with their node;
@@ -19,7 +25,7 @@
 use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -30,13 +36,19 @@ use ndpipe_util::http::{error_response, require_bearer};
 use serde::{Deserialize, Serialize};
 
 use crate::jobs::JobView;
-use crate::{FinetuneRequest, NodeView, Tuner, TunerError};
+use crate::{BackboneUpload, BackboneView, FinetuneRequest, NodeView, Tuner, TunerError};
 
 /// The routes over `tuner`; `token` guards the writes.
 pub(crate) fn router(tuner: Arc<Tuner>, token: Option<Arc<str>>) -> Router {
+    let upload_limit = tuner.backbone_upload_limit();
     let writes = Router::new()
+        .route(
+            "/v1/tuner/backbones",
+            post(add_backbone).layer(DefaultBodyLimit::max(upload_limit)),
+        )
         .route("/v1/tuner/finetune", post(finetune))
         .route("/v1/tuner/deploy/{version}", post(deploy))
+        .route("/v1/tuner/rollout/{backbone}", post(rollout))
         .route("/v1/tuner/nodes/{name}/drain", post(drain))
         .route("/v1/tuner/nodes/{name}/activate", post(activate))
         .route("/v1/tuner/nodes/{name}", delete(remove))
@@ -46,6 +58,7 @@ pub(crate) fn router(tuner: Arc<Tuner>, token: Option<Arc<str>>) -> Router {
     Router::new()
         .route("/v1/tuner/nodes", get(nodes))
         .route("/v1/tuner/versions", get(versions))
+        .route("/v1/tuner/backbones", get(backbones))
         .route("/v1/tuner/jobs", get(jobs))
         .route("/v1/tuner/jobs/{id}", get(job))
         .merge(writes)
@@ -128,12 +141,13 @@ impl From<TunerError> for Response {
             | TunerError::DeployAborted { .. }
             | TunerError::EmptyData => StatusCode::CONFLICT,
             TunerError::UnknownVersion(_)
+            | TunerError::UnknownBackbone(_)
             | TunerError::UnknownNode(_)
             | TunerError::UnknownJob(_) => StatusCode::NOT_FOUND,
             TunerError::Node { .. } => StatusCode::BAD_GATEWAY,
-            TunerError::InvalidArgument(_) | TunerError::InputDimMismatch { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            TunerError::InvalidArgument(_)
+            | TunerError::InvalidBackbone(_)
+            | TunerError::InputDimMismatch { .. } => StatusCode::BAD_REQUEST,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         error_response(status, e.kind(), &e.to_string())
@@ -165,6 +179,13 @@ async fn deploy(
     Path(version): Path<String>,
 ) -> Result<Response, Response> {
     Ok(accepted(tuner.submit_deploy(&version)?))
+}
+
+async fn rollout(
+    State(tuner): State<Arc<Tuner>>,
+    Path(backbone): Path<String>,
+) -> Result<Response, Response> {
+    Ok(accepted(tuner.submit_rollout(&backbone)?))
 }
 
 async fn jobs(State(tuner): State<Arc<Tuner>>) -> Result<Json<Vec<JobView>>, Response> {
@@ -206,4 +227,22 @@ async fn remove(
 
 async fn versions(State(tuner): State<Arc<Tuner>>) -> Result<Json<Vec<ModelVersion>>, Response> {
     Ok(Json(tuner.versions()?))
+}
+
+async fn add_backbone(
+    State(tuner): State<Arc<Tuner>>,
+    body: Result<Json<BackboneUpload>, JsonRejection>,
+) -> Result<Response, Response> {
+    let Json(upload) = body.map_err(|e| error_response(e.status(), "bad_body", &e.body_text()))?;
+    let (view, created) = tuner.add_backbone(upload).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(view)).into_response())
+}
+
+async fn backbones(State(tuner): State<Arc<Tuner>>) -> Result<Json<Vec<BackboneView>>, Response> {
+    Ok(Json(tuner.backbones()?))
 }

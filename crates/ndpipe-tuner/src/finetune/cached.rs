@@ -250,7 +250,10 @@ impl Fetcher {
                 .iter()
                 .map(|k| self.rows[ids[*k] as usize].photo)
                 .collect();
-            let request = GetFeaturesRequest { ids: photos };
+            let request = GetFeaturesRequest {
+                ids: photos,
+                stored_only: false,
+            };
             let chunk = self
                 .setup
                 .handle

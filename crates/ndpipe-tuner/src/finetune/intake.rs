@@ -24,6 +24,9 @@ struct NodeState {
     deleted: u64,
     seconds: f64,
     rate: f64,
+    /// Photos of its own it has extracted, and has in all (validation included).
+    extracted_so_far: u64,
+    total: u64,
 }
 
 /// Work the fast node took over from the slow one, streamed as [`Source::TakeOver`].
@@ -31,6 +34,9 @@ struct NodeState {
 struct TakeOver {
     fast: usize,
     slow: usize,
+    /// The runs its photos belong to, and those it has sent in full.
+    runs: BTreeSet<u32>,
+    runs_ready: BTreeSet<u32>,
     done: bool,
 }
 
@@ -51,6 +57,8 @@ pub(crate) struct Intake {
     remote: Vec<Vec<RemoteRow>>,
     next_run: usize,
     bytes: u64,
+    /// Bytes between nodes for the take-overs, as they reported them.
+    peer_bytes: u64,
     refetched: u64,
     /// Per node, the photos an ancestor of the new version trained on: left out of validation.
     trained_before: Vec<HashSet<u64>>,
@@ -84,6 +92,7 @@ impl Intake {
             remote: (0..runs).map(|_| Vec::new()).collect(),
             next_run: 0,
             bytes: 0,
+            peer_bytes: 0,
             refetched: 0,
             trained_before: vec![HashSet::new(); nodes],
             val_left_out: 0,
@@ -122,14 +131,25 @@ impl Intake {
         self.classes
     }
 
-    /// Records a take-over of `slow`'s work by `fast`; returns its index for [`Source::TakeOver`].
-    pub(crate) fn add_takeover(&mut self, slow: usize, fast: usize) -> usize {
+    /// Records a take-over of `slow`'s photos of `runs` by `fast`; returns its index for
+    /// [`Source::TakeOver`].
+    pub(crate) fn add_takeover(&mut self, slow: usize, fast: usize, runs: BTreeSet<u32>) -> usize {
         self.takeovers.push(TakeOver {
             fast,
             slow,
+            runs,
+            runs_ready: BTreeSet::new(),
             done: false,
         });
         self.takeovers.len() - 1
+    }
+
+    /// The node that sends `source`'s chunks.
+    pub(crate) fn sender(&self, source: Source) -> usize {
+        match source {
+            Source::Node(i) => i,
+            Source::TakeOver(k) => self.takeovers[k].fast,
+        }
     }
 
     /// Books an event; returns a chunk seen for the first time, for the caller to decode and
@@ -150,16 +170,28 @@ impl Intake {
                     self.nodes[i].runs_ready.insert(ready.run);
                 }
             }
-            (Source::Node(i), Event::Throughput(t)) => self.nodes[i].rate = t.images_per_second,
+            (Source::Node(i), Event::Throughput(t)) => {
+                let node = &mut self.nodes[i];
+                node.rate = t.images_per_second;
+                (node.extracted_so_far, node.total) = (t.done, t.total);
+            }
             (Source::Node(i), Event::Done(done)) => {
                 let node = &mut self.nodes[i];
                 node.done = true;
-                node.extracted = done.extracted;
+                node.extracted += done.extracted;
                 node.deleted = done.deleted;
                 node.seconds = done.seconds;
             }
-            (Source::TakeOver(k), Event::Done(_)) => self.takeovers[k].done = true,
-            (Source::TakeOver(_), Event::RunReady(_) | Event::Throughput(_)) => {}
+            (Source::TakeOver(k), Event::Done(done)) => {
+                let t = &mut self.takeovers[k];
+                t.done = true;
+                self.nodes[t.fast].extracted += done.extracted;
+                self.peer_bytes += done.peer_bytes;
+            }
+            (Source::TakeOver(k), Event::RunReady(ready)) => {
+                self.takeovers[k].runs_ready.insert(ready.run);
+            }
+            (Source::TakeOver(_), Event::Throughput(_)) => {}
         }
         None
     }
@@ -254,26 +286,48 @@ impl Intake {
         self.nodes.iter().all(|n| n.val_ready)
     }
 
-    /// Whether every node has sent everything of its own.
+    /// Whether every node has sent everything of its own, and every take-over its photos.
     pub(crate) fn all_done(&self) -> bool {
-        self.nodes.iter().all(|n| n.done)
+        self.nodes.iter().all(|n| n.done) && self.takeovers.iter().all(|t| t.done)
     }
 
-    /// Each node's last reported throughput, images/s.
+    /// Whether load balancing can be planned: every node has sent its validation set, and has
+    /// measured its throughput (on the validation set, or else on its first training chunks)
+    /// or is done.
+    pub(crate) fn rates_known(&self) -> bool {
+        self.all_val_ready() && self.nodes.iter().all(|n| n.rate > 0.0 || n.done)
+    }
+
+    /// Each node's last reported throughput, images/s (0 for none).
     pub(crate) fn rates(&self) -> Vec<f64> {
         self.nodes.iter().map(|n| n.rate).collect()
     }
 
-    /// The next run to train, once every node has sent it and the validation set; the last run
-    /// also waits for every take-over.
+    /// Each node's photos not yet extracted, as it last reported (0 once done).
+    pub(crate) fn remaining(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .map(|n| match n.done {
+                true => 0,
+                false => n.total.saturating_sub(n.extracted_so_far),
+            })
+            .collect()
+    }
+
+    /// The next run to train, once every node has sent it and the validation set, and every
+    /// take-over holding photos of it has sent them.
     pub(crate) fn next_ready_run(&mut self) -> Option<(usize, RunData)> {
         let k = self.next_run;
+        let run = k as u32;
         let ready = k < self.runs.len()
             && self
                 .nodes
                 .iter()
-                .all(|n| n.val_ready && n.runs_ready.contains(&(k as u32)))
-            && (k + 1 < self.runs.len() || self.takeovers.iter().all(|t| t.done));
+                .all(|n| n.val_ready && n.runs_ready.contains(&run))
+            && self
+                .takeovers
+                .iter()
+                .all(|t| t.done || !t.runs.contains(&run) || t.runs_ready.contains(&run));
         if !ready {
             return None;
         }
@@ -298,6 +352,11 @@ impl Intake {
     /// Bytes of features, labels and ids received, re-fetches included.
     pub(crate) fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// Bytes that crossed between nodes for the take-overs.
+    pub(crate) fn peer_bytes(&self) -> u64 {
+        self.peer_bytes
     }
 
     /// Chunks fetched again.
@@ -408,6 +467,7 @@ mod tests {
             seconds: 1.5,
             extracted: 3,
             deleted: 0,
+            ..Default::default()
         })
     }
 
@@ -474,9 +534,13 @@ mod tests {
             }
         }
         feed(&mut i, b, chunk(Part::Train, 1, 0, 0..3)).unwrap();
-        let k = i.add_takeover(1, 0);
+        let k = i.add_takeover(1, 0, BTreeSet::from([1]));
         let t = Source::TakeOver(k);
-        assert_eq!(i.next_ready_run().map(|r| r.0), Some(0));
+        assert_eq!(
+            i.next_ready_run().map(|r| r.0),
+            Some(0),
+            "run 0 moved nowhere"
+        );
         assert!(i.next_ready_run().is_none(), "the take-over is not done");
         // The take-over's sequence numbers may equal a node's: they are its own.
         assert!(feed(&mut i, t, chunk(Part::Train, 1, 0, 100..102)).unwrap());
@@ -510,7 +574,7 @@ mod tests {
         feed(&mut i, a, done()).unwrap();
         assert!(i.on_ended(a).is_ok());
         assert!(!i.all_done());
-        let k = i.add_takeover(1, 0);
+        let k = i.add_takeover(1, 0, BTreeSet::from([0]));
         let err = i.blame(Source::TakeOver(k), "checksum mismatch");
         let text = err.to_string();
         assert!(
@@ -533,5 +597,53 @@ mod tests {
         feed(&mut i, b, chunk(Part::Train, 1, 0, 7..9)).unwrap();
         feed(&mut i, b, chunk(Part::Train, 0, 0, 5..7)).unwrap();
         assert_eq!(i.trained(), [vec![], vec![5, 6, 7, 8]]);
+    }
+
+    #[test]
+    fn a_run_waits_for_each_take_over_holding_its_photos_and_rates_come_late_without_val() {
+        let mut i = intake(false);
+        let (a, b) = (Source::Node(0), Source::Node(1));
+        let throughput = |done, total| {
+            Event::Throughput(pb::Throughput {
+                images_per_second: 10.0,
+                done,
+                total,
+            })
+        };
+        // No validation photos: the rates are known only after a training chunk.
+        for s in [a, b] {
+            feed(&mut i, s, ready(Part::Val, 0)).unwrap();
+        }
+        assert!(i.all_val_ready() && !i.rates_known());
+        feed(&mut i, a, throughput(8, 40)).unwrap();
+        assert!(!i.rates_known(), "b has measured nothing");
+        feed(&mut i, b, throughput(2, 40)).unwrap();
+        assert!(i.rates_known());
+        assert_eq!(i.remaining(), [32, 38]);
+        // b's photos of runs 0 and 1 move to a.
+        let k = i.add_takeover(1, 0, BTreeSet::from([0, 1]));
+        let t = Source::TakeOver(k);
+        for s in [a, b] {
+            feed(&mut i, s, ready(Part::Train, 0)).unwrap();
+            feed(&mut i, s, ready(Part::Train, 1)).unwrap();
+        }
+        assert!(
+            i.next_ready_run().is_none(),
+            "run 0 waits for the take-over"
+        );
+        feed(&mut i, t, chunk(Part::Train, 0, 0, 50..52)).unwrap();
+        feed(&mut i, t, ready(Part::Train, 0)).unwrap();
+        let (run, data) = i.next_ready_run().unwrap();
+        assert_eq!((run, data.len()), (0, 2));
+        assert!(i.next_ready_run().is_none(), "run 1 still waits");
+        assert!(!i.all_done());
+        feed(&mut i, t, chunk(Part::Train, 1, 1, 52..53)).unwrap();
+        feed(&mut i, t, ready(Part::Train, 1)).unwrap();
+        assert_eq!(i.next_ready_run().map(|r| r.0), Some(1));
+        assert_eq!(
+            i.trained(),
+            [vec![], vec![50, 51, 52]],
+            "b's photos stay b's"
+        );
     }
 }

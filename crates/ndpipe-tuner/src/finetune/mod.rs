@@ -9,7 +9,7 @@
 //! - [`streams`]: the node streams feeding the job's channel, each watched (a node silent for
 //!   the node timeout fails the job, naming it), and the re-fetch of damaged chunks;
 //! - [`intake`]: what arrived so far, and when a run is ready;
-//! - [`balance`]: moving work from slow nodes to fast ones after the validation set;
+//! - [`balance`]: moving work from slow nodes to fast ones once their rates are known;
 //! - [`trainer`]: the training thread, in memory or through [`cached`] over the memory budget;
 //! - [`conventional`]: the comparison mode where the Tuner runs the backbone.
 
@@ -285,8 +285,6 @@ struct Job<'a> {
     req: &'a FinetuneRequest,
     job_id: &'a str,
     started: Instant,
-    /// Training photos per node, for load balancing.
-    have: &'a [u64],
     intake: Intake,
     /// The job's channel, for the take-over streams started later. Weak: the channel closes
     /// once every stream has ended.
@@ -304,6 +302,8 @@ struct Job<'a> {
     val_top1_before: f32,
     timeline: Vec<RunTimeline>,
     rebalanced: Vec<Rebalanced>,
+    /// Why load balancing was skipped, when it was.
+    balance_skipped: Option<String>,
     extract_seconds: Option<f64>,
     /// The Tuner's receive cap, shared by every stream of the job.
     ingress: Ingress,
@@ -317,6 +317,7 @@ struct Done {
     timeline: Vec<RunTimeline>,
     val_top1_before: f32,
     rebalanced: Vec<Rebalanced>,
+    balance_skipped: Option<String>,
     extract_seconds: Option<f64>,
 }
 
@@ -354,6 +355,7 @@ impl Done {
             bytes_per_image: bytes as f64 / (train_images + val_images).max(1) as f64,
             wire_bytes_received: 0,
             wire_bytes_per_image: 0.0,
+            peer_wire_bytes: self.intake.peer_bytes(),
             chunks_refetched: self.intake.refetched(),
             extract_seconds,
             train_seconds: runs.iter().map(|t| t.train_seconds).sum(),
@@ -362,6 +364,7 @@ impl Done {
             nodes: self.intake.node_reports(),
             runs,
             rebalanced: self.rebalanced,
+            balance_skipped: self.balance_skipped,
             cache: self.cache,
             skipped: Vec::new(),
             deploy: None,
@@ -412,7 +415,6 @@ impl<'a> Job<'a> {
             req,
             job_id,
             started,
-            have: &survey.have,
             intake,
             tx: tx.downgrade(),
             trained: None,
@@ -424,6 +426,7 @@ impl<'a> Job<'a> {
             val_top1_before: 0.0,
             timeline: Vec::new(),
             rebalanced: Vec::new(),
+            balance_skipped: None,
             extract_seconds: None,
             ingress,
         };
@@ -477,7 +480,7 @@ impl<'a> Job<'a> {
                 Msg::Failed(source, message) => return Err(self.intake.blame(source, &message)),
                 Msg::Ended(source) => self.intake.on_ended(source)?,
             }
-            if !self.balanced && self.intake.all_val_ready() {
+            if !self.balanced && self.intake.rates_known() {
                 self.balanced = true;
                 self.rebalance().await?;
             }
@@ -494,6 +497,7 @@ impl<'a> Job<'a> {
             timeline: self.timeline,
             val_top1_before: self.val_top1_before,
             rebalanced: self.rebalanced,
+            balance_skipped: self.balance_skipped,
             extract_seconds: self.extract_seconds,
         })
     }
@@ -517,12 +521,13 @@ impl<'a> Job<'a> {
         source: Source,
         chunk: pb::FeatureChunk,
     ) -> Result<(), TunerError> {
-        let features = match (self.conventional.clone(), source) {
-            (Some(backbone), Source::Node(i)) => {
+        let features = match self.conventional.clone() {
+            Some(backbone) => {
+                let node = &self.nodes[self.intake.sender(source)];
                 let tensors = self.decode(source, &chunk, decode_tensor_chunk).await?;
-                conventional::extract_on_tuner(backbone, &self.nodes[i], tensors).await?
+                conventional::extract_on_tuner(backbone, node, tensors).await?
             }
-            _ => self.decode(source, &chunk, decode_chunk).await?,
+            None => self.decode(source, &chunk, decode_chunk).await?,
         };
         self.intake.add(source, chunk.part, chunk.run, features)
     }
@@ -558,27 +563,39 @@ impl<'a> Job<'a> {
         }
     }
 
-    /// Moves work from slow nodes to fast ones, each move streamed as a take-over. Nothing moves
-    /// once every stream has ended (nothing is left to move).
+    /// Moves work from slow nodes to fast ones, each move streamed as a take-over; when it
+    /// cannot, says why (a warning in the log and the report). Nothing moves once every stream
+    /// has ended (nothing is left to move).
     async fn rebalance(&mut self) -> Result<(), TunerError> {
         let Some(tx) = self.tx.upgrade() else {
+            self.skip_balance("every node had finished before the rates were known".into());
             return Ok(());
         };
-        let handoffs = balance::rebalance(
+        let balance = balance::rebalance(
             self.nodes,
             self.job_id,
-            self.req.chunk_size,
-            self.have,
+            self.req,
+            self.conventional.is_some(),
+            &self.intake.remaining(),
             &self.intake.rates(),
         )
         .await?;
-        for h in handoffs {
-            let k = self.intake.add_takeover(h.slow, h.fast);
+        if let Some(why) = balance.skipped {
+            self.skip_balance(why);
+        }
+        for h in balance.handoffs {
+            let k = self.intake.add_takeover(h.slow, h.fast, h.runs);
             self.rebalanced.push(h.moved);
             let ingress = self.ingress.clone();
             streams::spawn_takeover(k, &self.nodes[h.fast], h.request, tx.clone(), ingress);
         }
         Ok(())
+    }
+
+    /// Records and logs why load balancing was skipped.
+    fn skip_balance(&mut self, why: String) {
+        warn!(job = %self.job_id, reason = %why, "load balancing skipped");
+        self.balance_skipped = Some(why);
     }
 
     /// Hands every ready run to the trainer, starting it with the first one.

@@ -43,6 +43,11 @@ pub struct FinetuneReport {
     /// `wire_bytes_received / (train + val images)`.
     #[serde(default)]
     pub wire_bytes_per_image: f64,
+    /// Bytes that crossed node-to-node channels for the job's take-overs (load balancing), both
+    /// ways, counted at the transport: the fast node's fetches of tensors and features from the
+    /// slow node and its store-back of computed features. Absent (0) in older reports.
+    #[serde(default)]
+    pub peer_wire_bytes: u64,
     /// Chunks whose checksum failed and were fetched again.
     pub chunks_refetched: u64,
     /// Seconds from start until the last node sent its last run.
@@ -57,6 +62,10 @@ pub struct FinetuneReport {
     pub nodes: Vec<NodeReport>,
     /// Work moved by load balancing.
     pub rebalanced: Vec<Rebalanced>,
+    /// Why load balancing was skipped, when it was asked for but could not run (no node
+    /// measured a throughput, or every node had finished by then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance_skipped: Option<String>,
     /// The cache's figures, when the features exceeded the memory budget.
     pub cache: Option<CacheReport>,
     /// Registered nodes the job left out (draining, lease ran out, ...), with the reason.
@@ -112,6 +121,9 @@ pub struct Rebalanced {
     pub to: String,
     /// Photos moved.
     pub photos: usize,
+    /// The runs they belong to.
+    #[serde(default)]
+    pub runs: Vec<u32>,
 }
 
 impl RunTimeline {

@@ -87,7 +87,7 @@ pub(crate) async fn finetune(args: FinetuneArgs) -> Result<()> {
 
 /// Polls a job until it ends, showing its phase and the photos its nodes have done; returns the
 /// finished job, or its error.
-async fn follow(client: &Client, mut job: JobView) -> Result<JobView> {
+pub(super) async fn follow(client: &Client, mut job: JobView) -> Result<JobView> {
     let bar = ProgressBar::new(0);
     bar.set_style(ProgressStyle::with_template(
         "{spinner} [{elapsed_precise}] {msg:12} {bar:40} {pos}/{len} photos",

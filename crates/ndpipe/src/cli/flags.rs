@@ -71,6 +71,24 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_MIN_FREE_BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) min_free_bytes: Option<u64>,
+    /// Bytes of the photo index kept in memory [index_cache_bytes; default: 64 MiB].
+    #[arg(long, env = "NDPIPE_INDEX_CACHE_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) index_cache_bytes: Option<usize>,
+    /// Bytes of the feature store kept in memory [feature_cache_bytes; default: 128 MiB].
+    #[arg(long, env = "NDPIPE_FEATURE_CACHE_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) feature_cache_bytes: Option<usize>,
+    /// Photos waiting for online labelling with their tensors in memory, about 150 KB each
+    /// [label_queue; default: 256].
+    #[arg(long, env = "NDPIPE_LABEL_QUEUE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) label_queue: Option<usize>,
+    /// Photo ids the labelling backlog holds in memory; past it photos stay unlabelled in the
+    /// catalog until the backlog refills from there [label_backlog; default: 100000].
+    #[arg(long, env = "NDPIPE_LABEL_BACKLOG")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) label_backlog: Option<usize>,
     /// Compression of stored tensors: zstd, deflate or none [tensor_codec; default: zstd].
     #[arg(long, env = "NDPIPE_TENSOR_CODEC")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -210,6 +228,16 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_TUNER_INTRA_THREADS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) intra_threads: Option<usize>,
+    /// The ONNX Runtime shared library, which loads the Tuner's backbone and verifies added
+    /// ones [ort_lib; default: MODEL_DIR/lib/libonnxruntime.so, else libonnxruntime.so].
+    #[arg(long, env = "NDPIPE_TUNER_ORT_LIB")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ort_lib: Option<PathBuf>,
+    /// Largest backbone (ONNX file) `ndpipe models add` may upload, in bytes
+    /// [max_backbone_bytes; default: 512 MiB].
+    #[arg(long, env = "NDPIPE_MAX_BACKBONE_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_backbone_bytes: Option<usize>,
     /// A job fails, naming the node, when it hears nothing from a node for this many ms; also
     /// the deadline of every call to a node [node_timeout_ms; default: 30000].
     #[arg(long, env = "NDPIPE_NODE_TIMEOUT_MS")]

@@ -8,6 +8,7 @@ mod flags;
 mod gateway;
 mod import;
 mod keys;
+mod models;
 mod nodes;
 mod photos;
 mod relabel;
@@ -42,6 +43,11 @@ enum Command {
     Versions(ServerArgs),
     /// Serve an earlier model version again (deploy + re-label).
     Rollback(finetune::RollbackArgs),
+    /// Backbones the Tuner keeps for rollouts: add one (an ONNX file and its manifest), list them.
+    Models(models::ModelsArgs),
+    /// Serve another backbone on every node: stage it, re-extract and label every photo with
+    /// it while the old one serves, then switch everywhere.
+    Rollout(models::RolloutArgs),
     /// The Tuner's PipeStores: list them, drain, activate or remove one.
     Nodes(nodes::NodesArgs),
     /// A replicated cluster as a PipeStore sees it: copy counts, nodes, repair progress.
@@ -71,6 +77,8 @@ impl Cli {
             Command::Finetune(args) => finetune::finetune(args).await,
             Command::Versions(args) => finetune::versions(args).await,
             Command::Rollback(args) => finetune::rollback(args).await,
+            Command::Models(args) => models::run(args).await,
+            Command::Rollout(args) => models::rollout(args).await,
             Command::Nodes(args) => nodes::run(args).await,
             Command::Cluster(args) => cluster::run(args).await,
             Command::Import(args) => import::run(args).await,

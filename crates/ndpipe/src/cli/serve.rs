@@ -47,6 +47,11 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
             .catalog
             .clone()
             .filter(|c| ndpipe_catalog::is_postgres_url(c)),
+        // The one ONNX Runtime of the process verifies added backbones too.
+        ort_lib: Some(config.ort_lib.clone().unwrap_or_else(|| {
+            ndpipe_model::RuntimeConfig::for_model_dir(&config.model_dir).dylib
+        })),
+        intra_threads: config.intra_threads,
         ..ndpipe_tuner::Config::default()
     };
     let store = PipeStore::open(config)

@@ -339,6 +339,36 @@ async fn without_the_cluster_secret_every_grpc_method_is_refused_and_changes_not
                 .await
                 .err(),
         ),
+        (
+            "StageBackbone",
+            node.stage_backbone(futures::stream::iter([pb::BackboneChunk::default()]))
+                .await
+                .err(),
+        ),
+        (
+            "ExtractBackbone",
+            node.extract_backbone(pb::ExtractBackboneRequest::default())
+                .await
+                .err(),
+        ),
+        (
+            "CommitBackbone",
+            node.commit_backbone(pb::CommitBackboneRequest::default())
+                .await
+                .err(),
+        ),
+        (
+            "AbortBackbone",
+            node.abort_backbone(pb::AbortBackboneRequest::default())
+                .await
+                .err(),
+        ),
+        (
+            "PutFeatures",
+            node.put_features(pb::PutFeaturesRequest::default())
+                .await
+                .err(),
+        ),
     ];
     let mut tuner_rpc = TunerClient::connect(tuner.grpc.clone()).await.unwrap();
     let intruder = pb::RegisterRequest {

@@ -20,6 +20,7 @@
 //! - `replication`: three PipeStores with two copies of each photo: placement, a node killed
 //!   during uploads, repair after its removal, a delete while a node is away, a flipped byte.
 //! - `replica_features`: a copy carries its photo's features to every holder, repair's too.
+//! - `rollout`: backbones as a cluster operation: `ndpipe models add` verifies and keeps them.
 //! - `gateway`: a gateway in front of three PipeStores with two copies of each photo:
 //!   placement, reads and deletes through it, its token, a PipeStore killed behind it.
 
@@ -38,6 +39,7 @@ mod limits;
 mod postgres;
 mod replica_features;
 mod replication;
+mod rollout;
 mod s3;
 mod tls;
 mod tuner;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use ndpipe_store::FeatureStore;
+use ndpipe_store::{DEFAULT_FEATURE_CACHE_BYTES, FeatureStore};
 
 use crate::common::{Instance, cli, jpeg, on_postgres};
 use crate::replication::{POLL, POLLS, cluster_of, copies as holders};
@@ -22,7 +22,11 @@ fn copies_carry_the_features_of_their_photo() {
 
 /// Every backbone's features of each photo of `ids` in the stopped `node`'s feature store.
 pub(crate) fn features_of(node: &Instance, ids: &[u64]) -> BTreeMap<u64, Vec<(String, Vec<u8>)>> {
-    let store = FeatureStore::open(&node.data.join("store").join("features.redb")).unwrap();
+    let store = FeatureStore::open(
+        &node.data.join("store").join("features.redb"),
+        DEFAULT_FEATURE_CACHE_BYTES,
+    )
+    .unwrap();
     ids.iter()
         .map(|id| (*id, store.photo_features(*id).unwrap()))
         .collect()

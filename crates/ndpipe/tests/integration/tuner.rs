@@ -358,6 +358,70 @@ async fn a_fast_node_takes_over_the_tail_of_a_throttled_one() {
     assert_eq!(images, vec![180 + n, 180 - n], "{report}");
 }
 
+/// A node's figures in a report, by name.
+fn node<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    let nodes = report["nodes"].as_array().unwrap();
+    let found = nodes
+        .iter()
+        .find(|n| n["node"].as_str().unwrap().starts_with(name));
+    found.unwrap_or_else(|| panic!("no {name} in {report}"))
+}
+
+#[tokio::test]
+async fn work_moves_from_several_runs_and_its_features_go_back_to_the_slow_node() {
+    let tuner = TunerProcess::start();
+    let a = Instance::start_pipestore(&tuner.grpc, "ps-a", &[]);
+    let mut b = Instance::start_pipestore(&tuner.grpc, "ps-b", &[]);
+    import_fashion(&a, 0, 210);
+    import_fashion(&b, 210, 210);
+    a.wait_labelled(210).await;
+    b.wait_labelled(210).await;
+    // ps-b loses its feature store: the job computes the features of all its photos.
+    b.kill9();
+    std::fs::remove_file(b.data.join("store").join("features.redb")).unwrap();
+    b.restart();
+    tuner.wait_for_nodes(2).await;
+    let job = serde_json::json!({
+        "runs": 4, "epochs": 2, "chunk_size": 8, "throttle": {"ps-b": 20.0}, "deploy": false,
+    });
+    let (status, done) = tuner.run_job("/v1/tuner/finetune", job.clone()).await;
+    let report = succeeded(status, &done, "finetune", &tuner.log());
+    let moved = report["rebalanced"].as_array().unwrap();
+    assert_eq!(moved.len(), 1, "{report}");
+    let n = moved[0]["photos"].as_u64().unwrap();
+    let runs = moved[0]["runs"].as_array().unwrap();
+    // 162 training photos in 4 runs of about 40: more than the last run moved.
+    assert!(runs.len() >= 2 && n > 48, "{report}");
+    assert_eq!(
+        report["train_images"].as_u64().unwrap() + report["val_images"].as_u64().unwrap(),
+        360,
+        "every training photo once (a tenth validates), none lost or doubled: {report}"
+    );
+    let (fast, slow) = (node(&report, "ps-a"), node(&report, "ps-b"));
+    assert_eq!(fast["images"].as_u64().unwrap(), 180 + n, "{report}");
+    assert_eq!(slow["images"].as_u64().unwrap(), 180 - n, "{report}");
+    // ps-b had lost its features: ps-a ran the backbone on the photos it took, but for those it
+    // holds a copy of (the two imports overlap: the same photo under the same id).
+    let computed = fast["extracted"].as_u64().unwrap();
+    assert!(computed > 0 && computed <= n, "{report}");
+    assert!(report.get("balance_skipped").is_none(), "{report}");
+    // The bytes between the nodes are counted at the transport: the tensors ps-a fetched for
+    // the photos it computed are each far more than a kilobyte.
+    let peer = report["peer_wire_bytes"].as_u64().unwrap();
+    assert!(peer > computed * 1_000, "{report}");
+
+    // Again: ps-b now holds the features of every photo, those ps-a computed or held included,
+    // and ps-a's take-over reads them (or its own) instead of running the backbone.
+    let (status, done) = tuner.run_job("/v1/tuner/finetune", job).await;
+    let again = succeeded(status, &done, "finetune", &tuner.log());
+    assert!(
+        !again["rebalanced"].as_array().unwrap().is_empty(),
+        "{again}"
+    );
+    assert_eq!(node(&again, "ps-b")["extracted"], 0, "{again}");
+    assert_eq!(node(&again, "ps-a")["extracted"], 0, "{again}");
+}
+
 #[tokio::test]
 async fn over_the_memory_budget_training_reads_features_through_spidercache() {
     let tuner = TunerProcess::start();

@@ -51,7 +51,13 @@ pub struct StoreConfig {
     pub min_free_bytes: u64,
     /// Where new photo ids come from.
     pub ids: PhotoIds,
+    /// Bytes of the index cached in memory.
+    pub index_cache_bytes: usize,
 }
+
+/// Bytes of the index a store caches in memory unless configured otherwise: the entries of
+/// about 500,000 photos.
+pub(crate) const DEFAULT_INDEX_CACHE_BYTES: usize = 64 << 20;
 
 impl Default for StoreConfig {
     fn default() -> Self {
@@ -59,6 +65,7 @@ impl Default for StoreConfig {
             max_volume_bytes: 1 << 30,
             min_free_bytes: 256 << 20,
             ids: PhotoIds::Own,
+            index_cache_bytes: DEFAULT_INDEX_CACHE_BYTES,
         }
     }
 }
@@ -113,7 +120,7 @@ impl PhotoStore {
         let tensors =
             VolumeSet::open(&root.join(TENSORS_DIR), TENSOR_SET, config.max_volume_bytes)?;
         let mut report = RecoveryReport::default();
-        let index = recover::open_index(root, &mut report)?;
+        let index = recover::open_index(root, config.index_cache_bytes, &mut report)?;
         let shared = Shared {
             photos,
             tensors,
@@ -215,6 +222,11 @@ impl PhotoStore {
     /// Whether photo `id` is in the store.
     pub(crate) fn contains(&self, id: u64) -> Result<bool, StoreError> {
         Ok(self.shared.index.get(id)?.is_some())
+    }
+
+    /// The hex SHA-256 of photo `id`'s original, if the store holds it.
+    pub(crate) fn sha256(&self, id: u64) -> Result<Option<String>, StoreError> {
+        Ok(self.shared.index.get(id)?.map(|e| e.meta.sha256))
     }
 
     /// Refuses (with [`StoreError::InsufficientStorage`]) a write of about `bytes` that the

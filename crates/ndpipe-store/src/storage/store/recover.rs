@@ -40,9 +40,13 @@ pub struct RecoveryReport {
 /// Opens `root/index.redb`; an unreadable one is moved aside and rebuilt from the volumes (but
 /// not for lack of space: a rebuild needs more). A new or never committed index counts as
 /// rebuilt.
-pub(super) fn open_index(root: &Path, report: &mut RecoveryReport) -> Result<Index, StoreError> {
+pub(super) fn open_index(
+    root: &Path,
+    cache_bytes: usize,
+    report: &mut RecoveryReport,
+) -> Result<Index, StoreError> {
     let index_path = root.join("index.redb");
-    let index = match Index::open(&index_path) {
+    let index = match Index::open(&index_path, cache_bytes) {
         Ok(index) => index,
         Err(e) if e.is_no_space() => return Err(e),
         Err(e) => {
@@ -51,7 +55,7 @@ pub(super) fn open_index(root: &Path, report: &mut RecoveryReport) -> Result<Ind
             std::fs::rename(&index_path, &aside)
                 .map_err(StoreError::io("move broken index", &index_path))?;
             report.index_rebuilt = true;
-            Index::open(&index_path)?
+            Index::open(&index_path, cache_bytes)?
         }
     };
     if index.next_id()?.is_none() {
