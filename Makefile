@@ -9,7 +9,7 @@ export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 PY_VENV := $(CURDIR)/target/py/venv
 PY_CRATE := python/spidercache/Cargo.toml
 
-.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep experiment-rollout experiment-balance bench-scale
+.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep experiment-rollout experiment-balance experiment-cost bench-scale
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -105,6 +105,11 @@ experiment-rsweep: build-bench
 ## proportional ideal, 3 rounds; table and plot in docs/experiments/.
 experiment-balance: build-bench
 	target/release/ndpipe-bench balance --photos-per-node 210 --json $(CACHE)/experiment-balance.json
+
+## Feature extraction's dollars per million images, near-data vs conventional: the model-only rate
+## and wire bytes measured in the run, prices stated (flags); table and plot in docs/experiments/.
+experiment-cost: build-bench
+	target/release/ndpipe-bench cost --json $(CACHE)/experiment-cost.json
 
 ## Replication: uploads and reads with 1, 2, 3 copies and the repair rate after a node's removal.
 bench-replication: build-bench

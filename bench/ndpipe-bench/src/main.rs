@@ -8,6 +8,7 @@
 
 mod balance;
 mod cluster;
+mod cost;
 mod crops;
 mod drift;
 mod emulated;
@@ -60,6 +61,9 @@ enum Which {
     /// Load balancing on emulated PipeStores with one node 4x slower: completion without and
     /// with balancing vs the proportional ideal measured in the same run.
     Balance(balance::BalanceBench),
+    /// Dollars per million images of feature extraction, near-data vs conventional, from the
+    /// model-only rate and wire bytes measured in the same run and a stated price table.
+    Cost(cost::CostBench),
     /// S3 throughput: the same large JPEGs up and down through aws s3 cp, s5cmd, boto3 and /v1.
     S3(s3::S3Bench),
     /// Replication: upload and read throughput with 1, 2 and 3 copies, and the repair rate after
@@ -117,6 +121,7 @@ async fn run(which: Which) -> Result<()> {
         Which::Rsweep(b) => rsweep::run(b).await,
         Which::Rollout(b) => rollout::run(b).await,
         Which::Balance(b) => balance::run(b).await,
+        Which::Cost(b) => tokio::task::spawn_blocking(move || cost::run(b)).await?,
         Which::Replication(b) => replication::run(b).await,
         Which::Fuzz(b) => fuzz::run(b).await,
         Which::Scale(b) => scale::run(b).await,
