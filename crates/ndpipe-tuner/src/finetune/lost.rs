@@ -65,17 +65,20 @@ impl Job<'_> {
             .map(|(n, node)| (node.name.as_str(), n))
             .collect();
         let pending: Vec<u32> = (self.intake.next_run() as u32..self.req.runs).collect();
+        if pending.is_empty() && !orphans.is_empty() {
+            return Err(failure());
+        }
         let (mut groups, mut stranded) = (BTreeMap::<usize, Vec<_>>::new(), Vec::new());
         for (j, o) in orphans.into_iter().enumerate() {
             // The lowest name, as `ReplicaCatalog::fail_over` picks the new primary.
             let holder = (o.holders.iter().filter_map(|h| by_name.get(h.as_str())))
                 .min_by_key(|&&n| &self.nodes[n].name);
-            match (holder, pending.get(j % pending.len().max(1))) {
-                (Some(&n), Some(&run)) => groups
-                    .entry(n)
-                    .or_default()
-                    .push(pb::LabelledPhoto { run, ..o.photo }),
-                _ => stranded.push(o.photo.id),
+            match holder {
+                Some(&n) => groups.entry(n).or_default().push(pb::LabelledPhoto {
+                    run: pending[j % pending.len()],
+                    ..o.photo
+                }),
+                None => stranded.push(o.photo.id),
             }
         }
         if !stranded.is_empty() {
@@ -98,7 +101,13 @@ impl Job<'_> {
             .await
             .map_err(|e| TunerError::Internal(e.to_string()))??;
         self.intake.lose(i);
-        self.balanced = true;
+        if !self.balanced {
+            self.balanced = true;
+            self.skip_balance(format!(
+                "{} was lost before the rates were known",
+                lost.label()
+            ));
+        }
         let tx = self.sender();
         let mut taken_over = BTreeMap::new();
         for (fast, photos) in groups {
@@ -217,5 +226,133 @@ fn failure_with(error: TunerError, more: String) -> TunerError {
             message: format!("{message}; {more}"),
         },
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeSet, HashMap, HashSet};
+
+    use ndpipe_catalog::{GroundTruth, PhotoCopies, PhotoMeta, Split};
+    use ndpipe_proto::pb::{self, Part, extract_event::Event};
+    use ndpipe_proto::{Features, decode_chunk, encode_chunk};
+
+    use super::orphan;
+    use crate::finetune::intake::Intake;
+    use crate::finetune::streams::Source;
+
+    fn photo(id: u64, primary: &str, label: &str, split: Split) -> PhotoCopies {
+        let ground_truth = Some(GroundTruth {
+            label: label.into(),
+            split,
+        });
+        PhotoCopies {
+            id,
+            meta: PhotoMeta {
+                sha256: format!("sha{id}"),
+                bytes: 1,
+                width: 1,
+                height: 1,
+                content_type: "image/jpeg".into(),
+                created_ms: 0,
+                ground_truth,
+            },
+            primary: primary.into(),
+            holders: vec!["b".into(), primary.into()],
+        }
+    }
+
+    #[test]
+    fn only_the_lost_nodes_training_photos_not_received_are_taken_over() {
+        let classes = HashMap::from([("shirt".to_string(), 1)]);
+        let received = HashSet::from([2]);
+        let pick = |p| {
+            orphan(p, "c", &classes, &received)
+                .map(|o| (o.photo.id, o.photo.label, o.photo.sha256, o.holders))
+        };
+        let one = pick(photo(1, "c", "shirt", Split::Train));
+        assert_eq!(one, Some((1, 1, "sha1".into(), vec!["b".into()])));
+        let left_alone = [
+            (photo(2, "c", "shirt", Split::Train), "received"),
+            (photo(3, "a", "shirt", Split::Train), "another node's"),
+            (photo(4, "c", "shirt", Split::Val), "validation"),
+            (photo(5, "c", "coat", Split::Train), "not in the job"),
+        ];
+        for (p, why) in left_alone {
+            assert!(pick(p).is_none(), "{why}");
+        }
+    }
+
+    fn chunk(part: Part, run: u32, seq: u32, ids: std::ops::Range<u64>) -> Event {
+        let features = Features {
+            values: vec![0.5; (ids.end - ids.start) as usize * 2],
+            dim: 2,
+            labels: ids.clone().map(|_| 0).collect(),
+            photo_ids: ids.collect(),
+        };
+        Event::Chunk(encode_chunk(part, run, seq, &features))
+    }
+
+    fn ready(part: Part, run: u32) -> Event {
+        Event::RunReady(pb::RunReady {
+            part: part as i32,
+            run,
+            ..Default::default()
+        })
+    }
+
+    fn feed(intake: &mut Intake, source: Source, event: Event) {
+        if let Some(c) = intake.on_event(source, event) {
+            let features = decode_chunk(&c, intake.classes()).unwrap();
+            intake.add(source, c.part, c.run, features).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_lost_node_keeps_what_it_sent_and_runs_wait_only_for_its_take_overs() {
+        let labels = vec!["a (node 1)".into(), "c (node 2)".into()];
+        let mut i = Intake::new(labels, 2, 2, 2, false);
+        let (a, c) = (Source::Node(0), Source::Node(1));
+        feed(&mut i, c, chunk(Part::Val, 0, 0, 0..2));
+        assert_eq!(
+            i.cannot_take_over(1),
+            Some("its validation set was incomplete")
+        );
+        feed(&mut i, c, ready(Part::Val, 0));
+        feed(&mut i, c, chunk(Part::Train, 0, 1, 10..13));
+        assert_eq!(i.cannot_take_over(1), None);
+        assert_eq!(i.received(1), HashSet::from([0, 1, 10, 11, 12]));
+        i.lose(1);
+        feed(&mut i, c, chunk(Part::Train, 0, 2, 13..15));
+        assert_eq!(i.received(1).len(), 5, "nothing more from a lost node");
+        assert!(i.on_ended(c).is_ok());
+        let t = Source::TakeOver(i.add_lost_takeover(1, 0, BTreeSet::from([0])));
+        for event in [
+            ready(Part::Val, 0),
+            ready(Part::Train, 0),
+            ready(Part::Train, 1),
+        ] {
+            feed(&mut i, a, event);
+        }
+        assert!(
+            i.next_ready_run().is_none(),
+            "run 0 waits for the take-over"
+        );
+        feed(&mut i, t, chunk(Part::Train, 0, 1_000_000, 13..15));
+        feed(&mut i, t, ready(Part::Train, 0));
+        let (run, data) = i.next_ready_run().unwrap();
+        assert_eq!((run, data.len()), (0, 5), "c's 3 photos kept, 2 taken over");
+        assert_eq!(
+            i.next_ready_run().map(|r| r.0),
+            Some(1),
+            "nothing of run 1 moved"
+        );
+        assert_eq!(
+            i.trained(),
+            [vec![13, 14], vec![10, 11, 12]],
+            "taken over: a's now"
+        );
+        let reports = i.node_reports();
+        assert_eq!((reports[0].images, reports[1].images), (2, 5));
     }
 }
