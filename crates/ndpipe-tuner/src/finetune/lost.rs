@@ -60,7 +60,7 @@ impl Job<'_> {
             tokio::task::spawn_blocking(move || orphans(&*catalog, &name, &classes, &received))
                 .await
                 .map_err(|e| TunerError::Internal(e.to_string()))??;
-        let by_name: HashMap<&str, usize> = (self.nodes.iter().enumerate())
+        let live_names: HashMap<&str, usize> = (self.nodes.iter().enumerate())
             .filter(|&(n, _)| n != i && !self.intake.is_lost(n))
             .map(|(n, node)| (node.name.as_str(), n))
             .collect();
@@ -68,19 +68,7 @@ impl Job<'_> {
         if pending.is_empty() && !orphans.is_empty() {
             return Err(failure());
         }
-        let (mut groups, mut stranded) = (BTreeMap::<usize, Vec<_>>::new(), Vec::new());
-        for (j, o) in orphans.into_iter().enumerate() {
-            // The lowest name, as `ReplicaCatalog::fail_over` picks the new primary.
-            let holder = (o.holders.iter().filter_map(|h| by_name.get(h.as_str())))
-                .min_by_key(|&&n| &self.nodes[n].name);
-            match holder {
-                Some(&n) => groups.entry(n).or_default().push(pb::LabelledPhoto {
-                    run: pending[j % pending.len()],
-                    ..o.photo
-                }),
-                None => stranded.push(o.photo.id),
-            }
-        }
+        let (groups, stranded) = assign(orphans, &live_names, &pending);
         if !stranded.is_empty() {
             let shown: Vec<u64> = stranded.iter().take(100).copied().collect();
             return Err(failure_with(
@@ -175,6 +163,30 @@ impl Job<'_> {
     }
 }
 
+/// Each photo of `orphans` for its holder among `live` (by name: node index) with the lowest
+/// name, as `ReplicaCatalog::fail_over` picks the new primary, spread over the `pending` runs
+/// (not empty); and the ids of those without a live holder.
+fn assign(
+    orphans: Vec<Orphan>,
+    live: &HashMap<&str, usize>,
+    pending: &[u32],
+) -> (BTreeMap<usize, Vec<pb::LabelledPhoto>>, Vec<u64>) {
+    let (mut groups, mut stranded) = (BTreeMap::<usize, Vec<_>>::new(), Vec::new());
+    for (j, o) in orphans.into_iter().enumerate() {
+        let holder = (o.holders.iter())
+            .filter_map(|h| live.get(h.as_str()).map(|&n| (h, n)))
+            .min();
+        match holder {
+            Some((_, n)) => groups.entry(n).or_default().push(pb::LabelledPhoto {
+                run: pending[j % pending.len()],
+                ..o.photo
+            }),
+            None => stranded.push(o.photo.id),
+        }
+    }
+    (groups, stranded)
+}
+
 /// The training photos of the job whose primary is `node` (lost), of the job's `classes`,
 /// not among those `received`, with their live holders other than `node`.
 fn orphans(
@@ -237,7 +249,7 @@ mod tests {
     use ndpipe_proto::pb::{self, Part, extract_event::Event};
     use ndpipe_proto::{Features, decode_chunk, encode_chunk};
 
-    use super::orphan;
+    use super::{Orphan, assign, orphan};
     use crate::finetune::intake::Intake;
     use crate::finetune::streams::Source;
 
@@ -281,6 +293,29 @@ mod tests {
         for (p, why) in left_alone {
             assert!(pick(p).is_none(), "{why}");
         }
+    }
+
+    #[test]
+    fn each_photo_goes_to_its_lowest_named_live_holder_over_the_runs_left() {
+        let orphan = |id, holders: &[&str]| Orphan {
+            photo: pb::LabelledPhoto {
+                id,
+                ..Default::default()
+            },
+            holders: holders.iter().map(|h| h.to_string()).collect(),
+        };
+        let live = HashMap::from([("a", 0), ("b", 1)]);
+        let orphans = vec![
+            orphan(1, &["b", "a"]),
+            orphan(2, &["b", "x"]),
+            orphan(3, &["x"]),
+            orphan(4, &["b"]),
+        ];
+        let (groups, stranded) = assign(orphans, &live, &[1, 2]);
+        let ids_runs = |n| groups[&n].iter().map(|p| (p.id, p.run)).collect::<Vec<_>>();
+        assert_eq!(ids_runs(0), [(1, 1)], "a before b");
+        assert_eq!(ids_runs(1), [(2, 2), (4, 2)]);
+        assert_eq!(stranded, [3], "x is not live");
     }
 
     fn chunk(part: Part, run: u32, seq: u32, ids: std::ops::Range<u64>) -> Event {
