@@ -159,6 +159,7 @@ impl Job<'_> {
             ship_tensors: self.conventional.is_some(),
             throttle_images_per_second: self.req.throttle.get(&node.name).copied().unwrap_or(0.0),
             bandwidth_bytes_per_second: self.req.bandwidth_bytes_per_second,
+            source_lost: true,
         }
     }
 }
