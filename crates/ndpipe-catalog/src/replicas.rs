@@ -122,4 +122,8 @@ pub trait ReplicaCatalog: Send + Sync {
 
     /// How many photos of the cluster are at `wanted` copies, below, or lost.
     fn replication_counts(&self, wanted: u32) -> Result<ReplicationCounts, CatalogError>;
+
+    /// [`ReplicaCatalog::copies`] of many photos in one query, in id order, leaving out those
+    /// without a catalog row (a node's start-up sweep over its copies).
+    fn copies_many(&self, ids: &[PhotoId]) -> Result<Vec<PhotoCopies>, CatalogError>;
 }

@@ -43,6 +43,13 @@ fn copies_are_counted_on_registered_nodes_and_survive_a_removal() {
         ("a", vec!["a".to_string(), "b".to_string()])
     );
     assert_eq!(b.held_here().unwrap(), [1, 3]);
+    let many: Vec<(u64, usize)> = c
+        .copies_many(&[3, 9, 1])
+        .unwrap()
+        .iter()
+        .map(|p| (p.id, p.holders.len()))
+        .collect();
+    assert_eq!(many, [(1, 2), (3, 2)], "in id order, photo 9 has no row");
     let short: Vec<u64> = a
         .under_replicated(2, 10)
         .unwrap()

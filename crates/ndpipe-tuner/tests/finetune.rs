@@ -240,6 +240,7 @@ impl PipeStore for Node {
                 seconds: 0.5,
                 extracted: 3,
                 deleted: 0,
+                ..Default::default()
             }));
             for e in events {
                 if tx.send(e).await.is_err() {
@@ -387,6 +388,7 @@ impl PipeStore for Node {
                 seconds: 0.1,
                 extracted: rows.len() as u64,
                 deleted: 0,
+                ..Default::default()
             };
             let _ = tx.send(Event::Done(done)).await;
         });

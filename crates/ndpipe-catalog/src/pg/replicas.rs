@@ -29,6 +29,11 @@ fn copies_from_row(row: &postgres::Row) -> Result<PhotoCopies, CatalogError> {
     })
 }
 
+/// `ids` as PostgreSQL ids, for `= ANY($1)`.
+fn sql_ids(ids: &[PhotoId]) -> Result<Vec<i64>, CatalogError> {
+    ids.iter().map(|&id| sql_id(id)).collect()
+}
+
 const GROUP_BY: &str = " GROUP BY p.id, p.node, g.label, g.split";
 
 impl ReplicaCatalog for PgCatalog {
@@ -165,10 +170,7 @@ impl ReplicaCatalog for PgCatalog {
     }
 
     fn tombstoned(&self, ids: &[PhotoId]) -> Result<Vec<PhotoId>, CatalogError> {
-        let ids = ids
-            .iter()
-            .map(|&id| sql_id(id))
-            .collect::<Result<Vec<_>, _>>()?;
+        let ids = sql_ids(ids)?;
         self.with(|conn| {
             let rows = conn
                 .query(
@@ -323,6 +325,19 @@ impl ReplicaCatalog for PgCatalog {
                 lost: count(2)?,
                 tombstones: count(3)?,
             })
+        })
+    }
+
+    fn copies_many(&self, ids: &[PhotoId]) -> Result<Vec<PhotoCopies>, CatalogError> {
+        let ids = sql_ids(ids)?;
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    &format!("{COPIES_SELECT} WHERE p.id = ANY($1){GROUP_BY} ORDER BY p.id"),
+                    &[&ids],
+                )
+                .map_err(db("find the copies of photos"))?;
+            rows.iter().map(copies_from_row).collect()
         })
     }
 }

@@ -168,6 +168,7 @@ impl PipeStoreNode {
             seconds: started.elapsed().as_secs_f64(),
             extracted,
             deleted,
+            peer_bytes: 0,
         }));
     }
 

@@ -16,9 +16,10 @@ use ndpipe_model::{ImageTensor, extract_features};
 use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
 use ndpipe_proto::pb::{self, extract_event::Event};
 use ndpipe_proto::transport::{self, ClusterSecret};
-use ndpipe_proto::{Features, Tensors, decode_chunk, encode_chunk, encode_tensor_chunk};
+use ndpipe_proto::{
+    ByteCounter, CountedChannel, Features, Tensors, decode_chunk, encode_chunk, encode_tensor_chunk,
+};
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
 use tracing::{info, warn};
 
 use super::extract::Events;
@@ -60,8 +61,11 @@ impl PipeStoreNode {
                 req.bandwidth_bytes_per_second,
             )),
         };
+        let peer = Arc::new(ByteCounter::default());
         let job = TakeOver {
-            source: PipeStoreClient::new(channel).max_decoding_message_size(MAX_MESSAGE),
+            source: PipeStoreClient::new(CountedChannel::new(channel, peer.clone()))
+                .max_decoding_message_size(MAX_MESSAGE),
+            peer,
             secret: self.secret.clone(),
             deadline: match req.timeout_ms {
                 0 => DEFAULT_PEER_TIMEOUT,
@@ -95,7 +99,9 @@ impl PipeStoreNode {
 /// A take-over in flight.
 struct TakeOver {
     node: Arc<PipeStoreNode>,
-    source: PipeStoreClient<Channel>,
+    source: PipeStoreClient<CountedChannel>,
+    /// Bytes of the calls to the slow node.
+    peer: Arc<ByteCounter>,
     secret: Option<ClusterSecret>,
     deadline: Duration,
     pace: Arc<Pace>,
@@ -166,6 +172,7 @@ impl TakeOver {
             seconds: started.elapsed().as_secs_f64(),
             extracted: computed,
             deleted: 0,
+            peer_bytes: self.peer.sent() + self.peer.received(),
         }))
         .await;
         Ok(())

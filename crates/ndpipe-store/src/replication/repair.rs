@@ -6,6 +6,7 @@
 //! stay: copies of deleted photos (a node that was away during a delete) and copies of uploads
 //! that never finished (the primary failed before cataloguing them).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,11 +73,20 @@ impl Replication {
             }
         }
         let now = now_ms();
-        for (id, entry) in entries {
-            if own_blocks.iter().any(|b| b.contains(&id)) {
-                continue; // this node's own upload: the ingestor reconciles it
-            }
-            match self.front.copies_of(id).await? {
+        // Others' photos held here, with their catalog rows, a page per query.
+        let others: Vec<_> = entries
+            .into_iter()
+            .filter(|(id, _)| !own_blocks.iter().any(|b| b.contains(id)))
+            .collect();
+        let mut rows = HashMap::new();
+        for chunk in others.chunks(PAGE as usize) {
+            let catalog = self.catalog.clone();
+            let ids: Vec<u64> = chunk.iter().map(|(id, _)| *id).collect();
+            let found = tokio::task::spawn_blocking(move || catalog.copies_many(&ids)).await??;
+            rows.extend(found.into_iter().map(|c| (c.id, c)));
+        }
+        for (id, entry) in others {
+            match rows.remove(&id) {
                 Some(c) if !c.holders.contains(&self.name) => {
                     let (catalog, name) = (self.catalog.clone(), self.name.clone());
                     tokio::task::spawn_blocking(move || catalog.add_copy(id, &name)).await??;

@@ -64,6 +64,8 @@ pub(crate) struct Intake {
     remote: Vec<Vec<RemoteRow>>,
     next_run: usize,
     bytes: u64,
+    /// Bytes between nodes for the take-overs, as they reported them.
+    peer_bytes: u64,
     refetched: u64,
     /// Per node, the photos an ancestor of the new version trained on: left out of validation.
     trained_before: Vec<HashSet<u64>>,
@@ -97,6 +99,7 @@ impl Intake {
             remote: (0..runs).map(|_| Vec::new()).collect(),
             next_run: 0,
             bytes: 0,
+            peer_bytes: 0,
             refetched: 0,
             trained_before: vec![HashSet::new(); nodes],
             val_left_out: 0,
@@ -249,6 +252,7 @@ impl Intake {
                 let t = &mut self.takeovers[k];
                 t.done = true;
                 self.nodes[t.fast].extracted += done.extracted;
+                self.peer_bytes += done.peer_bytes;
             }
             (Source::TakeOver(k), Event::RunReady(ready)) => {
                 self.takeovers[k].runs_ready.insert(ready.run);
@@ -419,6 +423,11 @@ impl Intake {
         self.bytes
     }
 
+    /// Bytes that crossed between nodes for the take-overs.
+    pub(crate) fn peer_bytes(&self) -> u64 {
+        self.peer_bytes
+    }
+
     /// Chunks fetched again.
     pub(crate) fn refetched(&self) -> u64 {
         self.refetched
@@ -527,6 +536,7 @@ mod tests {
             seconds: 1.5,
             extracted: 3,
             deleted: 0,
+            ..Default::default()
         })
     }
 

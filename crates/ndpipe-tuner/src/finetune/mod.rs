@@ -377,6 +377,7 @@ impl Done {
             bytes_per_image: bytes as f64 / (train_images + val_images).max(1) as f64,
             wire_bytes_received: 0,
             wire_bytes_per_image: 0.0,
+            peer_wire_bytes: self.intake.peer_bytes(),
             chunks_refetched: self.intake.refetched(),
             extract_seconds,
             train_seconds: runs.iter().map(|t| t.train_seconds).sum(),

@@ -43,6 +43,11 @@ pub struct FinetuneReport {
     /// `wire_bytes_received / (train + val images)`.
     #[serde(default)]
     pub wire_bytes_per_image: f64,
+    /// Bytes that crossed node-to-node channels for the job's take-overs (load balancing), both
+    /// ways, counted at the transport: the fast node's fetches of tensors and features from the
+    /// slow node and its store-back of computed features. Absent (0) in older reports.
+    #[serde(default)]
+    pub peer_wire_bytes: u64,
     /// Chunks whose checksum failed and were fetched again.
     pub chunks_refetched: u64,
     /// Seconds from start until the last node sent its last run.

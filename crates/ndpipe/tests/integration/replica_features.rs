@@ -21,7 +21,7 @@ fn copies_carry_the_features_of_their_photo() {
 }
 
 /// Every backbone's features of each photo of `ids` in the stopped `node`'s feature store.
-fn features_of(node: &Instance, ids: &[u64]) -> BTreeMap<u64, Vec<(String, Vec<u8>)>> {
+pub(crate) fn features_of(node: &Instance, ids: &[u64]) -> BTreeMap<u64, Vec<(String, Vec<u8>)>> {
     let store = FeatureStore::open(
         &node.data.join("store").join("features.redb"),
         DEFAULT_FEATURE_CACHE_BYTES,

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::common::{
     Instance, TunerProcess, cli, free_port, import_fashion, jpeg, on_postgres, sha256,
 };
+use crate::replica_features::features_of;
 use crate::s3::unsigned_aws;
 
 const NAMES: [&str; 3] = ["rp-a", "rp-b", "rp-c"];
@@ -512,6 +513,17 @@ async fn rebalanced_on(url: &str) {
         tokio::time::sleep(POLL).await;
     }
     all_read_back(&nodes[0], &acked).await;
+    // Rebalancing's copies carry the features too: a copy released to rp-c came back with
+    // them (a released copy's features go with it).
+    for node in &mut nodes {
+        node.kill9();
+    }
+    let ids: Vec<u64> = acked.keys().copied().collect();
+    let (a, b) = (features_of(&nodes[0], &ids), features_of(&nodes[1], &ids));
+    for id in &ids {
+        assert_eq!(a[id].len(), 1, "photo {id} on rp-a: {:?}", a[id].len());
+        assert_eq!(a[id], b[id], "photo {id}: the holders' features differ");
+    }
 }
 
 /// [`unsigned_aws`], which must succeed.

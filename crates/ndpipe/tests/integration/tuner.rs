@@ -405,6 +405,10 @@ async fn work_moves_from_several_runs_and_its_features_go_back_to_the_slow_node(
     let computed = fast["extracted"].as_u64().unwrap();
     assert!(computed > 0 && computed <= n, "{report}");
     assert!(report.get("balance_skipped").is_none(), "{report}");
+    // The bytes between the nodes are counted at the transport: the tensors ps-a fetched for
+    // the photos it computed are each far more than a kilobyte.
+    let peer = report["peer_wire_bytes"].as_u64().unwrap();
+    assert!(peer > computed * 1_000, "{report}");
 
     // Again: ps-b now holds the features of every photo, those ps-a computed or held included,
     // and ps-a's take-over reads them (or its own) instead of running the backbone.
