@@ -1,10 +1,11 @@
 //! A fine-tune that loses a node vs one that does not: a Tuner and three PipeStores keeping two
 //! copies of each photo on one PostgreSQL catalog, Fashion-MNIST photos imported through a
 //! front door, then two fine-tunes of the same request from stored features (which every copy
-//! carries), timed from the request to the job's end. In the second, one PipeStore is killed with SIGKILL while it extracts; the Tuner passes
-//! its photos to their copies and runs the job again on the survivors (`ndpipe-tuner`'s
-//! `failover.rs`), so the time includes the run that was lost, the wait until the node counts
-//! as lost, and the run again.
+//! carries), timed from the request to the job's end. In the second, one PipeStore is killed
+//! with SIGKILL while it extracts; the Tuner keeps the features it received, passes the lost
+//! node's photos to their copies, and the holders take over those not yet received
+//! (`ndpipe-tuner`'s `failover.rs` and `finetune/lost.rs`), so the time includes the wait until
+//! the node counts as lost and the survivors' extra share, not a run again.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -45,6 +46,12 @@ pub struct FailoverRound {
     pub losing_s: f64,
     /// Photos the lost node's share passed to their copies.
     pub failed_over_photos: u64,
+    /// The lost node's photos whose features the job had received and kept.
+    pub kept: u64,
+    /// Its photos the survivors took over in the job.
+    pub taken_over: u64,
+    /// Whether the job ran again instead (the take-over could not apply).
+    pub rerun: bool,
     /// Training photos of each fine-tune (train, validation and left out), which must agree.
     pub used: (u64, u64),
 }
@@ -111,6 +118,10 @@ pub fn compare(config: &FailoverConfig, exe: &Path, dir: &Path) -> Result<Failov
         intact_s,
         losing_s,
         failed_over_photos: failed_over[0]["photos_moved"].as_u64().unwrap_or(0),
+        kept: failed_over[0]["kept"].as_u64().unwrap_or(0),
+        taken_over: (failed_over[0]["taken_over"].as_object())
+            .map_or(0, |t| t.values().filter_map(|v| v.as_u64()).sum()),
+        rerun: failed_over[0]["rerun"].as_bool().unwrap_or(true),
         used: (used(&intact), used(&losing)),
     })
 }

@@ -169,16 +169,17 @@ fn print_failover(rounds: &[faultbench::FailoverRound]) {
         range(rounds.iter().map(|r| r.intact_s).collect())
     );
     println!(
-        "| loses a node (kill -9 mid-extraction, failed over, run again) | {} | {} |",
+        "| loses a node (kill -9 mid-extraction, its photos not yet received taken over) | {} | {} |",
         range(rounds.iter().map(|r| r.losing_s).collect()),
         range(rounds.iter().map(|r| r.losing_s / r.intact_s).collect())
     );
     println!(
-        "(mean over {} rounds, range in brackets; photos passed to their copies per round: {:?})",
+        "(mean over {} rounds, range in brackets; per round, the lost node's photos passed to \
+         their copies, kept as received, taken over, and whether the job ran again: {:?})",
         rounds.len(),
         rounds
             .iter()
-            .map(|r| r.failed_over_photos)
+            .map(|r| (r.failed_over_photos, r.kept, r.taken_over, r.rerun))
             .collect::<Vec<_>>()
     );
 }

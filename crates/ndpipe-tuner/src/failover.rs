@@ -1,11 +1,16 @@
 //! A fine-tune that loses a PipeStore on a replicated cluster still finishes. When a node's
 //! stream fails and the node no longer answers, each of its photos passes to a live node that
-//! holds a copy (`ReplicaCatalog::fail_over`, in the shared catalog), and the job runs again on
-//! the survivors: every training photo has exactly one primary, so each is trained once. Only
-//! photos that no live node holds fail the job, named in its error. Without a replica map (a
-//! SQLite Tuner), when the node still answers, or when the job had registered its version (a
-//! deploy failed), the failure stands as it was.
+//! holds a copy (`ReplicaCatalog::fail_over`, in the shared catalog). Mostly the job goes on
+//! without starting over (`finetune::lost`: the features received are kept, holders of copies
+//! take over the rest). Where that cannot apply (the lost node's validation set was incomplete,
+//! load balancing had moved work from or to it, training reads through the cache, or a
+//! take-over of its photos failed), the job runs again on the survivors, as here: every
+//! training photo has exactly one primary, so each is trained once. Only photos that no live
+//! node holds fail the job, named in its error. Without a replica map (a SQLite Tuner), when
+//! the node still answers, or when the job had registered its version (a deploy failed), the
+//! failure stands as it was.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,10 +37,20 @@ pub struct FailedOver {
     pub reason: String,
     /// Its photos now reached through a live holder of a copy.
     pub photos_moved: u64,
+    /// Its photos whose features the job had received and kept (0 when it ran again).
+    #[serde(default)]
+    pub kept: u64,
+    /// Per node (label), how many of its training photos not yet received that node took over
+    /// in the job (empty when it ran again).
+    #[serde(default)]
+    pub taken_over: BTreeMap<String, u64>,
+    /// Whether the job ran again on the survivors instead.
+    #[serde(default)]
+    pub rerun: bool,
 }
 
 /// [`finetune::finetune`], run again on the survivors after each lost node whose photos all
-/// have a live copy elsewhere.
+/// have a live copy elsewhere, when the job could not take its photos over as it ran.
 pub(crate) async fn finetune_surviving(
     env: &JobEnv<'_>,
     replicas: Option<&Arc<dyn ReplicaCatalog>>,
@@ -45,10 +60,17 @@ pub(crate) async fn finetune_surviving(
 ) -> Result<FinetuneReport, TunerError> {
     let mut failed_over = Vec::new();
     loop {
-        let outcome =
-            finetune::finetune(env, members.clone(), conventional.clone(), req.clone()).await;
+        let outcome = finetune::finetune(
+            env,
+            replicas,
+            members.clone(),
+            conventional.clone(),
+            req.clone(),
+        )
+        .await;
         let (Err(TunerError::Node { node, message }), Some(map)) = (&outcome, replicas) else {
             return outcome.map(|mut report| {
+                failed_over.append(&mut report.failed_over);
                 report.failed_over = failed_over;
                 report
             });
@@ -84,6 +106,9 @@ pub(crate) async fn finetune_surviving(
             node: lost.name.clone(),
             reason: message.clone(),
             photos_moved: moved.moved,
+            kept: 0,
+            taken_over: BTreeMap::new(),
+            rerun: true,
         });
         members.nodes.retain(|n| n.name != lost.name);
         members
@@ -104,7 +129,7 @@ fn registered(env: &JobEnv<'_>) -> Result<bool, TunerError> {
 }
 
 /// Whether `node` answers an inventory within [`PROBE`].
-async fn answers(node: &Node) -> bool {
+pub(crate) async fn answers(node: &Node) -> bool {
     let call = node.unary(pb::InventoryRequest {}, |mut c, r| async move {
         c.inventory(r).await
     });

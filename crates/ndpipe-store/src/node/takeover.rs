@@ -5,6 +5,8 @@
 //! features), or the backbone here over the slow node's tensors; features computed here are
 //! stored back on the slow node, so that its next job reads them. In conventional mode the
 //! tensors themselves are streamed. The job's throttle and bandwidth cap on this node apply.
+//! When the node that held the photos was lost (`source_lost`), only copies here are read and
+//! nothing is stored back there.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -197,6 +199,11 @@ impl TakeOver {
             .filter(|(_, l)| l.is_none())
             .map(|(p, _)| p.id)
             .collect();
+        if self.req.source_lost && !remote.is_empty() {
+            let reason =
+                format!("no intact copy here of photos {remote:?}, and their node is lost");
+            return Err(self.peer("taking photos over from", reason));
+        }
         let mut stored = HashMap::new();
         if use_stored && !ship_tensors && !remote.is_empty() {
             stored = self.stored_features(&remote).await?;
@@ -286,7 +293,7 @@ impl TakeOver {
     /// Stores `features` computed here on the slow node. A failure only costs its next job a
     /// backbone run, so it is logged, not fatal.
     async fn store_back(&mut self, features: Features) {
-        if features.photo_ids.is_empty() {
+        if features.photo_ids.is_empty() || self.req.source_lost {
             return;
         }
         let message = pb::PutFeaturesRequest {

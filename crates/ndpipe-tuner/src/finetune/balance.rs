@@ -95,6 +95,7 @@ pub(crate) async fn rebalance(
             ship_tensors: conventional,
             throttle_images_per_second: req.throttle.get(&nodes[fast].name).copied().unwrap_or(0.0),
             bandwidth_bytes_per_second: req.bandwidth_bytes_per_second,
+            source_lost: false,
         };
         handoffs.push(Handoff {
             slow,

@@ -18,6 +18,10 @@ struct NodeState {
     val_ready: bool,
     runs_ready: BTreeSet<u32>,
     done: bool,
+    /// Lost mid-job: what it sent is kept, take-overs send the rest.
+    lost: bool,
+    /// Its validation photos received (before any is left out).
+    val_ids: Vec<u64>,
     /// Photos whose features it sent, take-overs included.
     images: u64,
     extracted: u64,
@@ -34,6 +38,9 @@ struct NodeState {
 struct TakeOver {
     fast: usize,
     slow: usize,
+    /// The node the photos are booked to: the slow node's, or the fast node's when it takes
+    /// over a lost node's photos (it is their primary now).
+    owner: usize,
     /// The runs its photos belong to, and those it has sent in full.
     runs: BTreeSet<u32>,
     runs_ready: BTreeSet<u32>,
@@ -137,11 +144,66 @@ impl Intake {
         self.takeovers.push(TakeOver {
             fast,
             slow,
+            owner: slow,
             runs,
             runs_ready: BTreeSet::new(),
             done: false,
         });
         self.takeovers.len() - 1
+    }
+
+    /// Records that node `lost` is gone: what it sent stays, its events are ignored from now
+    /// on, and runs no longer wait for it.
+    pub(crate) fn lose(&mut self, lost: usize) {
+        self.nodes[lost].lost = true;
+    }
+
+    /// Whether node `i` was lost mid-job.
+    pub(crate) fn is_lost(&self, i: usize) -> bool {
+        self.nodes[i].lost
+    }
+
+    /// Why the photos of node `i`, lost, cannot be taken over in the job, if they cannot: its
+    /// validation set is incomplete, a load-balancing take-over involves it, or training reads
+    /// features through the cache (rows stay on the node that sent them).
+    pub(crate) fn cannot_take_over(&self, i: usize) -> Option<&'static str> {
+        if self.by_reference {
+            Some("training reads features through the cache")
+        } else if !self.nodes[i].val_ready {
+            Some("its validation set was incomplete")
+        } else if self.takeovers.iter().any(|t| t.fast == i || t.slow == i) {
+            Some("load balancing had moved work from or to it")
+        } else {
+            None
+        }
+    }
+
+    /// The photos node `i` sent, validation and training.
+    pub(crate) fn received(&self, i: usize) -> HashSet<u64> {
+        self.nodes[i]
+            .val_ids
+            .iter()
+            .chain(&self.trained[i])
+            .copied()
+            .collect()
+    }
+
+    /// The first run not yet handed to the trainer.
+    pub(crate) fn next_run(&self) -> usize {
+        self.next_run
+    }
+
+    /// Records a take-over by `fast` of photos of `lost` (now `fast`'s, as their primary) in
+    /// `runs`; returns its index for [`Source::TakeOver`].
+    pub(crate) fn add_lost_takeover(
+        &mut self,
+        lost: usize,
+        fast: usize,
+        runs: BTreeSet<u32>,
+    ) -> usize {
+        let k = self.add_takeover(lost, fast, runs);
+        self.takeovers[k].owner = fast;
+        k
     }
 
     /// The node that sends `source`'s chunks.
@@ -153,8 +215,12 @@ impl Intake {
     }
 
     /// Books an event; returns a chunk seen for the first time, for the caller to decode and
-    /// [`add`](Self::add). A chunk seen before (a node re-sent it) is dropped.
+    /// [`add`](Self::add). A chunk seen before (a node re-sent it), or from a lost node, is
+    /// dropped.
     pub(crate) fn on_event(&mut self, source: Source, event: Event) -> Option<pb::FeatureChunk> {
+        if matches!(source, Source::Node(i) if self.nodes[i].lost) {
+            return None;
+        }
         match (source, event) {
             (_, Event::Chunk(chunk)) => {
                 if !self.seen.insert((source, chunk.part, chunk.run, chunk.seq)) {
@@ -218,10 +284,13 @@ impl Intake {
         }
         let (credited, owner) = match source {
             Source::Node(i) => (i, i),
-            Source::TakeOver(k) => (self.takeovers[k].fast, self.takeovers[k].slow),
+            Source::TakeOver(k) => (self.takeovers[k].fast, self.takeovers[k].owner),
         };
         self.nodes[credited].images += features.len() as u64;
         if part == pb::Part::Val as i32 {
+            self.nodes[owner]
+                .val_ids
+                .extend_from_slice(&features.photo_ids);
             let before = &self.trained_before[owner];
             let (kept, left_out) = without(features, |id| before.contains(&id));
             self.val_left_out += left_out;
@@ -249,7 +318,7 @@ impl Intake {
     /// The error for a stream that ended: none once it was done.
     pub(crate) fn on_ended(&self, source: Source) -> Result<(), TunerError> {
         match source {
-            Source::Node(i) if !self.nodes[i].done => {
+            Source::Node(i) if !self.nodes[i].done && !self.nodes[i].lost => {
                 Err(self.blame(source, "its feature stream ended before the job was done"))
             }
             Source::TakeOver(k) if !self.takeovers[k].done => {
@@ -283,19 +352,19 @@ impl Intake {
 
     /// Whether every node has sent its validation set.
     pub(crate) fn all_val_ready(&self) -> bool {
-        self.nodes.iter().all(|n| n.val_ready)
+        self.nodes.iter().all(|n| n.val_ready || n.lost)
     }
 
     /// Whether every node has sent everything of its own, and every take-over its photos.
     pub(crate) fn all_done(&self) -> bool {
-        self.nodes.iter().all(|n| n.done) && self.takeovers.iter().all(|t| t.done)
+        self.nodes.iter().all(|n| n.done || n.lost) && self.takeovers.iter().all(|t| t.done)
     }
 
     /// Whether load balancing can be planned: every node has sent its validation set, and has
     /// measured its throughput (on the validation set, or else on its first training chunks)
     /// or is done.
     pub(crate) fn rates_known(&self) -> bool {
-        self.all_val_ready() && self.nodes.iter().all(|n| n.rate > 0.0 || n.done)
+        self.all_val_ready() && self.nodes.iter().all(|n| n.rate > 0.0 || n.done || n.lost)
     }
 
     /// Each node's last reported throughput, images/s (0 for none).
@@ -323,7 +392,7 @@ impl Intake {
             && self
                 .nodes
                 .iter()
-                .all(|n| n.val_ready && n.runs_ready.contains(&run))
+                .all(|n| n.lost || (n.val_ready && n.runs_ready.contains(&run)))
             && self
                 .takeovers
                 .iter()

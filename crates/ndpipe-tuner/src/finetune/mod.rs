@@ -10,6 +10,7 @@
 //!   the node timeout fails the job, naming it), and the re-fetch of damaged chunks;
 //! - [`intake`]: what arrived so far, and when a run is ready;
 //! - [`balance`]: moving work from slow nodes to fast ones once their rates are known;
+//! - [`lost`]: a node lost mid-job, its photos not yet received taken over by holders of copies;
 //! - [`trainer`]: the training thread, in memory or through [`cached`] over the memory budget;
 //! - [`conventional`]: the comparison mode where the Tuner runs the backbone.
 
@@ -17,6 +18,7 @@ mod balance;
 mod cached;
 mod conventional;
 mod intake;
+mod lost;
 mod report;
 mod request;
 mod streams;
@@ -26,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use ndpipe_catalog::ModelVersion;
+use ndpipe_catalog::{ModelVersion, ReplicaCatalog};
 use ndpipe_model::InferenceBackend;
 use ndpipe_proto::pb::extract_event::Event;
 use ndpipe_proto::{ProtoError, decode_chunk, decode_tensor_chunk, pb};
@@ -50,10 +52,12 @@ use crate::{Head, HeadConfig, TunerError, deploy};
 
 /// Fine-tunes a new head from the features of the `members`, records it in the registry and,
 /// when asked, deploys it. `conventional` is the Tuner's own backbone, for conventional mode
-/// (the caller checked the request).
+/// (the caller checked the request). With a replica map, a node lost mid-job is handled as
+/// [`lost`] says.
 pub(crate) async fn finetune(
     env: &JobEnv<'_>,
-    members: Members,
+    replicas: Option<&Arc<dyn ReplicaCatalog>>,
+    mut members: Members,
     conventional: Option<Arc<dyn InferenceBackend>>,
     req: FinetuneRequest,
 ) -> Result<FinetuneReport, TunerError> {
@@ -86,6 +90,7 @@ pub(crate) async fn finetune(
         conventional,
         started,
     );
+    job.replicas = replicas.cloned();
     job.intake.leave_out_of_val(
         snapshot
             .iter()
@@ -99,6 +104,14 @@ pub(crate) async fn finetune(
         .zip(done.intake.trained())
         .collect();
     let (mut report, head) = done.into_report(&survey, &job_id, parent, started);
+    // A node lost mid-job gets no deploy.
+    for lost in &report.failed_over {
+        members.nodes.retain(|n| n.name != lost.node);
+        (members.skipped).push(format!(
+            "{}: lost during the job ({})",
+            lost.node, lost.reason
+        ));
+    }
     report.skipped = members.skipped.clone();
     report.wire_bytes_received = env.nodes.traffic().received() - wire_before;
     report.wire_bytes_per_image =
@@ -307,6 +320,14 @@ struct Job<'a> {
     extract_seconds: Option<f64>,
     /// The Tuner's receive cap, shared by every stream of the job.
     ingress: Ingress,
+    /// The head's classes, in the order of chunk labels.
+    classes: Vec<String>,
+    /// The replica map, to take over the photos of a node lost mid-job.
+    replicas: Option<Arc<dyn ReplicaCatalog>>,
+    /// Nodes lost mid-job whose photos were taken over.
+    failed_over: Vec<crate::FailedOver>,
+    /// The channel to read once the current one is drained (see `Job::sender`).
+    next_rx: Option<mpsc::Receiver<Msg>>,
 }
 
 /// What a job ends with.
@@ -319,6 +340,7 @@ struct Done {
     rebalanced: Vec<Rebalanced>,
     balance_skipped: Option<String>,
     extract_seconds: Option<f64>,
+    failed_over: Vec<crate::FailedOver>,
 }
 
 impl Done {
@@ -368,7 +390,7 @@ impl Done {
             cache: self.cache,
             skipped: Vec::new(),
             deploy: None,
-            failed_over: Vec::new(),
+            failed_over: self.failed_over,
         };
         (report, self.head)
     }
@@ -421,7 +443,6 @@ impl<'a> Job<'a> {
             conventional,
             cache,
             balanced: !req.load_balance || nodes.len() < 2,
-            head: Some(head),
             trainer: None,
             val_top1_before: 0.0,
             timeline: Vec::new(),
@@ -429,6 +450,11 @@ impl<'a> Job<'a> {
             balance_skipped: None,
             extract_seconds: None,
             ingress,
+            classes: head.classes().to_vec(),
+            head: Some(head),
+            replicas: None,
+            failed_over: Vec::new(),
+            next_rx: None,
         };
         (job, rx)
     }
@@ -461,7 +487,10 @@ impl<'a> Job<'a> {
                 }
             };
             let Some(msg) = msg else {
-                streams_open = false;
+                match self.next_rx.take() {
+                    Some(next) => rx = next,
+                    None => streams_open = false,
+                }
                 continue;
             };
             match msg {
@@ -477,6 +506,8 @@ impl<'a> Job<'a> {
                         env.progress.phase(Phase::Training, &[]);
                     }
                 }
+                Msg::Failed(Source::Node(i), _) if self.intake.is_lost(i) => {}
+                Msg::Failed(Source::Node(i), message) => self.on_node_failed(i, &message).await?,
                 Msg::Failed(source, message) => return Err(self.intake.blame(source, &message)),
                 Msg::Ended(source) => self.intake.on_ended(source)?,
             }
@@ -499,6 +530,7 @@ impl<'a> Job<'a> {
             rebalanced: self.rebalanced,
             balance_skipped: self.balance_skipped,
             extract_seconds: self.extract_seconds,
+            failed_over: self.failed_over,
         })
     }
 

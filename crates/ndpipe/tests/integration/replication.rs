@@ -353,24 +353,60 @@ async fn finetune_on(url: &str) {
     }
     // rp-c extracts slowly, so that it is killed while its features are on the way.
     let body = serde_json::json!({
-        "runs": 2, "epochs": 2, "load_balance": false, "deploy": true,
+        "runs": 2, "epochs": 2, "load_balance": false, "deploy": true, "chunk_size": 8,
         "use_stored_features": false, "throttle": {"rp-c": 10.0}
     });
     let (status, job) = tuner.post("/v1/tuner/finetune", body).await;
     assert_eq!(status, 202, "{job}");
     let id = job["id"].as_str().unwrap().to_string();
+    // Killed once it has sent its validation set and some training photos, not all.
     let mut polls = 0;
-    while tuner.get(&format!("/v1/tuner/jobs/{id}")).await["phase"] != "extracting" {
+    while !rp_c_is_midway(&tuner.get(&format!("/v1/tuner/jobs/{id}")).await) {
         polls += 1;
-        assert!(polls < POLLS * 4, "the job does not start extracting");
+        assert!(
+            polls < POLLS * 4,
+            "rp-c does not get midway through its extraction"
+        );
         tokio::time::sleep(POLL / 4).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
     nodes[2].kill9();
     let job = tuner.wait_job(&id).await;
     assert_eq!(job["phase"], "done", "{job}\n{}", tuner.log());
     let report = &job["result"]["finetune"];
-    assert_eq!(report["failed_over"][0]["node"], "rp-c", "{report}");
+    let lost = &report["failed_over"][0];
+    assert_eq!(lost["node"], "rp-c", "{report}");
+    assert_eq!(
+        lost["rerun"], false,
+        "the job went on without starting over: {report}"
+    );
+    // The survivors' work was not redone: every node's figures are those of the one job;
+    // rp-c's photos received were kept, the rest taken over by rp-a and rp-b, each photo
+    // sent (and, the job reading no stored features, extracted) by one node only.
+    let per_node = |name: &str, key: &str| {
+        let row = report["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node"].as_str().unwrap().starts_with(name));
+        row.unwrap_or_else(|| panic!("no {name} in {report}"))[key]
+            .as_u64()
+            .unwrap()
+    };
+    let kept = lost["kept"].as_u64().unwrap();
+    assert!(kept > 0 && per_node("rp-c", "images") == kept, "{report}");
+    let taken: BTreeMap<String, u64> = serde_json::from_value(lost["taken_over"].clone()).unwrap();
+    assert!(taken.values().sum::<u64>() > 0, "{report}");
+    assert!(taken.keys().all(|n| !n.starts_with("rp-c")), "{report}");
+    let survivors = ["rp-a", "rp-b"];
+    for node in survivors {
+        assert_eq!(
+            per_node(node, "extracted"),
+            per_node(node, "images"),
+            "{report}"
+        );
+    }
+    let sent: u64 = survivors.iter().map(|n| per_node(n, "images")).sum();
+    assert_eq!(sent + kept, 258, "each photo sent once: {report}");
     // Every training photo used exactly once (the import puts 6 in 7 photos in `train`, the
     // rest in `test`): one counted twice would pass 258, one left out would miss it.
     let used = ["train_images", "val_images", "val_left_out"]
@@ -383,6 +419,23 @@ async fn finetune_on(url: &str) {
     for node in &nodes[..2] {
         assert_eq!(node.active_versions().await, [version]);
     }
+}
+
+/// Whether rp-c, in the job `view`, has sent its validation set (a tenth of its photos: a fifth
+/// leaves room) and not yet all its photos.
+fn rp_c_is_midway(view: &serde_json::Value) -> bool {
+    let Some(rows) = view["progress"].as_array() else {
+        return false;
+    };
+    rows.iter()
+        .filter(|r| r["node"].as_str().is_some_and(|n| n.starts_with("rp-c")))
+        .any(|r| {
+            let (done, total) = (
+                r["done"].as_u64().unwrap_or(0),
+                r["total"].as_u64().unwrap_or(0),
+            );
+            view["phase"] == "extracting" && total > 0 && done * 5 >= total && done + 10 < total
+        })
 }
 
 #[test]
