@@ -8,6 +8,7 @@
 //! - [`request`] and [`report`]: the job's input and output;
 //! - [`streams`]: the node streams feeding the job's channel, each watched (a node silent for
 //!   the node timeout fails the job, naming it), and the re-fetch of damaged chunks;
+//! - [`survey`]: what the nodes hold before a job, and the head it starts from;
 //! - [`intake`]: what arrived so far, and when a run is ready;
 //! - [`balance`]: moving work from slow nodes to fast ones once their rates are known;
 //! - [`lost`]: a node lost mid-job, its photos not yet received taken over by holders of copies;
@@ -22,9 +23,10 @@ mod lost;
 mod report;
 mod request;
 mod streams;
+mod survey;
 mod trainer;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -43,12 +45,13 @@ pub use request::{CachePolicy, DEFAULT_MEMORY_BUDGET, FinetuneRequest, Mode, Val
 use self::cached::CacheSetup;
 use self::intake::Intake;
 use self::streams::{Ingress, Msg, Source};
+use self::survey::{Survey, starting_head};
 use self::trainer::{TrainedRun, Trainer, TrainerSetup, validate};
 use crate::control::JobEnv;
 use crate::jobs::Phase;
 use crate::nodes::{Members, Node, node_error};
 use crate::registry::Registry;
-use crate::{Head, HeadConfig, TunerError, deploy};
+use crate::{Head, TunerError, deploy};
 
 /// Fine-tunes a new head from the features of the `members`, records it in the registry and,
 /// when asked, deploys it. `conventional` is the Tuner's own backbone, for conventional mode
@@ -163,133 +166,6 @@ fn register(
     registry.save_head(&record, head)?;
     registry.record(&record)?;
     Ok(record)
-}
-
-/// What the nodes' inventories say about the job.
-struct Survey {
-    /// The backbone every node runs.
-    backbone: String,
-    feature_dim: usize,
-    /// The version the nodes serve now ("" for none).
-    pretrained: String,
-    /// "val" or "test".
-    val_split: &'static str,
-    /// Classes with training photos on any node.
-    labels: BTreeSet<String>,
-    /// Training photos per node.
-    have: Vec<u64>,
-}
-
-impl Survey {
-    async fn take(nodes: &[Node], val_split: ValSplit) -> Result<Self, TunerError> {
-        let replies = futures::future::join_all(nodes.iter().map(|n| {
-            n.unary(pb::InventoryRequest {}, |mut c, r| async move {
-                c.inventory(r).await
-            })
-        }))
-        .await;
-        let inventories = nodes
-            .iter()
-            .zip(replies)
-            .map(|(n, r)| {
-                r.map_err(|e| node_error(n, format!("inventory failed: {}", e.message())))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let backbone = inventories[0].backbone_version.clone();
-        for (node, inv) in nodes.iter().zip(&inventories) {
-            if inv.backbone_version != backbone {
-                return Err(node_error(
-                    node,
-                    format!(
-                        "runs backbone {}, others run {backbone}",
-                        inv.backbone_version
-                    ),
-                ));
-            }
-        }
-        let counts = || inventories.iter().flat_map(|i| &i.classes);
-        let val_split = match val_split {
-            ValSplit::Auto if counts().any(|c| c.val > 0) => "val",
-            ValSplit::Auto | ValSplit::Carve => "carve",
-            ValSplit::Val => "val",
-        };
-        Ok(Survey {
-            feature_dim: inventories[0].feature_dim as usize,
-            pretrained: inventories[0].active_version.clone(),
-            val_split,
-            labels: counts()
-                .filter(|c| c.train > 0)
-                .map(|c| c.label.clone())
-                .collect(),
-            have: inventories
-                .iter()
-                .map(|i| i.classes.iter().map(|c| c.train).sum())
-                .collect(),
-            backbone,
-        })
-    }
-
-    /// Training through a cache, when the job's features exceed the memory budget.
-    fn cache_setup(&self, nodes: &[Node], req: &FinetuneRequest) -> Option<CacheSetup> {
-        let feature_bytes = self.have.iter().sum::<u64>() * self.feature_dim as u64 * 4;
-        if req.memory_budget_bytes == 0 || feature_bytes <= req.memory_budget_bytes {
-            return None;
-        }
-        info!(
-            feature_bytes,
-            budget = req.memory_budget_bytes,
-            policy = %req.cache_policy,
-            "features exceed the memory budget: training reads them through the cache"
-        );
-        Some(CacheSetup {
-            policy: req.cache_policy,
-            budget_bytes: req.memory_budget_bytes,
-            nodes: nodes.to_vec(),
-            handle: tokio::runtime::Handle::current(),
-            dim: self.feature_dim,
-            batch: req.batch,
-            seed: req.seed,
-        })
-    }
-}
-
-/// The head to start from: the active version's (with new classes added) or a new one; and the
-/// version it derives from.
-fn starting_head(
-    registry: &Registry,
-    req: &FinetuneRequest,
-    survey: &Survey,
-) -> Result<(Head, Option<String>), TunerError> {
-    if survey.labels.is_empty() {
-        return Err(TunerError::EmptyData);
-    }
-    let active = registry
-        .active()?
-        .filter(|v| v.backbone == survey.backbone && req.hidden.is_none());
-    if let Some(active) = active
-        && let Some(mut head) = registry.head(&active.id)?
-    {
-        let new: Vec<String> = survey
-            .labels
-            .iter()
-            .filter(|l| !head.classes().contains(l))
-            .cloned()
-            .collect();
-        head.grow_classes(new)?;
-        return Ok((head, Some(active.id)));
-    }
-    let config = HeadConfig {
-        input_dim: survey.feature_dim,
-        hidden: req.hidden,
-        epochs: req.epochs,
-        batch: req.batch,
-        seed: req.seed,
-        ..HeadConfig::new(survey.labels.iter().cloned().collect())
-    };
-    Ok((
-        Head::new(config)?,
-        Some(survey.pretrained.clone()).filter(|p| !p.is_empty()),
-    ))
 }
 
 /// A job in flight: the event loop's state.
