@@ -9,7 +9,7 @@ export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 PY_VENV := $(CURDIR)/target/py/venv
 PY_CRATE := python/spidercache/Cargo.toml
 
-.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep experiment-rollout experiment-balance experiment-cost bench-scale
+.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep experiment-rollout experiment-balance experiment-bandwidth experiment-cost bench-scale
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -105,6 +105,13 @@ experiment-rsweep: build-bench
 ## proportional ideal, 3 rounds; table and plot in docs/experiments/.
 experiment-balance: build-bench
 	target/release/ndpipe-bench balance --photos-per-node 210 --json $(CACHE)/experiment-balance.json
+
+## Near-data vs conventional on 4 emulated PipeStores under five Tuner-ingress caps, from an
+## eighth to twice the tensors' rate; table and plot in docs/experiments/bandwidth/.
+experiment-bandwidth: build-bench
+	target/release/ndpipe-bench scaling --nodes 4 --cap-nodes 4 --photos-per-node 70 \
+	  --cap-fractions 0.125,0.25,0.5,1,2 --out docs/experiments/bandwidth \
+	  --json $(CACHE)/experiment-bandwidth.json
 
 ## Feature extraction's dollars per million images, near-data vs conventional: the model-only rate
 ## and wire bytes measured in the run, prices stated (flags); table and plot in docs/experiments/.
