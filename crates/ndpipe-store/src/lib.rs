@@ -10,7 +10,7 @@
 //! access keys without a server. The building blocks a benchmark needs are
 //! public too: the [`PhotoStore`] ([`StoreConfig`], [`NewPhoto`], [`RecoveryReport`],
 //! [`CompactionReport`], [`StoreError`]), the [`FeatureStore`], and a full re-labelling with a
-//! [`Relabeler`] ([`ActiveModel`], [`RelabelOptions`], [`RelabelReport`], [`InferenceError`]).
+//! [`Relabeler`] ([`ActiveModel`], [`RelabelOptions`], [`Pending`], [`RelabelReport`], [`InferenceError`]).
 //! Everything else is internal.
 //!
 //! # Module map
@@ -74,7 +74,9 @@ mod testing;
 pub use config::{Config, DEFAULT_MAX_UPLOAD_BYTES, GatewayConfig};
 pub use error::Error;
 pub use gateway::{Gateway, RunningGateway};
-pub use inference::{ActiveModel, InferenceError, RelabelOptions, RelabelReport, Relabeler};
+pub use inference::{
+    ActiveModel, InferenceError, Pending, RelabelOptions, RelabelReport, Relabeler,
+};
 pub use keys::{ADMIN_ACCESS_KEY, KeyError, KeyInfo, KeyStore, NewKey};
 pub use pipestore::PipeStore;
 pub use server::Running;

@@ -87,6 +87,7 @@ mod jobs;
 mod nodes;
 mod registry;
 mod rollout;
+mod rollout_balance;
 mod schedule;
 mod server;
 mod sync;

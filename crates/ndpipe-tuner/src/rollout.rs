@@ -9,14 +9,15 @@
 //!    labels under its pretrained version, while search and labels keep serving the old
 //!    version; the job shows each node's photos done, rate and ETA. A node that fails or
 //!    restarts is waited for and asked again: it resumes at its durable checkpoint (at most one
-//!    batch lost). Its share is not moved to replicas;
+//!    batch lost). Once every node's rate is known, slow nodes give the photos they have not
+//!    reached to fast nodes ([`crate::rollout_balance`]), so that all finish together;
 //! 3. **committing**: once every node has finished, the registry records the new pretrained
 //!    version as the one every node must serve, and every node commits (`CommitBackbone`:
 //!    photos uploaded since are caught up, then it serves the new backbone). A node that cannot
 //!    commit is waited for and asked again too.
 //!
-//! The report sets the aggregate photos per second (the photos of the nodes' passes over the
-//! longest pass) against the sum of the nodes' model-only rates (each node times its new
+//! The report sets the aggregate photos per second (the photos of the nodes' passes and
+//! take-overs over the longest of them) against the sum of the nodes' model-only rates (each node times its new
 //! backbone alone on a batch of its own tensors before its pass, in this job).
 
 use std::time::{Duration, Instant};
@@ -32,6 +33,7 @@ use crate::control::JobEnv;
 use crate::deploy::first_refusal;
 use crate::jobs::Phase;
 use crate::nodes::{Members, Node, node_error};
+use crate::rollout_balance::{Watch, balance};
 
 /// How often a node that failed mid-rollout is asked again, at most, before the job fails.
 const RESUMES: u32 = 20;
@@ -80,6 +82,12 @@ pub struct NodeRollout {
     pub model_only_images_per_second: f64,
     /// Times the node failed and was asked again (it resumed at its checkpoint).
     pub resumed: u32,
+    /// Photos it gave to faster nodes (load balancing), not in `photos`.
+    #[serde(default)]
+    pub given: u64,
+    /// Photos of slower nodes it extracted for them (stored there), not in `photos`.
+    #[serde(default)]
+    pub taken: u64,
     /// Photos uploaded during the rollout that its commit caught up.
     pub caught_up: u64,
 }
@@ -100,13 +108,17 @@ pub(crate) async fn rollout(
 
     env.progress.phase(Phase::Extracting, &labels);
     let started = Instant::now();
-    let extracted = futures::future::join_all(
-        nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| extract(env, n, &backbone.sha256, i)),
-    )
-    .await;
+    let watch = Watch::new(nodes.len());
+    let (extracted, (shared, balanced_seconds)) = futures::join!(
+        futures::future::join_all(nodes.iter().enumerate().map(|(i, n)| extract(
+            env,
+            n,
+            &backbone.sha256,
+            i,
+            &watch
+        )),),
+        balance(nodes, &backbone.sha256, &watch)
+    );
     let extract_seconds = started.elapsed().as_secs_f64();
     let mut done = Vec::new();
     for result in extracted {
@@ -124,13 +136,15 @@ pub(crate) async fn rollout(
         skipped: members.skipped.clone(),
         ..RolloutReport::default()
     };
-    let (mut this_job, mut longest) = (0u64, 0f64);
-    for ((n, (extract, resumed)), caught_up) in nodes.iter().zip(done).zip(commits) {
+    let (mut this_job, mut longest) = (0u64, balanced_seconds);
+    for (((n, (extract, resumed)), caught_up), shared) in
+        nodes.iter().zip(done).zip(commits).zip(shared)
+    {
         let caught_up = caught_up?;
         env.nodes.set_version(n.id, &backbone.version)?;
-        this_job += extract.this_call;
+        this_job += extract.this_call + shared.taken;
         longest = longest.max(extract.seconds);
-        report.photos += extract.photos + caught_up;
+        report.photos += extract.photos + caught_up + shared.taken;
         report.model_only_images_per_second += extract.model_only_images_per_second;
         report.nodes.push(NodeRollout {
             node: n.label(),
@@ -139,6 +153,8 @@ pub(crate) async fn rollout(
             images_per_second: extract.images_per_second,
             model_only_images_per_second: extract.model_only_images_per_second,
             resumed,
+            given: shared.given,
+            taken: shared.taken,
             caught_up,
         });
     }
@@ -189,26 +205,33 @@ async fn stage(nodes: &[Node], backbone: &BackboneFiles) -> Result<(), TunerErro
 }
 
 /// Phase two on node `i`: extraction until it reports done, asking again (after the node
-/// answers again) when it fails. Returns its report and how often it was asked again.
+/// answers again) when it fails, its progress told to `watch`. Returns its report and how
+/// often it was asked again.
 async fn extract(
     env: &JobEnv<'_>,
     node: &Node,
     sha256: &str,
     i: usize,
+    watch: &Watch,
 ) -> Result<(pb::ExtractBackboneDone, u32), TunerError> {
     let mut node = node.clone();
     let mut resumed = 0;
-    loop {
-        match extract_once(env, &node, sha256, i).await {
-            Ok(done) => return Ok((done, resumed)),
+    let result = loop {
+        match extract_once(env, &node, sha256, i, watch).await {
+            Ok(done) => break Ok((done, resumed)),
             Err(e) if resumed < RESUMES => {
                 warn!(node = %node.label(), error = %e, "the node failed mid-rollout: asking again once it answers");
                 resumed += 1;
-                node = returned(env, &node).await?;
+                match returned(env, &node).await {
+                    Ok(now) => node = now,
+                    Err(e) => break Err(e),
+                }
             }
-            Err(e) => return Err(e),
+            Err(e) => break Err(e),
         }
-    }
+    };
+    watch.finish();
+    result
 }
 
 /// One extraction call on `node`, its progress (photos done, rate, ETA) shown as row `i`.
@@ -217,6 +240,7 @@ async fn extract_once(
     node: &Node,
     sha256: &str,
     i: usize,
+    watch: &Watch,
 ) -> Result<pb::ExtractBackboneDone, TunerError> {
     let failed =
         |e: tonic::Status| node_error(node, format!("re-extraction failed: {}", e.message()));
@@ -234,9 +258,11 @@ async fn extract_once(
         match node.next(&mut events).await.map_err(failed)? {
             Some(pb::ExtractBackboneEvent {
                 event: Some(Event::Progress(p)),
-            }) => env
-                .progress
-                .node_rate(i, p.done, p.total, p.images_per_second),
+            }) => {
+                watch.saw(i, &p);
+                env.progress
+                    .node_rate(i, p.done, p.total, p.images_per_second);
+            }
             Some(pb::ExtractBackboneEvent {
                 event: Some(Event::Done(done)),
             }) => {

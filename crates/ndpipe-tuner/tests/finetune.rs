@@ -453,6 +453,27 @@ impl PipeStore for Node {
         Err(no_rollouts())
     }
 
+    async fn give_backbone_photos(
+        &self,
+        _: Request<pb::GiveBackbonePhotosRequest>,
+    ) -> Result<Response<pb::GiveBackbonePhotosReply>, Status> {
+        Err(no_rollouts())
+    }
+
+    async fn take_over_backbone(
+        &self,
+        _: Request<pb::TakeOverBackboneRequest>,
+    ) -> Result<Response<pb::TakeOverBackboneReply>, Status> {
+        Err(no_rollouts())
+    }
+
+    async fn put_backbone_outputs(
+        &self,
+        _: Request<pb::PutBackboneOutputsRequest>,
+    ) -> Result<Response<pb::PutBackboneOutputsReply>, Status> {
+        Err(no_rollouts())
+    }
+
     async fn put_features(
         &self,
         request: Request<pb::PutFeaturesRequest>,

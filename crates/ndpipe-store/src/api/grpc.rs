@@ -96,12 +96,7 @@ impl PipeStoreRpc for PipeStoreService {
         let (tx, rx) = mpsc::channel(16);
         tokio::task::spawn_blocking(move || {
             let event = |event| pb::ExtractBackboneEvent { event: Some(event) };
-            let progress = |done, total, images_per_second| {
-                let progress = pb::ExtractBackboneProgress {
-                    done,
-                    total,
-                    images_per_second,
-                };
+            let progress = |progress| {
                 let _ =
                     tx.blocking_send(Ok(event(extract_backbone_event::Event::Progress(progress))));
             };
@@ -132,6 +127,40 @@ impl PipeStoreRpc for PipeStoreService {
         let sha = request.into_inner().backbone_version;
         self.blocking(move |node| node.abort_backbone(&sha)).await?;
         Ok(Response::new(pb::AbortBackboneReply {}))
+    }
+
+    async fn give_backbone_photos(
+        &self,
+        request: Request<pb::GiveBackbonePhotosRequest>,
+    ) -> Result<Response<pb::GiveBackbonePhotosReply>, Status> {
+        let request = request.into_inner();
+        let reply = self
+            .blocking(move |node| node.give_backbone_photos(&request))
+            .await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn take_over_backbone(
+        &self,
+        request: Request<pb::TakeOverBackboneRequest>,
+    ) -> Result<Response<pb::TakeOverBackboneReply>, Status> {
+        let reply = self
+            .0
+            .clone()
+            .take_over_backbone(request.into_inner())
+            .await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn put_backbone_outputs(
+        &self,
+        request: Request<pb::PutBackboneOutputsRequest>,
+    ) -> Result<Response<pb::PutBackboneOutputsReply>, Status> {
+        let request = request.into_inner();
+        let reply = self
+            .blocking(move |node| node.put_backbone_outputs(request))
+            .await?;
+        Ok(Response::new(reply))
     }
 
     async fn rebalance(

@@ -66,6 +66,13 @@ impl BackboneDirs {
             .join(format!("{sha256}.progress.json"))
     }
 
+    /// The photos a staged backbone's re-extraction gave to other nodes (load balancing).
+    pub(crate) fn given(&self, sha256: &str) -> PathBuf {
+        self.root
+            .join("staged")
+            .join(format!("{sha256}.given.json"))
+    }
+
     /// Where a committed backbone is kept.
     pub(crate) fn committed(&self, sha256: &str) -> PathBuf {
         self.root.join(sha256)
@@ -93,8 +100,8 @@ impl BackboneDirs {
         write_durably(&self.root.join(ACTIVE), sha256.as_bytes())
     }
 
-    /// Drops staged backbone `sha256`, its incoming copy and its checkpoint; returns whether
-    /// there was one.
+    /// Drops staged backbone `sha256`, its incoming copy, its checkpoint and the photos it gave
+    /// away; returns whether there was one.
     pub(crate) fn remove_staged(&self, sha256: &str) -> io::Result<bool> {
         let staged = self.staged(sha256);
         let existed = staged.exists();
@@ -103,10 +110,12 @@ impl BackboneDirs {
                 std::fs::remove_dir_all(&dir)?;
             }
         }
-        match std::fs::remove_file(self.checkpoint(sha256)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+        for file in [self.checkpoint(sha256), self.given(sha256)] {
+            match std::fs::remove_file(file) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(existed)
     }

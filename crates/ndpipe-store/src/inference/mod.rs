@@ -18,6 +18,7 @@ mod backlog;
 pub(crate) mod heads;
 pub(crate) mod labeler;
 pub(crate) mod model;
+mod pending;
 pub(crate) mod relabel;
 
 use std::path::PathBuf;
@@ -28,6 +29,7 @@ use ndpipe_model::{HeadError, ModelError, TensorError};
 use crate::storage::StoreError;
 
 pub use model::ActiveModel;
+pub use pending::Pending;
 pub use relabel::{RelabelOptions, RelabelReport, Relabeler};
 
 /// Why labelling, re-labelling or a model change failed.

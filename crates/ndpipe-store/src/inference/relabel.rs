@@ -27,6 +27,7 @@ use super::InferenceError;
 use super::backbone::{FeatureSource, decode_tensor};
 use super::labeler::write_outputs;
 use super::model::{ActiveModel, head_predictions};
+use super::pending::Pending;
 use crate::storage::{FeatureStore, PhotoStore};
 
 /// Photos per feature read and catalog write in a head-only re-labelling.
@@ -44,6 +45,9 @@ pub struct RelabelOptions {
     /// Measure label churn against this version's top-1 (default: the photo's previous labels
     /// under the same version, else under any other).
     pub compare_with: Option<String>,
+    /// Photos to read from a shared queue, so that another thread can give some away (a
+    /// rollout's load balancing); the pass skips the photos given away.
+    pub pending: Option<Arc<Pending>>,
 }
 
 impl Default for RelabelOptions {
@@ -53,6 +57,7 @@ impl Default for RelabelOptions {
             top_k: 5,
             queue: 256,
             compare_with: None,
+            pending: None,
         }
     }
 }
@@ -220,10 +225,12 @@ fn run(
         .map(|(id, _)| id)
         .filter(|id| after.is_none_or(|a| *id > a))
         .collect();
+    let pending = options.pending.clone().unwrap_or_default();
+    pending.fill(ids);
     {
         let mut r = lock(report);
         r.model_version = model.version.clone();
-        r.total = ids.len() as u64;
+        r.total = pending.len() as u64;
     }
     let batch_size = options.batch.min(model.backend.max_batch()).max(1);
     let queue = options.queue.max(batch_size);
@@ -234,7 +241,7 @@ fn run(
     let mut done_run = 0u64;
     std::thread::scope(|scope| -> Result<(), InferenceError> {
         scope.spawn(move || {
-            for id in ids {
+            while let Some(id) = pending.next() {
                 if cancel.load(Ordering::Relaxed) {
                     break;
                 }

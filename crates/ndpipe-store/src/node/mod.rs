@@ -13,6 +13,8 @@
 //!   [`Models`];
 //! - [`rollout`]: a backbone rollout (stage the file durably, re-extract every photo with it
 //!   under its own version with a checkpoint, commit or abort);
+//! - [`rollout_share`]: a rollout's load balancing (a slow node gives photos its pass has not
+//!   reached to a fast node, which runs the staged backbone and stores the outputs back);
 //! - here: the node itself, its inventory and re-labelling after a deploy.
 
 mod error;
@@ -21,6 +23,7 @@ mod heads;
 mod pace;
 mod plan;
 mod rollout;
+mod rollout_share;
 mod takeover;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -39,7 +42,7 @@ pub(crate) use rollout::MAX_BACKBONE_BYTES;
 use crate::inference::ActiveModel;
 use crate::inference::backbones::{BackboneDirs, BackboneLoader};
 use crate::inference::model::Models;
-use crate::inference::{RelabelOptions, RelabelReport, Relabeler};
+use crate::inference::{Pending, RelabelOptions, RelabelReport, Relabeler};
 use crate::storage::{FeatureStore, PhotoStore};
 use plan::ExtractionPlan;
 
@@ -75,6 +78,9 @@ pub(crate) struct PipeStoreNode {
     staged: Mutex<Option<ActiveModel>>,
     /// Held by each phase of a rollout: one at a time.
     rollout: Mutex<()>,
+    /// The photos the running rollout pass has yet to read, by backbone, shared with the
+    /// load balancing that gives some away.
+    rollout_pending: Mutex<Option<(String, Arc<Pending>)>>,
 }
 
 impl PipeStoreNode {
@@ -106,6 +112,7 @@ impl PipeStoreNode {
             loader,
             staged: Mutex::new(None),
             rollout: Mutex::new(()),
+            rollout_pending: Mutex::new(None),
         }
     }
 

@@ -6,12 +6,14 @@
 //! 2. **extract**: the full re-labelling pipeline runs the staged backbone over every stored
 //!    tensor, writing features under its version and labels from its own classifier under its
 //!    pretrained version, while the node keeps serving the old one; the report is checkpointed
-//!    durably after every batch, so a restart loses at most one batch;
-//! 3. **commit**: photos uploaded since are caught up, the backbone moves to
+//!    durably after every batch, so a restart loses at most one batch; photos given to faster
+//!    nodes ([`super::rollout_share`]) are skipped;
+//! 3. **commit**: photos uploaded since (and photos given away that no node stored) are caught
+//!    up, the backbone moves to
 //!    `DATA/backbones/<sha256>/` and is named the active one, and the node serves it.
 
-use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ndpipe_model::ModelManifest;
@@ -23,7 +25,9 @@ use tracing::info;
 
 use super::{NodeError, PipeStoreNode};
 use crate::inference::backbone::stored_tensor;
-use crate::inference::{ActiveModel, InferenceError, RelabelOptions, RelabelReport, Relabeler};
+use crate::inference::{
+    ActiveModel, InferenceError, Pending, RelabelOptions, RelabelReport, Relabeler,
+};
 
 /// The most tensors the model-only timing runs in its one batch.
 const TIMED_BATCH: usize = 16;
@@ -74,12 +78,12 @@ impl PipeStoreNode {
     }
 
     /// Phase two: features and labels of every photo from staged backbone `sha`, resuming at
-    /// its checkpoint; `progress` hears (photos done, photos in all, photos per second in this
-    /// call) after every batch. Blocks.
+    /// its checkpoint and skipping the photos given to other nodes; `progress` hears after
+    /// every batch. Blocks.
     pub(crate) fn extract_backbone(
         &self,
         sha: &str,
-        mut progress: impl FnMut(u64, u64, f64),
+        mut progress: impl FnMut(pb::ExtractBackboneProgress),
     ) -> Result<pb::ExtractBackboneDone, NodeError> {
         check_version(sha)?;
         let _rollout = lock(&self.rollout);
@@ -87,9 +91,16 @@ impl PipeStoreNode {
         self.models.register(&model)?;
         let model_only = self.time_model(&model)?;
         let before = self.read_checkpoint(sha)?.done;
+        let pending = self.pending(sha)?;
         let started = Instant::now();
-        let report = self.relabel_with(&model, sha, &mut |r| {
-            progress(r.done, before + r.total, r.images_per_second)
+        let given = pending.clone();
+        let report = self.relabel_with(&model, sha, pending, &mut |r| {
+            progress(pb::ExtractBackboneProgress {
+                done: r.done,
+                total: (before + r.total).saturating_sub(given.given_now()),
+                images_per_second: r.images_per_second,
+                model_only_images_per_second: model_only,
+            })
         })?;
         let seconds = started.elapsed().as_secs_f64();
         let this_call = report.total;
@@ -120,7 +131,9 @@ impl PipeStoreNode {
         }
         let model = self.staged_model(sha)?;
         let before = self.read_checkpoint(sha)?.done;
-        let caught_up = self.relabel_with(&model, sha, &mut |_| {})?.done - before;
+        let pending = self.pending(sha)?;
+        let caught_up = self.relabel_with(&model, sha, pending, &mut |_| {})?.done - before
+            + self.finish_given(&model, sha)?;
         self.backbones
             .commit(sha)
             .map_err(|source| NodeError::BackboneFiles {
@@ -151,6 +164,7 @@ impl PipeStoreNode {
     /// whether it was staged.
     fn drop_staged(&self, sha: &str) -> Result<bool, NodeError> {
         *lock(&self.staged) = None;
+        self.drop_pending();
         self.backbones
             .remove_staged(sha)
             .map_err(|source| NodeError::BackboneFiles {
@@ -161,7 +175,7 @@ impl PipeStoreNode {
 
     /// The staged backbone `sha` with its own classifier, loaded once; a backbone committed
     /// here before counts as staged (a rollout of the served backbone re-extracts with it).
-    fn staged_model(&self, sha: &str) -> Result<ActiveModel, NodeError> {
+    pub(super) fn staged_model(&self, sha: &str) -> Result<ActiveModel, NodeError> {
         if let Some(model) = lock(&self.staged)
             .as_ref()
             .filter(|m| m.info().backbone_version == sha)
@@ -226,16 +240,21 @@ impl PipeStoreNode {
         Ok(tensors.len() as f64 / started.elapsed().as_secs_f64().max(1e-9))
     }
 
-    /// The full re-labelling with `model` from the checkpoint of `sha` on, checkpointing after
-    /// every batch; churn is measured against the served version.
+    /// The full re-labelling with `model` from the checkpoint of `sha` on, reading from
+    /// `pending` and checkpointing after every batch; churn is measured against the served
+    /// version.
     fn relabel_with(
         &self,
         model: &ActiveModel,
         sha: &str,
+        pending: Arc<Pending>,
         progress: &mut dyn FnMut(&RelabelReport),
     ) -> Result<RelabelReport, NodeError> {
         let options = RelabelOptions {
             compare_with: Some(self.active_version()),
+            // Read ahead one batch per stage only: the rest stays in `pending`, to give away.
+            queue: 0,
+            pending: Some(pending),
             ..self.relabel.clone()
         };
         let relabeler = Relabeler {
@@ -278,7 +297,7 @@ impl PipeStoreNode {
 }
 
 /// A backbone version names files on this node: it must be a hex sha256, nothing else.
-fn check_version(sha: &str) -> Result<(), NodeError> {
+pub(super) fn check_version(sha: &str) -> Result<(), NodeError> {
     if sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit()) {
         Ok(())
     } else {

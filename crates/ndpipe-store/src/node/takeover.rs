@@ -85,7 +85,7 @@ impl PipeStoreNode {
     }
 
     /// Which of `photos` this node holds a copy of: the same id with the same checksum.
-    fn copies(&self, photos: &[pb::LabelledPhoto]) -> Result<Vec<bool>, NodeError> {
+    pub(super) fn copies(&self, photos: &[pb::LabelledPhoto]) -> Result<Vec<bool>, NodeError> {
         photos
             .iter()
             .map(|p| {
@@ -438,7 +438,7 @@ fn assemble(
 }
 
 /// Runs `f` off the async runtime (store, features and the backbone block).
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, NodeError> + Send + 'static,
 ) -> Result<T, NodeError> {
     tokio::task::spawn_blocking(f)

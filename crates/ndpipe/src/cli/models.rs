@@ -114,11 +114,13 @@ fn print_rollout(r: &RolloutReport) {
     );
     for n in &r.nodes {
         println!(
-            "  {}: {} photos, {:.1} photos/s (model only {:.1}), resumed {} times, {} caught up at the commit",
+            "  {}: {} photos, {:.1} photos/s (model only {:.1}), {} given away, {} taken over, resumed {} times, {} caught up at the commit",
             n.node,
             n.photos,
             n.images_per_second,
             n.model_only_images_per_second,
+            n.given,
+            n.taken,
             n.resumed,
             n.caught_up
         );

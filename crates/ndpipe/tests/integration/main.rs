@@ -21,6 +21,7 @@
 //!   during uploads, repair after its removal, a delete while a node is away, a flipped byte.
 //! - `replica_features`: a copy carries its photo's features to every holder, repair's too.
 //! - `rollout`: backbones as a cluster operation: `ndpipe models add` verifies and keeps them.
+//! - `rollout_balance`: a rollout moves photos from a 4x slower PipeStore to a fast one.
 //! - `gateway`: a gateway in front of three PipeStores with two copies of each photo:
 //!   placement, reads and deletes through it, its token, a PipeStore killed behind it.
 
@@ -40,6 +41,7 @@ mod postgres;
 mod replica_features;
 mod replication;
 mod rollout;
+mod rollout_balance;
 mod s3;
 mod tls;
 mod tuner;

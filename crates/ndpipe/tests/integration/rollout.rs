@@ -18,7 +18,7 @@ const PHOTOS: u64 = 60;
 /// A second backbone, a genuinely different file: the setup's ONNX re-saved by the `onnx`
 /// Python package with another doc string, with a copy of its manifest and classes in `dir`.
 /// Returns its ONNX file.
-fn second_backbone(dir: &Path) -> PathBuf {
+pub(crate) fn second_backbone(dir: &Path) -> PathBuf {
     let model = model_dir();
     let onnx = dir.join("second.onnx");
     let script = "import onnx, sys\n\
@@ -45,7 +45,7 @@ fn second_backbone(dir: &Path) -> PathBuf {
 }
 
 /// The flags that give a Tuner the setup's ONNX Runtime, to verify backbones with.
-fn ort_flags() -> Vec<String> {
+pub(crate) fn ort_flags() -> Vec<String> {
     let lib = model_dir().join("lib/libonnxruntime.so");
     vec!["--ort-lib".into(), lib.to_string_lossy().into_owned()]
 }
@@ -124,6 +124,28 @@ fn models_add_verifies_keeps_and_lists_backbones() {
     }
 }
 
+/// A Tuner on the catalog at `url`, with the setup's ONNX Runtime.
+pub(crate) fn tuner_on(url: &str) -> TunerProcess {
+    let mut flags = ort_flags();
+    flags.extend(["--catalog".to_string(), url.to_string()]);
+    TunerProcess::start_with(&flags.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// The flags of a PipeStore on the catalog at `url`, one copy of each photo, its model capped
+/// at `rate` photos per second in batches of 8.
+pub(crate) fn capped<'a>(url: &'a str, rate: &'a str) -> [&'a str; 8] {
+    [
+        "--catalog",
+        url,
+        "--replicas",
+        "1",
+        "--model-rate-limit",
+        rate,
+        "--max-batch",
+        "8",
+    ]
+}
+
 /// The model version a node's search serves (its active one).
 async fn searched_version(node: &Instance) -> String {
     let found = node.json("/v1/search?label=anything").await;
@@ -136,25 +158,12 @@ fn a_rollout_switches_every_node_after_all_finished_and_survives_a_kill() {
 }
 
 async fn rollout_on(url: &str) {
-    let mut tuner_flags = ort_flags();
-    tuner_flags.extend(["--catalog".to_string(), url.to_string()]);
-    let tuner =
-        TunerProcess::start_with(&tuner_flags.iter().map(String::as_str).collect::<Vec<_>>());
+    let tuner = tuner_on(url);
     // Emulated slower accelerators and small batches: the extraction lasts some seconds, long
     // enough to look at the cluster and kill a node mid-job.
-    let flags = [
-        "--catalog",
-        url,
-        "--replicas",
-        "1",
-        "--model-rate-limit",
-        "15",
-        "--max-batch",
-        "8",
-    ];
     let mut nodes: Vec<Instance> = ["ps-a", "ps-b"]
         .iter()
-        .map(|name| Instance::start_pipestore(&tuner.grpc, name, &flags))
+        .map(|name| Instance::start_pipestore(&tuner.grpc, name, &capped(url, "15")))
         .collect();
     for (i, node) in nodes.iter().enumerate() {
         import_fashion(node, i * PHOTOS as usize, PHOTOS as usize);
@@ -239,23 +248,7 @@ async fn rollout_on(url: &str) {
     // Every node serves the new version, and every photo has labels from it.
     for node in &nodes {
         assert_eq!(node.active_versions().await, [new.as_str()]);
-        assert_eq!(searched_version(node).await, new);
-        let page = node.json("/v1/photos?limit=1000").await;
-        let photos = page["photos"].as_array().unwrap();
-        assert_eq!(photos.len() as u64, PHOTOS);
-        for p in photos {
-            let id = p["id"].as_u64().unwrap();
-            let labels = node.json(&format!("/v1/photos/{id}/labels")).await;
-            let from_new = labels
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|l| l["model_version"] == new.as_str());
-            assert!(
-                from_new.is_some_and(|l| !l["labels"].as_array().unwrap().is_empty()),
-                "photo {id}: {labels}"
-            );
-        }
+        serves_new_labels(node, &new, PHOTOS).await;
     }
     let listed = tuner.get("/v1/tuner/nodes").await;
     refuses_bad_backbone_streams(listed[0]["url"].as_str().unwrap()).await;
@@ -266,7 +259,32 @@ async fn rollout_on(url: &str) {
             "{listed}"
         );
     }
-    // Every photo's features from the new backbone are stored: a fine-tune reads them all.
+    finetune_computes_no_features(&tuner).await;
+}
+
+/// `node` serves version `new`, and each of its `photos` photos has labels from it.
+pub(crate) async fn serves_new_labels(node: &Instance, new: &str, photos: u64) {
+    assert_eq!(searched_version(node).await, new);
+    let page = node.json("/v1/photos?limit=1000").await;
+    let listed = page["photos"].as_array().unwrap();
+    assert_eq!(listed.len() as u64, photos);
+    for p in listed {
+        let id = p["id"].as_u64().unwrap();
+        let labels = node.json(&format!("/v1/photos/{id}/labels")).await;
+        let from_new = labels
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["model_version"] == new);
+        assert!(
+            from_new.is_some_and(|l| !l["labels"].as_array().unwrap().is_empty()),
+            "photo {id}: {labels}"
+        );
+    }
+}
+
+/// Every photo's features from the new backbone are stored: a fine-tune reads them all.
+pub(crate) async fn finetune_computes_no_features(tuner: &TunerProcess) {
     let (status, job) = tuner
         .run_job(
             "/v1/tuner/finetune",
