@@ -369,6 +369,24 @@ async fn without_the_cluster_secret_every_grpc_method_is_refused_and_changes_not
                 .await
                 .err(),
         ),
+        (
+            "GiveBackbonePhotos",
+            node.give_backbone_photos(pb::GiveBackbonePhotosRequest::default())
+                .await
+                .err(),
+        ),
+        (
+            "TakeOverBackbone",
+            node.take_over_backbone(pb::TakeOverBackboneRequest::default())
+                .await
+                .err(),
+        ),
+        (
+            "PutBackboneOutputs",
+            node.put_backbone_outputs(pb::PutBackboneOutputsRequest::default())
+                .await
+                .err(),
+        ),
     ];
     let mut tuner_rpc = TunerClient::connect(tuner.grpc.clone()).await.unwrap();
     let intruder = pb::RegisterRequest {
