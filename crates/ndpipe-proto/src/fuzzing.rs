@@ -6,11 +6,12 @@
 use prost::Message;
 
 use crate::{
-    RunPlan, chunk_crc, decode_chunk, decode_tensor_chunk, head_bytes, head_from_request, pb,
+    BackboneAssembly, RunPlan, chunk_crc, decode_chunk, decode_tensor_chunk, head_bytes,
+    head_from_request, pb,
 };
 
 /// The messages, in the order the first input byte picks them.
-const MESSAGES: u8 = 22;
+const MESSAGES: u8 = 31;
 
 /// The `grpc` target: the first byte picks the message, the rest is its protobuf encoding.
 /// Requests the PipeStore service accepts (and the Tuner's `Register`, `Heartbeat`), and the
@@ -62,7 +63,43 @@ pub fn grpc(data: &[u8]) {
         18 => drop(pb::RebalanceReply::decode(bytes)),
         19 => drop(pb::GetTensorsReply::decode(bytes)),
         20 => drop(pb::RelabelEvent::decode(bytes)),
-        _ => drop(pb::StageHeadReply::decode(bytes)),
+        21 => drop(pb::StageHeadReply::decode(bytes)),
+        22 => {
+            if let Ok(c) = pb::BackboneChunk::decode(bytes) {
+                backbone_chunk(c);
+            }
+        }
+        23 => {
+            if let Ok(r) = pb::PutFeaturesRequest::decode(bytes)
+                && let Some(c) = &r.chunk
+            {
+                chunk(c);
+            }
+        }
+        24 => drop(pb::ExtractBackboneRequest::decode(bytes)),
+        25 => drop(pb::CommitBackboneRequest::decode(bytes)),
+        26 => drop(pb::AbortBackboneRequest::decode(bytes)),
+        27 => drop(pb::GiveBackbonePhotosRequest::decode(bytes)),
+        28 => drop(pb::TakeOverBackboneRequest::decode(bytes)),
+        29 => drop(pb::PutBackboneOutputsRequest::decode(bytes)),
+        _ => drop(pb::PhotoCopy::decode(bytes)),
+    }
+}
+
+/// A backbone chunk as a node reassembles a staged file, under a few size limits: what is
+/// accepted stays within the limit, and the same chunk again is refused, not appended.
+fn backbone_chunk(c: pb::BackboneChunk) {
+    for max_bytes in [0, 1 << 10, 1 << 32] {
+        let mut file = BackboneAssembly::default();
+        if file.push(c.clone(), max_bytes).is_ok() {
+            assert!(file.onnx.len() as u64 <= max_bytes, "over the limit");
+            let again = file.push(c.clone(), max_bytes);
+            assert!(
+                c.data.is_empty() || again.is_err(),
+                "a repeated chunk appended"
+            );
+            drop(file.finish());
+        }
     }
 }
 
@@ -218,6 +255,17 @@ mod tests {
                 first_seq: 100,
                 timeout_ms: 1000,
                 ..Default::default()
+            },
+        );
+        for c in crate::backbone_chunks("ab", "{}", &["cat".to_string()], &[1, 2, 3]) {
+            seed("backbone-chunk", 22, &c);
+        }
+        seed(
+            "put-features",
+            23,
+            &pb::PutFeaturesRequest {
+                backbone_version: "ab".into(),
+                chunk: Some(encode_chunk(pb::Part::Train, 0, 0, &features)),
             },
         );
         seed(
