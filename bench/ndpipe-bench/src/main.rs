@@ -19,6 +19,7 @@ mod ingest;
 mod int8;
 mod replication;
 mod rollout;
+mod rollout_slow;
 mod rsweep;
 mod s3;
 mod scale;

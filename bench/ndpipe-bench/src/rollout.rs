@@ -6,9 +6,11 @@
 //! way) through the Tuner's rollout job: staging, the pipelined re-extraction and re-labelling
 //! on every node, the commit. The figure is the job's aggregate photos/s over the extraction
 //! phase against the sum of the nodes' model-only rates, which each node measures in the same
-//! job (its new backbone alone on a batch of its own tensors). Target: a ratio of at least 0.9.
+//! job (its new backbone alone on a batch of its own tensors, at its commit). Target: a ratio of
+//! at least 0.9. Then the slow-node case ([`crate::rollout_slow`]) unless `--slowdown` is 1.
 //!
-//! The table goes to stdout and `OUT/rollout.md`, the plot to `OUT/rollout.png`.
+//! The tables go to stdout and `OUT/rollout.md`, the plots to `OUT/rollout.png` and
+//! `OUT/rollout-slow.png`.
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +22,7 @@ use serde::Serialize;
 
 use crate::cluster::Cluster;
 use crate::emulated::{Calibration, EmulationArgs, Spread, chart};
+use crate::rollout_slow::{self, SlowResults};
 
 /// The share of the model-only rate a rollout should reach.
 const TARGET: f64 = 0.9;
@@ -32,6 +35,9 @@ pub(crate) struct RolloutBench {
     /// Node counts.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     nodes: Vec<usize>,
+    /// How many times slower the second node of the slow-node case is (1: no such case).
+    #[arg(long, default_value_t = 4.0)]
+    slowdown: f64,
     /// Write the results as JSON to this file as well.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -51,12 +57,14 @@ struct Row {
 struct Results {
     calibration: Calibration,
     rows: Vec<Row>,
+    slow: Option<SlowResults>,
 }
 
 /// Runs `ndpipe-bench rollout`.
 pub(crate) async fn run(args: RolloutBench) -> Result<()> {
     ensure!(!args.nodes.is_empty(), "--nodes needs at least one count");
-    let most = *args.nodes.iter().max().unwrap_or(&1);
+    ensure!(args.slowdown >= 1.0, "--slowdown must be at least 1");
+    let most = (*args.nodes.iter().max().unwrap_or(&1)).max(2);
     let emu = &args.emulation;
     let all = emu.photos(most)?;
     let calibration = emu.calibrate(&all, most).await?;
@@ -81,12 +89,30 @@ pub(crate) async fn run(args: RolloutBench) -> Result<()> {
         cluster.stop().await?;
         rows.push(row(n, &reports));
     }
-    let results = Results { calibration, rows };
-    let table = table(&results, &args);
+    let slow = if args.slowdown > 1.0 {
+        let photos = &all[..2 * emu.photos_per_node];
+        let how = (rate, args.slowdown, emu.rounds);
+        let dir = variants.path();
+        Some(rollout_slow::run(photos, &emu.model_dir, dir, &mut variant, how).await?)
+    } else {
+        None
+    };
+    let results = Results {
+        calibration,
+        rows,
+        slow,
+    };
+    let mut table = table(&results, &args);
+    if let Some(slow) = &results.slow {
+        table.push_str(&rollout_slow::table(slow));
+    }
     println!("{table}");
     std::fs::create_dir_all(&emu.out).with_context(|| format!("creating {}", emu.out.display()))?;
     std::fs::write(emu.out.join("rollout.md"), &table)?;
     plot(&results, &emu.out)?;
+    if let Some(slow) = &results.slow {
+        rollout_slow::plot(slow, &emu.out)?;
+    }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&results)?)
             .with_context(|| format!("writing {}", path.display()))?;
@@ -97,7 +123,11 @@ pub(crate) async fn run(args: RolloutBench) -> Result<()> {
 /// The setup's backbone with protobuf field 1000 = `variant` appended (a message's fields may
 /// come in any order and unknown ones are kept, so ONNX Runtime loads the same graph), with
 /// its manifest.
-fn backbone_variant(model_dir: &Path, dir: &Path, variant: u8) -> Result<BackboneUpload> {
+pub(crate) fn backbone_variant(
+    model_dir: &Path,
+    dir: &Path,
+    variant: u8,
+) -> Result<BackboneUpload> {
     let manifest = ModelManifest::load(model_dir)?;
     let mut onnx = std::fs::read(manifest.model_path())
         .with_context(|| format!("reading {}", manifest.model_path().display()))?;

@@ -10,15 +10,17 @@
 //!    version; the job shows each node's photos done, rate and ETA. A node that fails or
 //!    restarts is waited for and asked again: it resumes at its durable checkpoint (at most one
 //!    batch lost). Once every node's rate is known, slow nodes give the photos they have not
-//!    reached to fast nodes ([`crate::rollout_balance`]), so that all finish together;
+//!    reached to fast nodes, and a node that has finished takes from the one furthest from
+//!    finishing ([`crate::rollout_balance`]), so that all finish together;
 //! 3. **committing**: once every node has finished, the registry records the new pretrained
 //!    version as the one every node must serve, and every node commits (`CommitBackbone`:
-//!    photos uploaded since are caught up, then it serves the new backbone). A node that cannot
-//!    commit is waited for and asked again too.
+//!    photos uploaded since are caught up, then it serves the new backbone, then it times the
+//!    backbone alone on a batch of its own tensors). A node that cannot commit is waited for
+//!    and asked again too.
 //!
 //! The report sets the aggregate photos per second (the photos of the nodes' passes and
-//! take-overs over the longest of them) against the sum of the nodes' model-only rates (each node times its new
-//! backbone alone on a batch of its own tensors before its pass, in this job).
+//! take-overs over the longest of them) against the sum of the nodes' model-only rates (each
+//! node's timing at its commit, in this job, so that it delays no pass).
 
 use std::time::{Duration, Instant};
 
@@ -54,11 +56,10 @@ pub struct RolloutReport {
     pub photos: u64,
     /// Wall-clock seconds of the extraction phase.
     pub extract_seconds: f64,
-    /// Photos the nodes' last extraction calls did, per second of the longest of those calls:
-    /// the rate of the nodes together (each call's own timing of the model, before its pass,
-    /// is left out).
+    /// Photos the nodes' last extraction calls and take-overs did, per second of the longest
+    /// of them: the rate of the nodes together.
     pub images_per_second: f64,
-    /// The sum of the nodes' model-only rates, measured in this job.
+    /// The sum of the nodes' model-only rates, measured in this job (at the commits).
     pub model_only_images_per_second: f64,
     /// `images_per_second / model_only_images_per_second`.
     pub efficiency: f64,
@@ -78,7 +79,11 @@ pub struct NodeRollout {
     pub seconds: f64,
     /// Photos per second of its last extraction call.
     pub images_per_second: f64,
-    /// The new backbone alone on a batch of the node's own tensors.
+    /// Photos per second inside the model in the pass of its last extraction call (what load
+    /// balancing went by).
+    #[serde(default)]
+    pub model_images_per_second: f64,
+    /// The new backbone alone on a batch of the node's own tensors, timed at its commit.
     pub model_only_images_per_second: f64,
     /// Times the node failed and was asked again (it resumed at its checkpoint).
     pub resumed: u32,
@@ -137,21 +142,23 @@ pub(crate) async fn rollout(
         ..RolloutReport::default()
     };
     let (mut this_job, mut longest) = (0u64, balanced_seconds);
-    for (((n, (extract, resumed)), caught_up), shared) in
+    for (((n, (extract, resumed)), commit), shared) in
         nodes.iter().zip(done).zip(commits).zip(shared)
     {
-        let caught_up = caught_up?;
+        let commit = commit?;
+        let caught_up = commit.caught_up;
         env.nodes.set_version(n.id, &backbone.version)?;
         this_job += extract.this_call + shared.taken;
         longest = longest.max(extract.seconds);
         report.photos += extract.photos + caught_up + shared.taken;
-        report.model_only_images_per_second += extract.model_only_images_per_second;
+        report.model_only_images_per_second += commit.model_only_images_per_second;
         report.nodes.push(NodeRollout {
             node: n.label(),
             photos: extract.photos + caught_up,
             seconds: extract.seconds,
             images_per_second: extract.images_per_second,
-            model_only_images_per_second: extract.model_only_images_per_second,
+            model_images_per_second: extract.model_images_per_second,
+            model_only_images_per_second: commit.model_only_images_per_second,
             resumed,
             given: shared.given,
             taken: shared.taken,
@@ -230,7 +237,7 @@ async fn extract(
             Err(e) => break Err(e),
         }
     };
-    watch.finish();
+    watch.finish(i);
     result
 }
 
@@ -282,8 +289,12 @@ async fn extract_once(
 }
 
 /// Phase three on `node`: its commit, asked again (after the node answers again) when it
-/// fails. Returns the photos it caught up.
-async fn commit(env: &JobEnv<'_>, node: &Node, sha256: &str) -> Result<u64, TunerError> {
+/// fails. Returns its reply (the photos it caught up, its model-only rate).
+async fn commit(
+    env: &JobEnv<'_>,
+    node: &Node,
+    sha256: &str,
+) -> Result<pb::CommitBackboneReply, TunerError> {
     let mut node = node.clone();
     let mut resumed = 0;
     loop {
@@ -297,7 +308,7 @@ async fn commit(env: &JobEnv<'_>, node: &Node, sha256: &str) -> Result<u64, Tune
             )
             .await;
         match result {
-            Ok(reply) => return Ok(reply.caught_up),
+            Ok(reply) => return Ok(reply),
             Err(e) if resumed < RESUMES => {
                 warn!(node = %node.label(), error = %e.message(), "commit failed: asking again once the node answers");
                 resumed += 1;

@@ -1,38 +1,48 @@
-//! A rollout's load balancing, Tuner side. Once every node has reported its first batch (its
-//! photos left and the staged backbone's model-only rate, timed before its pass), each node's
-//! share of the work left should be in proportion to its rate; a node above its share gives
-//! the excess, the photos its pass has not reached, to nodes below theirs
-//! (`GiveBackbonePhotos`), which run the staged backbone over them and store the outputs on it
-//! (`TakeOverBackbone`). Balancing only speeds the job up: a call that fails is logged, and the
-//! giving node's commit computes what no node stored.
+//! A rollout's load balancing, Tuner side, in two steps:
+//!
+//! 1. once every node has reported its first batch (its photos left and its pass's model rate),
+//!    each node's share of the work left should be in proportion to its rate: a node above its
+//!    share gives the excess, the photos its pass has not reached, to nodes below theirs;
+//! 2. from then on, a node with nothing left to do (its pass ended, no take-over running) takes
+//!    from the node furthest from finishing (photos left over rate) the part that lets both end
+//!    together: the rates of one batch are estimates, and this corrects them.
+//!
+//! A move is two calls: the giving node records the photos durably as given
+//! (`GiveBackbonePhotos`), the taking one runs the staged backbone over them and stores the
+//! outputs back on it (`TakeOverBackbone`). Balancing only speeds the job up: a call that fails
+//! is logged, a node whose take-over failed takes nothing more, and the giving node's commit
+//! computes what no node stored.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use ndpipe_proto::pb;
 use ndpipe_util::sync::lock;
 use tracing::{info, warn};
 
 use crate::nodes::Node;
 
-/// Polls of the nodes' progress before their rates are known, and the pause between two.
-const WATCH_POLLS: u32 = 12_000;
+/// The pause between two looks at the nodes' progress.
 const WATCH_POLL: Duration = Duration::from_millis(50);
 /// Moves smaller than this many photos are not worth the calls.
 const MIN_MOVE: u64 = 8;
 
 /// The nodes' latest extraction progress, shared between their streams and the balancer.
 pub(crate) struct Watch {
-    seen: Mutex<Vec<Option<Seen>>>,
-    finished: AtomicUsize,
+    seen: Mutex<Vec<Seen>>,
 }
 
 /// One node's latest progress.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct Seen {
-    left: u64,
-    model_only: f64,
+    /// Photos its pass has left, once it reported a batch.
+    left: Option<u64>,
+    /// Photos per second inside its model in its pass (0 before a batch).
+    rate: f64,
+    /// Its extraction ended (done, or failed for good).
+    finished: bool,
 }
 
 /// Photos one node gave away and took over.
@@ -46,73 +56,165 @@ impl Watch {
     /// A watch over `nodes` extraction streams.
     pub(crate) fn new(nodes: usize) -> Self {
         Watch {
-            seen: Mutex::new(vec![None; nodes]),
-            finished: AtomicUsize::new(0),
+            seen: Mutex::new(vec![Seen::default(); nodes]),
         }
     }
 
     /// Node `i` reported `p`.
     pub(crate) fn saw(&self, i: usize, p: &pb::ExtractBackboneProgress) {
-        lock(&self.seen)[i] = Some(Seen {
-            left: p.total.saturating_sub(p.done),
-            model_only: p.model_only_images_per_second,
-        });
+        let mut seen = lock(&self.seen);
+        seen[i].left = Some(p.total.saturating_sub(p.done));
+        seen[i].rate = p.model_images_per_second;
     }
 
-    /// A node's extraction ended (done or failed for good).
-    pub(crate) fn finish(&self) {
-        self.finished.fetch_add(1, Ordering::SeqCst);
+    /// Node `i`'s extraction ended (done or failed for good).
+    pub(crate) fn finish(&self, i: usize) {
+        let mut seen = lock(&self.seen);
+        seen[i].left = Some(0);
+        seen[i].finished = true;
     }
 
-    /// Every node's photos left and rate, once every node reported one and none finished.
-    fn rated(&self) -> Option<(Vec<u64>, Vec<f64>)> {
-        let seen = lock(&self.seen);
-        let all: Option<Vec<Seen>> = seen.iter().copied().collect();
-        all.map(|s| {
-            (
-                s.iter().map(|n| n.left).collect(),
-                s.iter().map(|n| n.model_only).collect(),
-            )
-        })
+    fn now(&self) -> Vec<Seen> {
+        lock(&self.seen).clone()
     }
 }
 
-/// Balances the rollout of backbone `sha` over `nodes` once their rates are known (see the
-/// module's doc); returns each node's photos given and taken, and the seconds until the last
-/// take-over ended.
+/// What the balancer knows of the moves it made.
+struct Moves {
+    shared: Vec<Shared>,
+    /// A take-over of this node's is running.
+    taking: Vec<bool>,
+    /// This node's take-over failed: it takes nothing more.
+    failed: Vec<bool>,
+    /// This node gave nothing when asked with this many photos left: not asked again until its
+    /// progress moves.
+    refused_at: Vec<Option<u64>>,
+}
+
+/// Balances the rollout of backbone `sha` over `nodes` (see the module's doc) until every
+/// node's extraction ended; returns each node's photos given and taken, and the seconds until
+/// the last take-over ended.
 pub(crate) async fn balance(nodes: &[Node], sha: &str, watch: &Watch) -> (Vec<Shared>, f64) {
     let started = Instant::now();
-    let mut shared = vec![Shared::default(); nodes.len()];
-    let mut rated = None;
-    for _ in 0..WATCH_POLLS {
-        if watch.finished.load(Ordering::SeqCst) > 0 {
-            break;
-        }
-        rated = watch.rated();
-        if rated.is_some() {
-            break;
-        }
-        tokio::time::sleep(WATCH_POLL).await;
-    }
-    let Some((left, rates)) = rated else {
-        return (shared, 0.0);
+    let n = nodes.len();
+    let mut m = Moves {
+        shared: vec![Shared::default(); n],
+        taking: vec![false; n],
+        failed: vec![false; n],
+        refused_at: vec![None; n],
     };
-    let moves = proportional_moves(&left, &rates, MIN_MOVE);
-    let moved = futures::future::join_all(
-        moves
-            .iter()
-            .map(|&(slow, fast, n)| hand_off(&nodes[slow], &nodes[fast], sha, n)),
-    )
-    .await;
-    for (&(slow, fast, _), (given, taken)) in moves.iter().zip(moved) {
-        shared[slow].given += given;
-        shared[fast].taken += taken;
+    let mut proportional_done = n < 2;
+    let mut flights = FuturesUnordered::new();
+    let mut last_end = 0.0;
+    loop {
+        let seen = watch.now();
+        if seen.iter().all(|s| s.finished) && flights.is_empty() {
+            break;
+        }
+        let mut planned = Vec::new();
+        if !proportional_done && seen.iter().any(|s| s.finished || s.left.is_some()) {
+            if seen.iter().any(|s| s.finished) {
+                proportional_done = true;
+            } else if seen.iter().all(|s| s.left.is_some()) {
+                proportional_done = true;
+                let left: Vec<u64> = seen.iter().map(|s| s.left.unwrap_or(0)).collect();
+                let rates: Vec<f64> = seen.iter().map(|s| s.rate).collect();
+                planned = proportional_moves(&left, &rates, MIN_MOVE);
+            }
+        }
+        if proportional_done {
+            planned.extend(steals(&seen, &m));
+        }
+        for (slow, fast, photos) in planned {
+            m.taking[fast] = true;
+            let left = seen[slow].left;
+            let call = hand_off(&nodes[slow], &nodes[fast], sha, photos);
+            flights.push(async move { (slow, fast, left, call.await) });
+        }
+        let ended = if flights.is_empty() {
+            tokio::time::sleep(WATCH_POLL).await;
+            None
+        } else {
+            tokio::select! {
+                ended = flights.next() => ended,
+                () = tokio::time::sleep(WATCH_POLL) => None,
+            }
+        };
+        if let Some((slow, fast, left, moved)) = ended {
+            m.taking[fast] = false;
+            last_end = started.elapsed().as_secs_f64();
+            match moved {
+                Moved::Nothing => m.refused_at[slow] = left,
+                Moved::Given {
+                    given,
+                    taken,
+                    failed,
+                } => {
+                    m.shared[slow].given += given;
+                    m.shared[fast].taken += taken;
+                    m.failed[fast] |= failed;
+                }
+            }
+        }
     }
-    (shared, started.elapsed().as_secs_f64())
+    (m.shared, last_end)
 }
 
-/// `slow` gives up to `n` photos to `fast`; returns the photos given and those `fast` stored.
-async fn hand_off(slow: &Node, fast: &Node, sha: &str, n: u64) -> (u64, u64) {
+/// Moves (from, to, photos) for every node with nothing left to do: from the node furthest from
+/// finishing, the photos that let both end together.
+fn steals(seen: &[Seen], m: &Moves) -> Vec<(usize, usize, u64)> {
+    let mut moves = Vec::new();
+    let mut asked = vec![false; seen.len()];
+    for thief in 0..seen.len() {
+        if !seen[thief].finished || m.taking[thief] || m.failed[thief] {
+            continue;
+        }
+        let victim = (0..seen.len())
+            .filter(|&v| v != thief && !asked[v] && !seen[v].finished)
+            .filter_map(|v| seen[v].left.map(|left| (v, left)))
+            .filter(|&(v, left)| left >= MIN_MOVE && m.refused_at[v] != Some(left))
+            .max_by(|a, b| {
+                let t = |(v, left): (usize, u64)| left as f64 / rate_or(seen[v].rate, 1.0);
+                t(*a).total_cmp(&t(*b))
+            });
+        let Some((victim, left)) = victim else {
+            continue;
+        };
+        let rv = rate_or(seen[victim].rate, 1.0);
+        let rt = rate_or(seen[thief].rate, rv);
+        let photos = (left as f64 * rt / (rt + rv)).round() as u64;
+        if photos >= MIN_MOVE {
+            asked[victim] = true;
+            moves.push((victim, thief, photos));
+        }
+    }
+    moves
+}
+
+/// `rate` when it is a usable rate, else `otherwise`.
+fn rate_or(rate: f64, otherwise: f64) -> f64 {
+    if rate.is_finite() && rate > 0.0 {
+        rate
+    } else {
+        otherwise
+    }
+}
+
+/// What one move did.
+enum Moved {
+    /// The giving node gave nothing (no pass runs, nothing left, the call failed).
+    Nothing,
+    /// It gave `given` photos, of which the taking node stored `taken`; `failed` when the
+    /// take-over failed.
+    Given {
+        given: u64,
+        taken: u64,
+        failed: bool,
+    },
+}
+
+/// `slow` gives up to `n` photos to `fast`, which runs the staged backbone over them.
+async fn hand_off(slow: &Node, fast: &Node, sha: &str, n: u64) -> Moved {
     let request = pb::GiveBackbonePhotosRequest {
         backbone_version: sha.to_string(),
         give: u32::try_from(n).unwrap_or(u32::MAX),
@@ -126,12 +228,12 @@ async fn hand_off(slow: &Node, fast: &Node, sha: &str, n: u64) -> (u64, u64) {
         Ok(reply) => reply.photos,
         Err(e) => {
             warn!(node = %slow.label(), error = %e.message(), "giving rollout photos away failed");
-            return (0, 0);
+            return Moved::Nothing;
         }
     };
     let given = photos.len() as u64;
     if photos.is_empty() {
-        return (0, 0);
+        return Moved::Nothing;
     }
     info!(from = %slow.label(), to = %fast.label(), photos = given, "rollout load balancing");
     let request = pb::TakeOverBackboneRequest {
@@ -147,11 +249,19 @@ async fn hand_off(slow: &Node, fast: &Node, sha: &str, n: u64) -> (u64, u64) {
         )
         .await
     {
-        Ok(reply) => (given, reply.taken),
+        Ok(reply) => Moved::Given {
+            given,
+            taken: reply.taken,
+            failed: false,
+        },
         Err(e) => {
             warn!(from = %slow.label(), to = %fast.label(), error = %e.message(),
                 "a rollout take-over failed: the giving node's commit computes its photos");
-            (given, 0)
+            Moved::Given {
+                given,
+                taken: 0,
+                failed: true,
+            }
         }
     }
 }
@@ -196,7 +306,62 @@ fn proportional_moves(left: &[u64], rates: &[f64], min: u64) -> Vec<(usize, usiz
 
 #[cfg(test)]
 mod tests {
-    use super::proportional_moves;
+    use super::{Moves, Seen, proportional_moves, steals};
+
+    fn seen(left: u64, rate: f64, finished: bool) -> Seen {
+        Seen {
+            left: Some(left),
+            rate,
+            finished,
+        }
+    }
+
+    fn moves(n: usize) -> Moves {
+        Moves {
+            shared: vec![Default::default(); n],
+            taking: vec![false; n],
+            failed: vec![false; n],
+            refused_at: vec![None; n],
+        }
+    }
+
+    #[test]
+    fn a_node_that_finished_takes_from_the_one_furthest_from_finishing_so_both_end_together() {
+        // Node 0 is done; node 1 has 50 photos at 10/s (5 s), node 2 has 30 at 2/s (15 s).
+        let nodes = [
+            seen(0, 40.0, true),
+            seen(50, 10.0, false),
+            seen(30, 2.0, false),
+        ];
+        let m = moves(3);
+        // Node 0 takes 40/(40+2) of node 2's 30 photos.
+        assert_eq!(steals(&nodes, &m), vec![(2, 0, 29)]);
+        // A node whose take-over runs, or failed, takes nothing; nor does one still working.
+        let mut busy = moves(3);
+        busy.taking[0] = true;
+        assert!(steals(&nodes, &busy).is_empty());
+        let mut failed = moves(3);
+        failed.failed[0] = true;
+        assert!(steals(&nodes, &failed).is_empty());
+        // A node that gave nothing at 30 photos left is not asked again until that changes.
+        let mut refused = moves(3);
+        refused.refused_at[2] = Some(30);
+        assert_eq!(steals(&nodes, &refused), vec![(1, 0, 40)]);
+    }
+
+    #[test]
+    fn too_little_left_stays_and_two_idle_nodes_ask_different_nodes() {
+        let few = [seen(0, 10.0, true), seen(7, 10.0, false)];
+        assert!(steals(&few, &moves(2)).is_empty());
+        // Without a rate yet, the thief counts as fast as its victim: half each.
+        let unrated = [
+            seen(0, 0.0, true),
+            seen(0, 0.0, true),
+            seen(40, 5.0, false),
+            seen(20, 5.0, false),
+        ];
+        assert_eq!(steals(&unrated, &moves(4)), vec![(2, 0, 20), (3, 1, 10)]);
+    }
 
     #[test]
     fn a_four_times_slower_node_keeps_a_fifth_of_the_work_left() {

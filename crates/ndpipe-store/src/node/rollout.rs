@@ -7,10 +7,13 @@
 //!    tensor, writing features under its version and labels from its own classifier under its
 //!    pretrained version, while the node keeps serving the old one; the report is checkpointed
 //!    durably after every batch, so a restart loses at most one batch; photos given to faster
-//!    nodes ([`super::rollout_share`]) are skipped;
+//!    nodes ([`super::rollout_share`]) are skipped. Progress carries the pass's own model rate
+//!    (photos per second inside the model), which the Tuner balances by from the first batch;
 //! 3. **commit**: photos uploaded since (and photos given away that no node stored) are caught
-//!    up, the backbone moves to
-//!    `DATA/backbones/<sha256>/` and is named the active one, and the node serves it.
+//!    up, the backbone moves to `DATA/backbones/<sha256>/` and is named the active one, and the
+//!    node serves it. The commit also times the backbone alone on a batch of the node's own
+//!    tensors (the report's model-only reference), after the extraction, so that the timing
+//!    delays no node's pass.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -79,7 +82,7 @@ impl PipeStoreNode {
 
     /// Phase two: features and labels of every photo from staged backbone `sha`, resuming at
     /// its checkpoint and skipping the photos given to other nodes; `progress` hears after
-    /// every batch. Blocks.
+    /// every batch, with the pass's model rate so far. Blocks.
     pub(crate) fn extract_backbone(
         &self,
         sha: &str,
@@ -89,7 +92,6 @@ impl PipeStoreNode {
         let _rollout = lock(&self.rollout);
         let model = self.staged_model(sha)?;
         self.models.register(&model)?;
-        let model_only = self.time_model(&model)?;
         let before = self.read_checkpoint(sha)?.done;
         let pending = self.pending(sha)?;
         let started = Instant::now();
@@ -99,7 +101,7 @@ impl PipeStoreNode {
                 done: r.done,
                 total: (before + r.total).saturating_sub(given.given_now()),
                 images_per_second: r.images_per_second,
-                model_only_images_per_second: model_only,
+                model_images_per_second: r.model_images_per_second,
             })
         })?;
         let seconds = started.elapsed().as_secs_f64();
@@ -109,15 +111,15 @@ impl PipeStoreNode {
             photos: report.done,
             seconds,
             images_per_second: report.images_per_second,
-            model_only_images_per_second: model_only,
+            model_images_per_second: report.model_images_per_second,
             skipped: report.skipped.len() as u64,
             this_call,
         })
     }
 
     /// Phase three: catches up photos uploaded since phase two, then serves backbone `sha`
-    /// (committed durably first). Committing the backbone served already changes nothing.
-    /// Blocks.
+    /// (committed durably first), and times it alone. Committing the backbone served already
+    /// changes nothing but the timing. Blocks.
     pub(crate) fn commit_backbone(&self, sha: &str) -> Result<pb::CommitBackboneReply, NodeError> {
         check_version(sha)?;
         let _rollout = lock(&self.rollout);
@@ -125,6 +127,7 @@ impl PipeStoreNode {
         if served.info().backbone_version == sha {
             self.drop_staged(sha)?;
             return Ok(pb::CommitBackboneReply {
+                model_only_images_per_second: self.time_model(&served)?,
                 model_version: served.version,
                 caught_up: 0,
             });
@@ -142,10 +145,12 @@ impl PipeStoreNode {
             })?;
         self.models.switch_backbone(model.clone())?;
         self.drop_staged(sha)?;
-        info!(backbone = %sha, version = %model.version, caught_up, "committed a backbone");
+        let model_only = self.time_model(&model)?;
+        info!(backbone = %sha, version = %model.version, caught_up, model_only, "committed a backbone");
         Ok(pb::CommitBackboneReply {
             model_version: model.version,
             caught_up,
+            model_only_images_per_second: model_only,
         })
     }
 
