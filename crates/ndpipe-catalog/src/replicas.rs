@@ -1,7 +1,7 @@
 //! Which nodes hold a copy of each photo, what was deleted, and where copies may go: what the
 //! PipeStores of a replicated cluster share ([`ReplicaCatalog`]).
 
-use crate::{CatalogError, PhotoId, PhotoMeta};
+use crate::{CatalogError, PhotoId, PhotoMeta, Prediction};
 
 /// A registered PipeStore as placement sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,4 +126,11 @@ pub trait ReplicaCatalog: Send + Sync {
     /// [`ReplicaCatalog::copies`] of many photos in one query, in id order, leaving out those
     /// without a catalog row (a node's start-up sweep over its copies).
     fn copies_many(&self, ids: &[PhotoId]) -> Result<Vec<PhotoCopies>, CatalogError>;
+
+    /// Photo `id`'s predictions by model version, whichever node's row it is (what any front
+    /// door answers for labels).
+    fn cluster_predictions(
+        &self,
+        id: PhotoId,
+    ) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError>;
 }

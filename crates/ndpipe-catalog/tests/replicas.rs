@@ -4,7 +4,9 @@
 
 use ndpipe_catalog::test_postgres as support;
 use ndpipe_catalog::test_suite::photo;
-use ndpipe_catalog::{NodeRegistry, PgCatalog, PgOptions, PhotoCatalog, ReplicaCatalog};
+use ndpipe_catalog::{
+    NodeRegistry, PgCatalog, PgOptions, PhotoCatalog, Prediction, ReplicaCatalog,
+};
 
 fn node(url: &str, name: &str) -> PgCatalog {
     let options = PgOptions {
@@ -50,6 +52,15 @@ fn copies_are_counted_on_registered_nodes_and_survive_a_removal() {
         .map(|p| (p.id, p.holders.len()))
         .collect();
     assert_eq!(many, [(1, 2), (3, 2)], "in id order, photo 9 has no row");
+    // Any node reads the labels of any photo; its own view holds only its own photos'.
+    let cat = vec![Prediction {
+        label: "cat".into(),
+        score: 0.75,
+    }];
+    a.put_predictions_many("v1", &[(1, cat.clone())]).unwrap();
+    assert_eq!(c.cluster_predictions(1).unwrap(), [("v1".to_string(), cat)]);
+    assert!(c.predictions(1).unwrap().is_empty(), "photo 1 is a's");
+    assert!(c.cluster_predictions(9).unwrap().is_empty());
     let short: Vec<u64> = a
         .under_replicated(2, 10)
         .unwrap()

@@ -119,7 +119,8 @@ impl PipeStore {
                 .with_corrupt_chunks(config.fault_corrupt_chunks)
                 .with_failing_commits(config.fault_fail_commits)
                 .with_cluster_secret(cluster_secret.clone())
-                .with_tls(tls.clone()),
+                .with_tls(tls.clone())
+                .with_replicas(replica_map.clone(), &name),
             )
         });
         let ingest_config = IngestConfig {

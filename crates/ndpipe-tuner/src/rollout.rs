@@ -95,6 +95,9 @@ pub struct NodeRollout {
     pub taken: u64,
     /// Photos uploaded during the rollout that its commit caught up.
     pub caught_up: u64,
+    /// Copies it holds of other nodes' photos, left to their primaries (a replicated cluster).
+    #[serde(default)]
+    pub copies_left: u64,
 }
 
 /// Rolls `backbone` out to the `members`.
@@ -163,6 +166,7 @@ pub(crate) async fn rollout(
             given: shared.given,
             taken: shared.taken,
             caught_up,
+            copies_left: extract.left_out,
         });
     }
     report.images_per_second = this_job as f64 / longest.max(1e-9);

@@ -406,32 +406,7 @@ impl PhotoCatalog for PgCatalog {
     }
 
     fn predictions(&self, id: PhotoId) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError> {
-        let sid = sql_id(id)?;
-        let op = "read predictions";
-        self.with(|conn| {
-            let rows = conn
-                .query(
-                    "SELECT pr.model_version, pr.label, pr.score
-                     FROM predictions pr JOIN photos p ON p.id = pr.photo_id
-                     WHERE pr.photo_id = $1 AND p.node = $2
-                     ORDER BY pr.model_version, pr.rank",
-                    &[&sid, &self.node()],
-                )
-                .map_err(db(op))?;
-            let mut out: Vec<(String, Vec<Prediction>)> = Vec::new();
-            for row in &rows {
-                let version: String = row.try_get(0).map_err(db(op))?;
-                let prediction = Prediction {
-                    label: row.try_get(1).map_err(db(op))?,
-                    score: row.try_get(2).map_err(db(op))?,
-                };
-                match out.last_mut() {
-                    Some((v, list)) if *v == version => list.push(prediction),
-                    _ => out.push((version, vec![prediction])),
-                }
-            }
-            Ok(out)
-        })
+        self.predictions_on(id, Some(self.node()))
     }
 
     fn search(
@@ -457,5 +432,42 @@ impl PhotoCatalog for PgCatalog {
         limit: usize,
     ) -> Result<Vec<NodeHit>, CatalogError> {
         super::search::search(self, label, model_version, offset, limit, None)
+    }
+}
+
+impl PgCatalog {
+    /// Photo `id`'s predictions by version, from the row of `node` (`None`: whichever node's
+    /// row it is).
+    pub(super) fn predictions_on(
+        &self,
+        id: PhotoId,
+        node: Option<&str>,
+    ) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError> {
+        let sid = sql_id(id)?;
+        let op = "read predictions";
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    "SELECT pr.model_version, pr.label, pr.score
+                     FROM predictions pr JOIN photos p ON p.id = pr.photo_id
+                     WHERE pr.photo_id = $1 AND ($2::TEXT IS NULL OR p.node = $2)
+                     ORDER BY pr.model_version, pr.rank",
+                    &[&sid, &node],
+                )
+                .map_err(db(op))?;
+            let mut out: Vec<(String, Vec<Prediction>)> = Vec::new();
+            for row in &rows {
+                let version: String = row.try_get(0).map_err(db(op))?;
+                let prediction = Prediction {
+                    label: row.try_get(1).map_err(db(op))?,
+                    score: row.try_get(2).map_err(db(op))?,
+                };
+                match out.last_mut() {
+                    Some((v, list)) if *v == version => list.push(prediction),
+                    _ => out.push((version, vec![prediction])),
+                }
+            }
+            Ok(out)
+        })
     }
 }

@@ -8,7 +8,8 @@ use super::error::db;
 use super::photos::photo_from_row;
 use super::{PgCatalog, from_sql, sql_id};
 use crate::{
-    CatalogError, FailOver, PhotoCopies, PhotoId, PlacementNode, ReplicaCatalog, ReplicationCounts,
+    CatalogError, FailOver, PhotoCopies, PhotoId, PlacementNode, Prediction, ReplicaCatalog,
+    ReplicationCounts,
 };
 
 /// The photo columns `photo_from_row` reads, then the primary and every registered holder.
@@ -339,5 +340,12 @@ impl ReplicaCatalog for PgCatalog {
                 .map_err(db("find the copies of photos"))?;
             rows.iter().map(copies_from_row).collect()
         })
+    }
+
+    fn cluster_predictions(
+        &self,
+        id: PhotoId,
+    ) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError> {
+        self.predictions_on(id, None)
     }
 }

@@ -1,6 +1,7 @@
 //! The photos a full re-labelling has yet to read, shared with another thread: a rollout gives
 //! photos off the end of the queue to a faster node while the pass reads from its front, so a
-//! photo is either read here or given away, never both.
+//! photo is either read here or given away, never both. Photos left to another node (copies of
+//! photos whose primary is elsewhere) are never queued.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Mutex;
@@ -16,6 +17,8 @@ struct State {
     queue: VecDeque<u64>,
     given: BTreeSet<u64>,
     given_now: u64,
+    /// Photos another node answers for: not this pass's work.
+    others: BTreeSet<u64>,
 }
 
 impl Pending {
@@ -27,10 +30,28 @@ impl Pending {
         }))
     }
 
-    /// Fills the queue with `ids` (ascending), less those given away.
+    /// This queue, leaving out `others` (copies of photos another node answers for).
+    pub(crate) fn leaving_out(self, others: BTreeSet<u64>) -> Self {
+        let Pending(state) = self;
+        let mut s = state
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.others = others;
+        Pending(Mutex::new(s))
+    }
+
+    /// Photos left out as another node's.
+    pub(crate) fn left_out(&self) -> usize {
+        lock(&self.0).others.len()
+    }
+
+    /// Fills the queue with `ids` (ascending), less those given away and those left out.
     pub(crate) fn fill(&self, ids: Vec<u64>) {
         let mut s = lock(&self.0);
-        let kept = ids.into_iter().filter(|id| !s.given.contains(id)).collect();
+        let kept = ids
+            .into_iter()
+            .filter(|id| !s.given.contains(id) && !s.others.contains(id))
+            .collect();
         s.queue = kept;
         s.given_now = 0;
     }
@@ -98,5 +119,16 @@ mod tests {
         assert_eq!(p.given(), BTreeSet::from([3, 8, 9, 10]));
         assert_eq!(p.given_now(), 3);
         assert!(p.give(5, |_| Ok::<_, ()>(())).unwrap().is_empty());
+    }
+
+    #[test]
+    fn photos_of_other_nodes_are_never_queued_nor_given() {
+        let p = Pending::with_given(BTreeSet::from([2])).leaving_out(BTreeSet::from([4, 6]));
+        p.fill((1..=7).collect());
+        assert_eq!(p.len(), 4);
+        assert_eq!(p.left_out(), 2);
+        assert_eq!(p.give(1, |_| Ok::<_, ()>(())).unwrap(), [7]);
+        let read: Vec<u64> = std::iter::from_fn(|| p.next()).collect();
+        assert_eq!(read, [1, 3, 5]);
     }
 }

@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ndpipe_catalog::{PhotoCatalog, Split};
+use ndpipe_catalog::{PhotoCatalog, ReplicaCatalog, Split};
 use ndpipe_proto::pb;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
 use ndpipe_util::sync::lock;
@@ -81,6 +81,9 @@ pub(crate) struct PipeStoreNode {
     /// The photos the running rollout pass has yet to read, by backbone, shared with the
     /// load balancing that gives some away.
     rollout_pending: Mutex<Option<(String, Arc<Pending>)>>,
+    /// The cluster's replica map and this node's name in it, on a replicated cluster: a
+    /// rollout's pass leaves the copies of other nodes' photos to their primaries.
+    replicas: Option<(Arc<dyn ReplicaCatalog>, String)>,
 }
 
 impl PipeStoreNode {
@@ -113,7 +116,19 @@ impl PipeStoreNode {
             staged: Mutex::new(None),
             rollout: Mutex::new(()),
             rollout_pending: Mutex::new(None),
+            replicas: None,
         }
+    }
+
+    /// Places this node, named `name`, in the replica map `replicas` (none: one copy of each
+    /// photo, all this node's).
+    pub(crate) fn with_replicas(
+        mut self,
+        replicas: Option<Arc<dyn ReplicaCatalog>>,
+        name: &str,
+    ) -> Self {
+        self.replicas = replicas.map(|map| (map, name.to_string()));
+        self
     }
 
     /// Makes the calls to other nodes (take-overs) over `tls`.

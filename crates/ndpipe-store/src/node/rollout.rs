@@ -96,6 +96,7 @@ impl PipeStoreNode {
         let pending = self.pending(sha)?;
         let started = Instant::now();
         let given = pending.clone();
+        let left_out = pending.left_out() as u64;
         let report = self.relabel_with(&model, sha, pending, &mut |r| {
             progress(pb::ExtractBackboneProgress {
                 done: r.done,
@@ -114,6 +115,7 @@ impl PipeStoreNode {
             model_images_per_second: report.model_images_per_second,
             skipped: report.skipped.len() as u64,
             this_call,
+            left_out,
         })
     }
 

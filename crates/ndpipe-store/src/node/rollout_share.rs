@@ -1,6 +1,8 @@
-//! A rollout's load balancing, node side. A slow node gives photos its pass has not read yet
-//! away ([`Pending::give`]), recording them durably first, so that its pass, a restart of it and
-//! its commit skip them; a fast node runs the STAGED backbone over them (its own copy of a
+//! A rollout's share of the work, node side: on a replicated cluster the copies of other
+//! nodes' photos are left to their primaries, so that each photo is extracted once. In load
+//! balancing, a slow node gives photos its pass has not read yet away ([`Pending::give`]),
+//! recording them durably first, so that its pass, a restart of it and its commit skip them;
+//! a fast node runs the STAGED backbone over them (its own copy of a
 //! photo, else the slow node's tensors) and stores features and logits back on the slow node,
 //! which writes the features under the staged backbone and labels under its pretrained
 //! version. Whatever a fast node did not store back (it failed), the slow node's commit
@@ -25,9 +27,13 @@ use crate::inference::backbone::{decode_tensor, stored_tensor};
 use crate::inference::labeler::write_outputs;
 use crate::inference::{ActiveModel, InferenceError, Pending};
 
+/// Photos per query when the pass looks up which of its copies are other nodes' photos.
+const COPIES_PAGE: usize = 1000;
+
 impl PipeStoreNode {
     /// The queue of the pass of staged backbone `sha`, with the photos it gave away before
-    /// (read from their durable record on the first call).
+    /// (read from their durable record on the first call) and without the copies of other
+    /// nodes' photos.
     pub(super) fn pending(&self, sha: &str) -> Result<Arc<Pending>, NodeError> {
         let mut slot = lock(&self.rollout_pending);
         if let Some((_, pending)) = slot.as_ref().filter(|(s, _)| s == sha) {
@@ -42,9 +48,35 @@ impl PipeStoreNode {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeSet::new(),
             Err(source) => return Err(NodeError::BackboneFiles { path, source }),
         };
-        let pending = Arc::new(Pending::with_given(given));
+        let others = self.others_copies()?;
+        if !others.is_empty() {
+            info!(backbone = %sha, photos = others.len(), "copies of other nodes' photos left to their primaries");
+        }
+        let pending = Arc::new(Pending::with_given(given).leaving_out(others));
         *slot = Some((sha.to_string(), pending.clone()));
         Ok(pending)
+    }
+
+    /// The photos this node holds as copies of another node's (their catalog row is that
+    /// node's): on a replicated cluster each photo is the work of its primary only.
+    fn others_copies(&self) -> Result<BTreeSet<u64>, NodeError> {
+        let Some((map, me)) = &self.replicas else {
+            return Ok(BTreeSet::new());
+        };
+        let ids: Vec<u64> = (self.store.entries().map_err(InferenceError::from)?)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let mut others = BTreeSet::new();
+        for page in ids.chunks(COPIES_PAGE) {
+            others.extend(
+                map.copies_many(page)?
+                    .into_iter()
+                    .filter(|c| c.primary != *me)
+                    .map(|c| c.id),
+            );
+        }
+        Ok(others)
     }
 
     /// Forgets the queue of the pass of `sha`.

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ndpipe_catalog::{
-    CatalogError, GroundTruth, PhotoCopies, PhotoMeta, PhotoRecord, PlacementNode, ReplicaCatalog,
+    CatalogError, GroundTruth, PhotoCopies, PhotoMeta, PhotoRecord, PlacementNode, Prediction,
+    ReplicaCatalog,
 };
 use ndpipe_proto::pb;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
@@ -181,6 +182,22 @@ impl FrontDoor {
     pub(crate) async fn copies_of(&self, id: u64) -> Result<Option<PhotoCopies>, ReplicationError> {
         let catalog = self.catalog.clone();
         Ok(tokio::task::spawn_blocking(move || catalog.copies(id)).await??)
+    }
+
+    /// Photo `id`'s labels by model version, from whichever node's row it is; `None` when it
+    /// is deleted or was never catalogued.
+    pub(crate) async fn labels_of(
+        &self,
+        id: u64,
+    ) -> Result<Option<Vec<(String, Vec<Prediction>)>>, ReplicationError> {
+        let catalog = self.catalog.clone();
+        Ok(
+            tokio::task::spawn_blocking(move || match catalog.copies(id)? {
+                Some(_) => catalog.cluster_predictions(id).map(Some),
+                None => Ok(None),
+            })
+            .await??,
+        )
     }
 
     /// Up to `limit` photos of the whole cluster after `after`, with their holders.

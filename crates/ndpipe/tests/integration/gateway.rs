@@ -120,6 +120,27 @@ async fn gateway_on(url: &str) {
         assert_ne!(on[0], on[1]);
     }
     all_read_back(&gateway, &acked).await;
+    // Labels of every photo, through the gateway and through every node, whichever node's
+    // photo it is: the primary labelled it before it was acknowledged.
+    for id in acked.keys().take(10) {
+        let path = format!("/v1/photos/{id}/labels");
+        let labels = gateway.json(&path).await;
+        let versions = labels.as_array().unwrap_or_else(|| panic!("{labels}"));
+        assert!(
+            versions
+                .iter()
+                .any(|v| !v["labels"].as_array().unwrap().is_empty()),
+            "photo {id}: {labels}"
+        );
+        for node in &nodes {
+            assert_eq!(
+                node.json(&path).await,
+                labels,
+                "photo {id} through {}",
+                node.url
+            );
+        }
+    }
     let page = gateway.json("/v1/photos?limit=1000").await;
     assert_eq!(page["photos"].as_array().unwrap().len(), 60, "{page}");
     let status = gateway.json("/v1/cluster").await;

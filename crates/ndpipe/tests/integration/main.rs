@@ -22,6 +22,7 @@
 //! - `replica_features`: a copy carries its photo's features to every holder, repair's too.
 //! - `rollout`: backbones as a cluster operation: `ndpipe models add` verifies and keeps them.
 //! - `rollout_balance`: a rollout moves photos from a 4x slower PipeStore to a fast one.
+//! - `rollout_replicated`: a rollout over two copies of every photo extracts each photo once.
 //! - `gateway`: a gateway in front of three PipeStores with two copies of each photo:
 //!   placement, reads and deletes through it, its token, a PipeStore killed behind it.
 
@@ -42,6 +43,7 @@ mod replica_features;
 mod replication;
 mod rollout;
 mod rollout_balance;
+mod rollout_replicated;
 mod s3;
 mod tls;
 mod tuner;

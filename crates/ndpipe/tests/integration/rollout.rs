@@ -146,6 +146,26 @@ pub(crate) fn capped<'a>(url: &'a str, rate: &'a str) -> [&'a str; 8] {
     ]
 }
 
+/// Adds the second backbone to `tuner` and rolls it out, which must succeed; returns its
+/// pretrained version and the job's report.
+pub(crate) async fn rolled_out(tuner: &TunerProcess) -> (String, serde_json::Value) {
+    let tmp = tempfile::tempdir().unwrap();
+    let second = second_backbone(tmp.path());
+    let sha = sha256(&std::fs::read(&second).unwrap());
+    let new = format!("efficientnet-lite0-{}", &sha[..12]);
+    let onnx = second.to_str().unwrap();
+    let (ok, _, err) = cli(&["models", "--server", &tuner.url, "add", "--onnx", onnx]);
+    assert!(ok, "{err}");
+    let (status, job) = tuner
+        .run_job(&format!("/v1/tuner/rollout/{sha}"), serde_json::json!({}))
+        .await;
+    assert_eq!(status, 202, "{job}");
+    assert_eq!(job["phase"], "done", "{job}\n{}", tuner.log());
+    let report = job["result"]["rollout"].clone();
+    eprintln!("rollout report: {report}");
+    (new, report)
+}
+
 /// The model version a node's search serves (its active one).
 async fn searched_version(node: &Instance) -> String {
     let found = node.json("/v1/search?label=anything").await;

@@ -3,9 +3,9 @@
 //! and stores features and labels back; afterwards the slow node serves the new version for
 //! every photo, and a fine-tune reads every feature, computing none.
 
-use crate::common::{Instance, cli, import_fashion, on_postgres, sha256};
+use crate::common::{Instance, import_fashion, on_postgres};
 use crate::rollout::{
-    capped, finetune_computes_no_features, second_backbone, serves_new_labels, tuner_on,
+    capped, finetune_computes_no_features, rolled_out, serves_new_labels, tuner_on,
 };
 
 /// Photos per node.
@@ -33,20 +33,8 @@ async fn balanced_on(url: &str) {
     }
     tuner.wait_for_nodes(2).await;
 
-    let tmp = tempfile::tempdir().unwrap();
-    let second = second_backbone(tmp.path());
-    let sha = sha256(&std::fs::read(&second).unwrap());
-    let new = format!("efficientnet-lite0-{}", &sha[..12]);
-    let onnx = second.to_str().unwrap();
-    let (ok, _, err) = cli(&["models", "--server", &tuner.url, "add", "--onnx", onnx]);
-    assert!(ok, "{err}");
-    let (status, job) = tuner
-        .run_job(&format!("/v1/tuner/rollout/{sha}"), serde_json::json!({}))
-        .await;
-    assert_eq!(status, 202, "{job}");
-    assert_eq!(job["phase"], "done", "{job}\n{}", tuner.log());
-    let report = &job["result"]["rollout"];
-    eprintln!("rollout report: {report}");
+    let (new, report) = rolled_out(&tuner).await;
+    let report = &report;
     let named = |name: &str| {
         let nodes = report["nodes"].as_array().unwrap();
         let found = nodes

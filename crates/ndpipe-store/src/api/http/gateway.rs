@@ -1,5 +1,5 @@
 //! The client API of `ndpipe gateway`: the photo routes of a PipeStore's front door (upload,
-//! read, metadata, listing, delete, cluster status) over a [`FrontDoor`] that holds no photo,
+//! read, metadata, labels, listing, delete, cluster status) over a [`FrontDoor`] that holds no photo,
 //! with the probes and metrics. The answers are a replicated PipeStore's, from the same
 //! helpers (`photos.rs`).
 
@@ -17,6 +17,7 @@ use ndpipe_catalog::Catalog;
 use serde::Serialize;
 
 use super::error::{ApiError, Counted, count, parse_id};
+use super::labels;
 use super::photos::{self, MetaReply, Page, PageParams, UploadParams, UploadReply};
 use super::{finish, limited_upload, ops};
 use crate::metrics::StoreMetrics;
@@ -65,6 +66,7 @@ pub(crate) fn gateway_router(
         )
         .route("/v1/photos/{id}", get(get_photo).delete(delete))
         .route("/v1/photos/{id}/meta", get(get_meta))
+        .route("/v1/photos/{id}/labels", get(get_labels))
         .route("/v1/cluster", get(cluster))
         .route("/healthz", get(health))
         .route("/readyz", get(ready))
@@ -112,6 +114,15 @@ async fn get_meta(
     photos::cluster_meta(&state, &state.front, &state.catalog, id)
         .await
         .map(Json)
+}
+
+/// `GET /v1/photos/{id}/labels`: the labels under every model version, from the catalog.
+async fn get_labels(
+    State(state): State<GatewayState>,
+    Path(raw): Path<String>,
+) -> Result<Json<Vec<labels::VersionLabels>>, ApiError> {
+    let id = parse_id(&raw).map_err(|e| count(&state, e))?;
+    labels::cluster_labels(&state, &state.front, id).await
 }
 
 /// `GET /v1/photos?after=&limit=`: every node's photos with their holders.

@@ -7,7 +7,9 @@ use axum::http::StatusCode;
 use ndpipe_catalog::{CatalogError, ModelVersion, NodeHit, Prediction};
 use serde::{Deserialize, Serialize};
 
-use super::error::{ApiError, blocking, count, parse_id};
+use crate::replication::FrontDoor;
+
+use super::error::{ApiError, Counted, blocking, count, parse_id};
 use super::{AppState, page_limit};
 
 #[derive(Debug, Serialize)]
@@ -16,29 +18,50 @@ pub(super) struct VersionLabels {
     labels: Vec<Prediction>,
 }
 
-/// `GET /v1/photos/{id}/labels`: the photo's ranked labels under every model version.
+/// `GET /v1/photos/{id}/labels`: the photo's ranked labels under every model version (on a
+/// replicated cluster, of any node's photo).
 pub(super) async fn get_labels(
     State(state): State<AppState>,
     Path(raw): Path<String>,
 ) -> Result<Json<Vec<VersionLabels>>, ApiError> {
     let id = parse_id(&raw).map_err(|e| count(&state, e))?;
+    if state.ingestor.is_deleted(id) {
+        return Err(count(&state, ApiError::photo_not_found(id)));
+    }
     let catalog = state.catalog.clone();
     let (exists, labels) = blocking(&state, move || {
         Ok::<_, CatalogError>((catalog.photo(id)?.is_some(), catalog.predictions(id)?))
     })
     .await?;
-    if !exists || state.ingestor.is_deleted(id) {
-        return Err(count(&state, ApiError::photo_not_found(id)));
+    match (&state.replication, exists) {
+        (_, true) => Ok(Json(by_version(labels))),
+        (Some(replication), false) => cluster_labels(&state, replication.front(), id).await,
+        (None, false) => Err(count(&state, ApiError::photo_not_found(id))),
     }
-    Ok(Json(
-        labels
-            .into_iter()
-            .map(|(model_version, labels)| VersionLabels {
-                model_version,
-                labels,
-            })
-            .collect(),
-    ))
+}
+
+/// Any node's photo `id`'s labels under every model version.
+pub(super) async fn cluster_labels(
+    state: &impl Counted,
+    front: &FrontDoor,
+    id: u64,
+) -> Result<Json<Vec<VersionLabels>>, ApiError> {
+    let found = front
+        .labels_of(id)
+        .await
+        .map_err(|e| count(state, e.into()))?;
+    let labels = found.ok_or_else(|| count(state, ApiError::photo_not_found(id)))?;
+    Ok(Json(by_version(labels)))
+}
+
+fn by_version(labels: Vec<(String, Vec<Prediction>)>) -> Vec<VersionLabels> {
+    labels
+        .into_iter()
+        .map(|(model_version, labels)| VersionLabels {
+            model_version,
+            labels,
+        })
+        .collect()
 }
 
 #[derive(Debug, Deserialize)]
