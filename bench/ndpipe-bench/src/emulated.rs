@@ -101,10 +101,14 @@ impl EmulationArgs {
     /// `photos_per_node` labelled Fashion-MNIST photos for each of `nodes` nodes, 6:1
     /// train:test.
     pub(crate) fn photos(&self, nodes: usize) -> Result<Vec<Photo>> {
+        self.photos_in_all(self.photos_per_node * nodes)
+    }
+
+    /// `total` labelled Fashion-MNIST photos, 6:1 train:test.
+    pub(crate) fn photos_in_all(&self, total: usize) -> Result<Vec<Photo>> {
         let dir = fashion_mnist::dir(self.fashion_mnist_dir.as_ref());
         let train = fashion_mnist::load(&dir, "train")?;
         let test = fashion_mnist::load(&dir, "test")?;
-        let total = self.photos_per_node * nodes;
         let mut out = Vec::with_capacity(total);
         for i in 0..total {
             // Every seventh photo is a test photo; the others train.

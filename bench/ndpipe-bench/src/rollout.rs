@@ -38,6 +38,9 @@ pub(crate) struct RolloutBench {
     /// How many times slower the second node of the slow-node case is (1: no such case).
     #[arg(long, default_value_t = 4.0)]
     slowdown: f64,
+    /// Photos on each of the slow-node case's two nodes.
+    #[arg(long, default_value_t = 560)]
+    slow_photos_per_node: usize,
     /// Write the results as JSON to this file as well.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -90,10 +93,10 @@ pub(crate) async fn run(args: RolloutBench) -> Result<()> {
         rows.push(row(n, &reports));
     }
     let slow = if args.slowdown > 1.0 {
-        let photos = &all[..2 * emu.photos_per_node];
+        let photos = emu.photos_in_all(2 * args.slow_photos_per_node)?;
         let how = (rate, args.slowdown, emu.rounds);
         let dir = variants.path();
-        Some(rollout_slow::run(photos, &emu.model_dir, dir, &mut variant, how).await?)
+        Some(rollout_slow::run(&photos, &emu.model_dir, dir, &mut variant, how).await?)
     } else {
         None
     };

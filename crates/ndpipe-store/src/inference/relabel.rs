@@ -40,7 +40,8 @@ pub struct RelabelOptions {
     pub batch: usize,
     /// Labels kept per photo.
     pub top_k: usize,
-    /// Depth of each queue between stages, in photos.
+    /// Depth of each queue between stages, in photos (at least a batch; with `pending`, of the
+    /// first stage's only, the next one holding one batch).
     pub queue: usize,
     /// Measure label churn against this version's top-1 (default: the photo's previous labels
     /// under the same version, else under any other).
@@ -233,9 +234,14 @@ fn run(
         r.total = pending.len() as u64;
     }
     let batch_size = options.batch.min(model.backend.max_batch()).max(1);
-    let queue = options.queue.max(batch_size);
-    let (raw_tx, raw_rx) = sync_channel::<(u64, Result<Vec<u8>, String>)>(queue);
-    let (tensor_tx, tensor_rx) = sync_channel::<(u64, Result<ImageTensor, String>)>(queue);
+    // Read from a shared queue, the pass holds the model's batch and the next one only (what it
+    // holds cannot be given away); else each stage reads a batch ahead at least.
+    let (raw_depth, tensor_depth) = match options.pending {
+        Some(_) => (options.queue, batch_size),
+        None => (options.queue.max(batch_size), options.queue.max(batch_size)),
+    };
+    let (raw_tx, raw_rx) = sync_channel::<(u64, Result<Vec<u8>, String>)>(raw_depth);
+    let (tensor_tx, tensor_rx) = sync_channel::<(u64, Result<ImageTensor, String>)>(tensor_depth);
     let (out_tx, out_rx) = sync_channel::<Batch>(4);
     let model_time = Arc::new(Mutex::new(Duration::ZERO));
     let mut done_run = 0u64;

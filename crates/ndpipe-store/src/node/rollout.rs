@@ -259,7 +259,8 @@ impl PipeStoreNode {
     ) -> Result<RelabelReport, NodeError> {
         let options = RelabelOptions {
             compare_with: Some(self.active_version()),
-            // Read ahead one batch per stage only: the rest stays in `pending`, to give away.
+            // Beyond the model's batch and the next one, the pass's photos stay in `pending`,
+            // to give away.
             queue: 0,
             pending: Some(pending),
             ..self.relabel.clone()
