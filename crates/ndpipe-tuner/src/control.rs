@@ -209,7 +209,8 @@ impl Core {
             .start(JobKind::Rollout, request, members.skipped.clone())?;
         let wrap = |r: &RolloutReport| JobResult::Rollout(r.clone());
         self.spawn_job(guard, progress, wrap, move |core, progress| async move {
-            rollout::rollout(&core.env(&progress), &members, &files).await
+            let replicas = core.replicas.clone();
+            rollout::rollout(&core.env(&progress), &members, &files, replicas.as_ref()).await
         })
     }
 

@@ -9,10 +9,13 @@
 //!    labels under its pretrained version, while search and labels keep serving the old
 //!    version; the job shows each node's photos done, rate and ETA. A node that fails or
 //!    restarts is waited for and asked again: it resumes at its durable checkpoint (at most one
-//!    batch lost). Once every node's rate is known, slow nodes give the photos they have not
+//!    batch lost). On a replicated cluster, a node that fails and no longer answers is lost to
+//!    the job instead once every one of its photos has a copy on a live node: its photos pass
+//!    to those holders (`ReplicaCatalog::fail_over`), whose commits extract them, and the
+//!    syncer brings the node to the new backbone when it returns. Once every node's rate is known, slow nodes give the photos they have not
 //!    reached to fast nodes, and a node that has finished takes from the one furthest from
 //!    finishing ([`crate::rollout_balance`]), so that all finish together;
-//! 3. **committing**: once every node has finished, the registry records the new pretrained
+//! 3. **committing**: once every node has finished (or was lost), the registry records the new pretrained
 //!    version as the one every node must serve, and every node commits (`CommitBackbone`:
 //!    photos uploaded since are caught up, then it serves the new backbone, then it times the
 //!    backbone alone on a batch of its own tensors). A node that cannot commit is waited for
@@ -29,10 +32,15 @@ use ndpipe_proto::{backbone_chunks, pb};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
+use std::sync::Arc;
+
+use ndpipe_catalog::ReplicaCatalog;
+
 use crate::TunerError;
 use crate::backbones::BackboneFiles;
 use crate::control::JobEnv;
 use crate::deploy::first_refusal;
+use crate::failover::answers;
 use crate::jobs::Phase;
 use crate::nodes::{Members, Node, node_error};
 use crate::rollout_balance::{Watch, balance};
@@ -93,18 +101,44 @@ pub struct NodeRollout {
     /// Photos of slower nodes it extracted for them (stored there), not in `photos`.
     #[serde(default)]
     pub taken: u64,
-    /// Photos uploaded during the rollout that its commit caught up.
+    /// Photos uploaded during the rollout, and photos that became its own (a lost node's),
+    /// that its commit extracted.
     pub caught_up: u64,
     /// Copies it holds of other nodes' photos, left to their primaries (a replicated cluster).
     #[serde(default)]
     pub copies_left: u64,
+    /// Why the job lost the node (it failed and no longer answered), when it did: its photos
+    /// passed to live holders of copies, and it was not committed.
+    #[serde(default)]
+    pub lost: Option<String>,
+    /// Photos of a lost node that passed to live holders of their copies.
+    #[serde(default)]
+    pub moved: u64,
 }
 
-/// Rolls `backbone` out to the `members`.
+/// What one node's extraction came to.
+enum Extracted {
+    /// It finished, after being asked again `resumed` times.
+    Done(pb::ExtractBackboneDone, u32),
+    /// It was lost for `reason`; `moved` of its photos passed to live holders of copies.
+    Lost { reason: String, moved: u64 },
+}
+
+/// What one node's commit came to.
+enum Committed {
+    /// It committed: its extraction's report, how often it was asked again, its commit's reply.
+    Yes(pb::ExtractBackboneDone, u32, pb::CommitBackboneReply),
+    /// It was lost during the extraction.
+    Lost { reason: String, moved: u64 },
+}
+
+/// Rolls `backbone` out to the `members`; `replicas`, the replica map of a replicated
+/// cluster, lets the job lose a node whose photos all have live copies.
 pub(crate) async fn rollout(
     env: &JobEnv<'_>,
     members: &Members,
     backbone: &BackboneFiles,
+    replicas: Option<&Arc<dyn ReplicaCatalog>>,
 ) -> Result<RolloutReport, TunerError> {
     let nodes = &members.nodes;
     if nodes.is_empty() {
@@ -120,10 +154,10 @@ pub(crate) async fn rollout(
     let (extracted, (shared, balanced_seconds)) = futures::join!(
         futures::future::join_all(nodes.iter().enumerate().map(|(i, n)| extract(
             env,
-            n,
+            (n, i),
             &backbone.sha256,
-            i,
-            &watch
+            &watch,
+            replicas
         )),),
         balance(nodes, &backbone.sha256, &watch)
     );
@@ -132,11 +166,24 @@ pub(crate) async fn rollout(
     for result in extracted {
         done.push(result?);
     }
+    if done.iter().all(|d| matches!(d, Extracted::Lost { .. })) {
+        return Err(TunerError::NoNodes);
+    }
 
     env.progress.phase(Phase::Committing, &labels);
     env.registry.set_active(&backbone.version)?;
-    let commits =
-        futures::future::join_all(nodes.iter().map(|n| commit(env, n, &backbone.sha256))).await;
+    let commits = futures::future::join_all(nodes.iter().zip(done).map(|(n, d)| async move {
+        match d {
+            Extracted::Done(extract, resumed) => {
+                let reply = commit(env, n, &backbone.sha256).await?;
+                Ok(Committed::Yes(extract, resumed, reply))
+            }
+            Extracted::Lost { reason, moved } => {
+                Ok::<_, TunerError>(Committed::Lost { reason, moved })
+            }
+        }
+    }))
+    .await;
     let mut report = RolloutReport {
         backbone: backbone.sha256.clone(),
         version: backbone.version.clone(),
@@ -145,10 +192,21 @@ pub(crate) async fn rollout(
         ..RolloutReport::default()
     };
     let (mut this_job, mut longest) = (0u64, balanced_seconds);
-    for (((n, (extract, resumed)), commit), shared) in
-        nodes.iter().zip(done).zip(commits).zip(shared)
-    {
-        let commit = commit?;
+    for ((n, committed), shared) in nodes.iter().zip(commits).zip(shared) {
+        let (extract, resumed, commit) = match committed? {
+            Committed::Yes(extract, resumed, reply) => (extract, resumed, reply),
+            Committed::Lost { reason, moved } => {
+                report.nodes.push(NodeRollout {
+                    node: n.label(),
+                    given: shared.given,
+                    taken: shared.taken,
+                    lost: Some(reason),
+                    moved,
+                    ..NodeRollout::default()
+                });
+                continue;
+            }
+        };
         let caught_up = commit.caught_up;
         env.nodes.set_version(n.id, &backbone.version)?;
         this_job += extract.this_call + shared.taken;
@@ -167,6 +225,7 @@ pub(crate) async fn rollout(
             taken: shared.taken,
             caught_up,
             copies_left: extract.left_out,
+            ..NodeRollout::default()
         });
     }
     report.images_per_second = this_job as f64 / longest.max(1e-9);
@@ -216,21 +275,24 @@ async fn stage(nodes: &[Node], backbone: &BackboneFiles) -> Result<(), TunerErro
 }
 
 /// Phase two on node `i`: extraction until it reports done, asking again (after the node
-/// answers again) when it fails, its progress told to `watch`. Returns its report and how
-/// often it was asked again.
+/// answers again) when it fails, its progress told to `watch`; or, with `replicas`, the node
+/// lost once it fails and no longer answers, when every one of its photos has a live copy.
 async fn extract(
     env: &JobEnv<'_>,
-    node: &Node,
+    (node, i): (&Node, usize),
     sha256: &str,
-    i: usize,
     watch: &Watch,
-) -> Result<(pb::ExtractBackboneDone, u32), TunerError> {
+    replicas: Option<&Arc<dyn ReplicaCatalog>>,
+) -> Result<Extracted, TunerError> {
     let mut node = node.clone();
     let mut resumed = 0;
     let result = loop {
         match extract_once(env, &node, sha256, i, watch).await {
-            Ok(done) => break Ok((done, resumed)),
+            Ok(done) => break Ok(Extracted::Done(done, resumed)),
             Err(e) if resumed < RESUMES => {
+                if let Some(lost) = lose(&node, &e, replicas).await? {
+                    break Ok(lost);
+                }
                 warn!(node = %node.label(), error = %e, "the node failed mid-rollout: asking again once it answers");
                 resumed += 1;
                 match returned(env, &node).await {
@@ -243,6 +305,37 @@ async fn extract(
     };
     watch.finish(i);
     result
+}
+
+/// `node`, which failed with `error`, lost to the job when there is a replica map, it no
+/// longer answers and every one of its photos now has a live holder of a copy as its primary;
+/// `None` when it is to be waited for.
+async fn lose(
+    node: &Node,
+    error: &TunerError,
+    replicas: Option<&Arc<dyn ReplicaCatalog>>,
+) -> Result<Option<Extracted>, TunerError> {
+    let Some(map) = replicas else {
+        return Ok(None);
+    };
+    if answers(node).await {
+        return Ok(None);
+    }
+    let (map, name) = (map.clone(), node.name.clone());
+    let moved = tokio::task::spawn_blocking(move || map.fail_over(&name))
+        .await
+        .map_err(|e| TunerError::Internal(e.to_string()))??;
+    if moved.stranded_total > 0 {
+        warn!(node = %node.label(), stranded = moved.stranded_total,
+            "a node was lost mid-rollout with photos no live node holds: waiting for it");
+        return Ok(None);
+    }
+    warn!(node = %node.label(), moved = moved.moved, error = %error,
+        "a node was lost mid-rollout: its photos pass to the holders of their copies");
+    Ok(Some(Extracted::Lost {
+        reason: error.to_string(),
+        moved: moved.moved,
+    }))
 }
 
 /// One extraction call on `node`, its progress (photos done, rate, ETA) shown as row `i`.

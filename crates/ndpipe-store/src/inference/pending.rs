@@ -40,9 +40,9 @@ impl Pending {
         Pending(Mutex::new(s))
     }
 
-    /// Photos left out as another node's.
-    pub(crate) fn left_out(&self) -> usize {
-        lock(&self.0).others.len()
+    /// The photos left out as another node's.
+    pub(crate) fn left_out(&self) -> BTreeSet<u64> {
+        lock(&self.0).others.clone()
     }
 
     /// Fills the queue with `ids` (ascending), less those given away and those left out.
@@ -126,7 +126,7 @@ mod tests {
         let p = Pending::with_given(BTreeSet::from([2])).leaving_out(BTreeSet::from([4, 6]));
         p.fill((1..=7).collect());
         assert_eq!(p.len(), 4);
-        assert_eq!(p.left_out(), 2);
+        assert_eq!(p.left_out(), BTreeSet::from([4, 6]));
         assert_eq!(p.give(1, |_| Ok::<_, ()>(())).unwrap(), [7]);
         let read: Vec<u64> = std::iter::from_fn(|| p.next()).collect();
         assert_eq!(read, [1, 3, 5]);

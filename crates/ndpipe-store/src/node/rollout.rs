@@ -9,7 +9,8 @@
 //!    durably after every batch, so a restart loses at most one batch; photos given to faster
 //!    nodes ([`super::rollout_share`]) are skipped. Progress carries the pass's own model rate
 //!    (photos per second inside the model), which the Tuner balances by from the first batch;
-//! 3. **commit**: photos uploaded since (and photos given away that no node stored) are caught
+//! 3. **commit**: photos uploaded since, photos given away that no node stored, and photos
+//!    left out as another node's that became this node's (their primary was lost) are caught
 //!    up, the backbone moves to `DATA/backbones/<sha256>/` and is named the active one, and the
 //!    node serves it. The commit also times the backbone alone on a batch of the node's own
 //!    tensors (the report's model-only reference), after the extraction, so that the timing
@@ -96,7 +97,7 @@ impl PipeStoreNode {
         let pending = self.pending(sha)?;
         let started = Instant::now();
         let given = pending.clone();
-        let left_out = pending.left_out() as u64;
+        let left_out = pending.left_out().len() as u64;
         let report = self.relabel_with(&model, sha, pending, &mut |r| {
             progress(pb::ExtractBackboneProgress {
                 done: r.done,
@@ -138,7 +139,8 @@ impl PipeStoreNode {
         let before = self.read_checkpoint(sha)?.done;
         let pending = self.pending(sha)?;
         let caught_up = self.relabel_with(&model, sha, pending, &mut |_| {})?.done - before
-            + self.finish_given(&model, sha)?;
+            + self.finish_given(&model, sha)?
+            + self.finish_moved(&model, sha)?;
         self.backbones
             .commit(sha)
             .map_err(|source| NodeError::BackboneFiles {

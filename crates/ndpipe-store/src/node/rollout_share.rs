@@ -149,8 +149,39 @@ impl PipeStoreNode {
     /// The photos the pass of `sha` gave away that no node stored outputs for (a fast node
     /// failed), computed here with `model`; returns how many. Blocks.
     pub(super) fn finish_given(&self, model: &ActiveModel, sha: &str) -> Result<u64, NodeError> {
+        let given = self.pending(sha)?.given();
+        let n = self.compute_missing(model, sha, given)?;
+        if n > 0 {
+            warn!(backbone = %sha, photos = n, "computed photos given away that no node stored");
+        }
+        Ok(n)
+    }
+
+    /// The photos the pass of `sha` left out as other nodes' that are this node's now (a lost
+    /// node's photos passed to it), computed here with `model`; returns how many. Blocks.
+    pub(super) fn finish_moved(&self, model: &ActiveModel, sha: &str) -> Result<u64, NodeError> {
+        let left_out = self.pending(sha)?.left_out();
+        if left_out.is_empty() {
+            return Ok(0);
+        }
+        let still = self.others_copies()?;
+        let n = self.compute_missing(model, sha, left_out.difference(&still).copied())?;
+        if n > 0 {
+            info!(backbone = %sha, photos = n, "extracted photos that became this node's during the rollout");
+        }
+        Ok(n)
+    }
+
+    /// Of `ids`, the photos this node holds without features from `sha`, computed with
+    /// `model` and stored with their labels; returns how many. Blocks.
+    fn compute_missing(
+        &self,
+        model: &ActiveModel,
+        sha: &str,
+        ids: impl IntoIterator<Item = u64>,
+    ) -> Result<u64, NodeError> {
         let mut missing = Vec::new();
-        for id in self.pending(sha)?.given() {
+        for id in ids {
             let held = self.store.contains(id).map_err(InferenceError::from)?;
             if held
                 && self
@@ -171,9 +202,6 @@ impl PipeStoreNode {
             let outputs = model.backend.run(&tensors)?;
             let top_k = self.relabel.top_k;
             write_outputs(model, &*self.catalog, &self.features, ids, &outputs, top_k)?;
-        }
-        if !missing.is_empty() {
-            warn!(backbone = %sha, photos = missing.len(), "computed photos given away that no node stored");
         }
         Ok(missing.len() as u64)
     }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use crate::common::{Instance, TunerProcess, cli, import_fashion, model_dir, on_postgres, sha256};
 
 /// Polls of a running rollout, and the pause between two (a hang guard, not a time limit).
-const POLL: Duration = Duration::from_millis(100);
-const POLLS: u32 = 6000;
+pub(crate) const POLL: Duration = Duration::from_millis(100);
+pub(crate) const POLLS: u32 = 6000;
 /// Photos per node.
 const PHOTOS: u64 = 60;
 
@@ -146,9 +146,8 @@ pub(crate) fn capped<'a>(url: &'a str, rate: &'a str) -> [&'a str; 8] {
     ]
 }
 
-/// Adds the second backbone to `tuner` and rolls it out, which must succeed; returns its
-/// pretrained version and the job's report.
-pub(crate) async fn rolled_out(tuner: &TunerProcess) -> (String, serde_json::Value) {
+/// Adds the second backbone to `tuner`; returns its sha256 and pretrained version.
+pub(crate) fn added_backbone(tuner: &TunerProcess) -> (String, String) {
     let tmp = tempfile::tempdir().unwrap();
     let second = second_backbone(tmp.path());
     let sha = sha256(&std::fs::read(&second).unwrap());
@@ -156,6 +155,13 @@ pub(crate) async fn rolled_out(tuner: &TunerProcess) -> (String, serde_json::Val
     let onnx = second.to_str().unwrap();
     let (ok, _, err) = cli(&["models", "--server", &tuner.url, "add", "--onnx", onnx]);
     assert!(ok, "{err}");
+    (sha, new)
+}
+
+/// Adds the second backbone to `tuner` and rolls it out, which must succeed; returns its
+/// pretrained version and the job's report.
+pub(crate) async fn rolled_out(tuner: &TunerProcess) -> (String, serde_json::Value) {
+    let (sha, new) = added_backbone(tuner);
     let (status, job) = tuner
         .run_job(&format!("/v1/tuner/rollout/{sha}"), serde_json::json!({}))
         .await;
@@ -164,6 +170,31 @@ pub(crate) async fn rolled_out(tuner: &TunerProcess) -> (String, serde_json::Val
     let report = job["result"]["rollout"].clone();
     eprintln!("rollout report: {report}");
     (new, report)
+}
+
+/// Starts the rollout of backbone `sha` in the background and polls its job until it ends,
+/// giving it to `extracting` at every poll in that phase; returns the job at its end.
+pub(crate) async fn watch_rollout(
+    tuner: &TunerProcess,
+    sha: &str,
+    mut extracting: impl AsyncFnMut(&serde_json::Value),
+) -> serde_json::Value {
+    let (ok, out, err) = cli(&["rollout", "--server", &tuner.url, sha, "--no-wait"]);
+    assert!(ok, "{err}");
+    let id = out.trim().to_string();
+    let mut job = serde_json::Value::Null;
+    for poll in 0.. {
+        assert!(poll < POLLS, "the rollout hangs: {job}\n{}", tuner.log());
+        job = tuner.get(&format!("/v1/tuner/jobs/{id}")).await;
+        if job["phase"] == "done" || job["phase"] == "failed" {
+            break;
+        }
+        if job["phase"] == "extracting" {
+            extracting(&job).await;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    job
 }
 
 /// The model version a node's search serves (its active one).
@@ -209,24 +240,10 @@ async fn rollout_on(url: &str) {
     assert!(ok, "{err}");
     let (ok, _, err) = cli(&["rollout", "--server", &tuner.url, "0000", "--no-wait"]);
     assert!(!ok && err.contains("unknown_backbone"), "{err}");
-    let (ok, out, err) = cli(&["rollout", "--server", &tuner.url, &sha, "--no-wait"]);
-    assert!(ok, "{err}");
-    let id = out.trim().to_string();
-
     // While the nodes extract, both serve the old version; one is killed and restarted.
     let mut killed = false;
     let mut seen_rate = false;
-    let mut job = serde_json::Value::Null;
-    for poll in 0.. {
-        assert!(poll < POLLS, "the rollout hangs: {job}\n{}", tuner.log());
-        job = tuner.get(&format!("/v1/tuner/jobs/{id}")).await;
-        if job["phase"] == "done" || job["phase"] == "failed" {
-            break;
-        }
-        if job["phase"] != "extracting" {
-            tokio::time::sleep(POLL).await;
-            continue;
-        }
+    let job = watch_rollout(&tuner, &sha, async |job| {
         let b = &job["progress"][1];
         seen_rate |= b["images_per_second"].as_f64().is_some_and(|r| r > 0.0)
             && b["eta_seconds"].as_f64().is_some();
@@ -243,8 +260,8 @@ async fn rollout_on(url: &str) {
             killed = true;
             nodes[1].restart();
         }
-        tokio::time::sleep(POLL).await;
-    }
+    })
+    .await;
     assert_eq!(job["phase"], "done", "{job}\n{}", tuner.log());
     assert!(killed, "the node was killed mid-job: {job}");
     assert!(seen_rate, "the job showed a rate and ETA per node");
