@@ -580,3 +580,6 @@ fn stale_rows(store: &PhotoStore, catalog: &dyn PhotoCatalog) -> Result<Vec<u64>
     }
     Ok(stale)
 }
+
+#[cfg(test)]
+mod tests;
