@@ -39,6 +39,8 @@ pub mod test_postgres;
 pub mod test_suite;
 mod types;
 
+use std::collections::HashSet;
+
 pub use error::CatalogError;
 pub use keys::{AccessKeyRecord, Role};
 pub use objects::{Bucket, ObjectBody, ObjectRecord};
@@ -61,6 +63,10 @@ pub trait PhotoCatalog: Send + Sync {
 
     /// One photo.
     fn photo(&self, id: PhotoId) -> Result<Option<PhotoRecord>, CatalogError>;
+
+    /// Which of `ids` have a photo row, this node's or (in a catalog that nodes share) any other
+    /// node's: one query for the whole batch. Ids without a row are left out.
+    fn existing_photo_ids(&self, ids: &[PhotoId]) -> Result<HashSet<PhotoId>, CatalogError>;
 
     /// Photos in id order, starting after `after`, at most `limit`.
     fn list_photos(

@@ -44,6 +44,7 @@ fn model(id: &str, active: bool, created_ms: i64) -> ModelVersion {
 /// Runs the whole suite against an empty catalog; panics on the first deviation.
 pub fn run(c: &dyn Catalog) {
     photos_round_trip_and_page(c);
+    existing_photo_ids_answer_a_batch(c);
     ground_truth_updates(c);
     predictions_replace_per_version(c);
     models_have_one_active(c);
@@ -121,6 +122,24 @@ fn photos_round_trip_and_page(c: &dyn Catalog) {
         .map(|p| p.id)
         .collect();
     assert_eq!(all, vec![1, 2, 4, 5]);
+}
+
+/// After [`photos_round_trip_and_page`]: photos 1, 2, 4 and 5 exist, 3 was deleted.
+fn existing_photo_ids_answer_a_batch(c: &dyn Catalog) {
+    let found = |ids: &[u64]| {
+        let mut found: Vec<u64> = c.existing_photo_ids(ids).unwrap().into_iter().collect();
+        found.sort_unstable();
+        found
+    };
+    assert_eq!(found(&[]), Vec::<u64>::new());
+    assert_eq!(
+        found(&[3, 99, 1 << 40]),
+        Vec::<u64>::new(),
+        "deleted or never stored"
+    );
+    assert_eq!(found(&[5, 3, 1, 99, 5]), vec![1, 5]);
+    let many: Vec<u64> = (1..=5000).rev().collect();
+    assert_eq!(found(&many), vec![1, 2, 4, 5]);
 }
 
 fn ground_truth_updates(c: &dyn Catalog) {

@@ -261,6 +261,7 @@ fn ids_beyond_i64_max_are_refused() {
     };
     invalid(c.upsert_photo(&with_id(big)));
     invalid(c.photo(big).map(drop));
+    invalid(c.existing_photo_ids(&[1, big]).map(drop));
     invalid(c.delete_photo(big).map(drop));
     invalid(c.list_photos(Some(big), 1).map(drop));
     invalid(c.set_ground_truth(big, None));
@@ -289,6 +290,15 @@ fn each_node_sees_its_own_photos_and_jobs_and_the_clusters_models() {
         (1, 1)
     );
     assert_eq!(a.photo(2).unwrap(), None);
+    for c in [&a, &b] {
+        let mut found: Vec<u64> = c
+            .existing_photo_ids(&[3, 2, 1])
+            .unwrap()
+            .into_iter()
+            .collect();
+        found.sort_unstable();
+        assert_eq!(found, [1, 2], "either node's photos, not the missing one");
+    }
     assert_eq!(a.labelled(ndpipe_catalog::Split::Train).unwrap().len(), 1);
     assert_eq!(b.list_photos(None, 10).unwrap()[0].id, 2);
     assert!(matches!(

@@ -539,17 +539,25 @@ fn encode_tensor(tensor: &ImageTensor, codec: Codec) -> Result<Vec<u8>, IngestEr
     TensorBlob::encode(tensor, codec).map_err(IngestError::Encode)
 }
 
+/// How many ids reconcile asks the catalog about at once.
+const RECONCILE_PAGE: usize = 1000;
+
 /// Adds a catalog row for every photo of the store that has none; returns how many. A photo
 /// that another node's catalog row holds is a copy of that node's (replication), not a row to add.
+/// The catalog is asked a page of ids at a time, so a start costs one query per page, not per photo.
 fn add_missing_rows(store: &PhotoStore, catalog: &dyn PhotoCatalog) -> Result<u64, IngestError> {
     let mut added = 0;
-    for (id, entry) in store.entries()? {
-        if catalog.photo(id)?.is_none() {
+    let entries = store.entries()?;
+    for page in entries.chunks(RECONCILE_PAGE) {
+        let ids: Vec<u64> = page.iter().map(|(id, _)| *id).collect();
+        let existing = catalog.existing_photo_ids(&ids)?;
+        for (id, entry) in page.iter().filter(|(id, _)| !existing.contains(id)) {
             match catalog.upsert_photo(&PhotoRecord {
-                id,
-                meta: entry.meta,
+                id: *id,
+                meta: entry.meta.clone(),
             }) {
                 Ok(()) => added += 1,
+                // Another node stored it since the page was read.
                 Err(CatalogError::Conflict { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -565,10 +573,13 @@ fn stale_rows(store: &PhotoStore, catalog: &dyn PhotoCatalog) -> Result<Vec<u64>
     let mut stale = Vec::new();
     let mut after = None;
     loop {
-        let page = catalog.list_photos(after, 1000)?;
+        let page = catalog.list_photos(after, RECONCILE_PAGE)?;
         let Some(last) = page.last() else { break };
         after = Some(last.id);
         stale.extend(page.iter().map(|r| r.id).filter(|id| !live.contains(id)));
     }
     Ok(stale)
 }
+
+#[cfg(test)]
+mod tests;

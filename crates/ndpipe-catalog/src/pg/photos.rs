@@ -236,6 +236,24 @@ impl PhotoCatalog for PgCatalog {
         })
     }
 
+    fn existing_photo_ids(&self, ids: &[PhotoId]) -> Result<HashSet<PhotoId>, CatalogError> {
+        if ids.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let ids = ids
+            .iter()
+            .map(|&id| sql_id(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        let op = "find photos";
+        self.with(|conn| {
+            conn.query("SELECT id FROM photos WHERE id = ANY($1)", &[&ids])
+                .map_err(db(op))?
+                .iter()
+                .map(|r| from_sql(r.try_get(0).map_err(db(op))?, "photo id"))
+                .collect()
+        })
+    }
+
     fn list_photos(
         &self,
         after: Option<PhotoId>,

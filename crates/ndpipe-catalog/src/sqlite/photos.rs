@@ -1,5 +1,7 @@
 //! Photos, their ground truth, predicted labels and label search.
 
+use std::collections::HashSet;
+
 use rusqlite::{OptionalExtension, params};
 
 use super::{SqliteCatalog, sql_id};
@@ -144,6 +146,31 @@ impl PhotoCatalog for SqliteCatalog {
             )
             .optional()
             .map_err(CatalogError::db("read photo"))
+        })
+    }
+
+    fn existing_photo_ids(&self, ids: &[PhotoId]) -> Result<HashSet<PhotoId>, CatalogError> {
+        if ids.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let ids = ids
+            .iter()
+            .map(|&id| sql_id(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ids = serde_json::Value::from(ids).to_string();
+        self.with(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT id FROM photos WHERE id IN (SELECT value FROM json_each(?1))",
+                )
+                .map_err(CatalogError::db("find photos"))?;
+            let rows = stmt
+                .query_map(params![ids], |row| {
+                    row.get::<_, i64>(0).map(i64::cast_unsigned)
+                })
+                .map_err(CatalogError::db("find photos"))?;
+            rows.collect::<Result<HashSet<_>, _>>()
+                .map_err(CatalogError::db("find photos"))
         })
     }
 

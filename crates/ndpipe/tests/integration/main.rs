@@ -19,6 +19,8 @@
 //!   search and versions.
 //! - `replication`: three PipeStores with two copies of each photo: placement, a node killed
 //!   during uploads, repair after its removal, a delete while a node is away, a flipped byte.
+//! - `replicated_finetune`: a fine-tune on that cluster losing a node mid-extraction goes on,
+//!   or (training through the cache) runs again on the survivors; each photo trained once.
 //! - `replica_features`: a copy carries its photo's features to every holder, repair's too.
 //! - `rollout`: backbones as a cluster operation: `ndpipe models add` verifies and keeps them.
 //! - `rollout_balance`: a rollout moves photos from a 4x slower PipeStore to a fast one.
@@ -40,6 +42,7 @@ mod inference;
 mod limits;
 mod postgres;
 mod replica_features;
+mod replicated_finetune;
 mod replication;
 mod rollout;
 mod rollout_balance;

@@ -3,15 +3,13 @@
 //! killed during continuous uploads loses no acknowledged photo; after its removal repair
 //! brings every photo back to two copies; a delete while a node is away stays a delete when it
 //! returns; a flipped byte in one copy is read around and repaired; S3 objects go through the
-//! front door; a fine-tune that loses a node mid-extraction finishes on the survivors with
-//! every photo used once. Time limits are hang guards.
+//! front door (a fine-tune losing a node: `replicated_finetune`). Time limits are hang
+//! guards.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use crate::common::{
-    Instance, TunerProcess, cli, free_port, import_fashion, jpeg, on_postgres, sha256,
-};
+use crate::common::{Instance, TunerProcess, cli, free_port, jpeg, on_postgres, sha256};
 use crate::replica_features::features_of;
 use crate::s3::unsigned_aws;
 
@@ -22,7 +20,7 @@ pub(crate) const POLL: Duration = Duration::from_millis(200);
 pub(crate) const POLLS: u32 = 1500;
 
 /// A metric's value from a node's `/metrics` (0 when absent).
-async fn metric(node: &Instance, name: &str) -> f64 {
+pub(crate) async fn metric(node: &Instance, name: &str) -> f64 {
     let (_, body) = node.get("/metrics").await;
     String::from_utf8_lossy(&body)
         .lines()
@@ -84,7 +82,7 @@ fn two_copies_survive_a_lost_node_and_a_flipped_byte() {
 
 /// A Tuner and the three PipeStores with two copies of every photo, each with S3 on the port
 /// returned beside it.
-fn replicated_cluster(url: &str) -> (TunerProcess, Vec<Instance>, Vec<u16>) {
+pub(crate) fn replicated_cluster(url: &str) -> (TunerProcess, Vec<Instance>, Vec<u16>) {
     cluster_of(url, &NAMES, &[])
 }
 
@@ -323,119 +321,6 @@ async fn replicated_on(url: &str) {
     let (status, body) = nodes[1].get(&format!("/v1/photos/{victim}")).await;
     assert_eq!((status, sha256(&body)), (200, sum), "{}", nodes[1].log());
     drop(tuner);
-}
-
-#[test]
-fn a_finetune_survives_a_node_killed_mid_extraction() {
-    on_postgres("replicated_finetune", |url| async move {
-        finetune_on(&url).await
-    });
-}
-
-/// Photos labelled by online inference on all of `nodes` together.
-async fn labelled(nodes: &[Instance]) -> f64 {
-    let mut total = 0.0;
-    for node in nodes {
-        total += metric(node, "ndpipe_store_labelled_total").await;
-    }
-    total
-}
-
-async fn finetune_on(url: &str) {
-    let (tuner, mut nodes, _) = replicated_cluster(url);
-    tuner.wait_for_nodes(3).await;
-    import_fashion(&nodes[0], 0, 300);
-    let mut polls = 0;
-    while labelled(&nodes).await < 300.0 {
-        polls += 1;
-        assert!(polls < POLLS, "labelling hangs");
-        tokio::time::sleep(POLL).await;
-    }
-    // rp-c extracts slowly, so that it is killed while its features are on the way.
-    let body = serde_json::json!({
-        "runs": 2, "epochs": 2, "load_balance": false, "deploy": true, "chunk_size": 8,
-        "use_stored_features": false, "throttle": {"rp-c": 10.0}
-    });
-    let (status, job) = tuner.post("/v1/tuner/finetune", body).await;
-    assert_eq!(status, 202, "{job}");
-    let id = job["id"].as_str().unwrap().to_string();
-    // Killed once it has sent its validation set and some training photos, not all.
-    let mut polls = 0;
-    while !rp_c_is_midway(&tuner.get(&format!("/v1/tuner/jobs/{id}")).await) {
-        polls += 1;
-        assert!(
-            polls < POLLS * 4,
-            "rp-c does not get midway through its extraction"
-        );
-        tokio::time::sleep(POLL / 4).await;
-    }
-    nodes[2].kill9();
-    let job = tuner.wait_job(&id).await;
-    assert_eq!(job["phase"], "done", "{job}\n{}", tuner.log());
-    let report = &job["result"]["finetune"];
-    let lost = &report["failed_over"][0];
-    assert_eq!(lost["node"], "rp-c", "{report}");
-    assert_eq!(
-        lost["rerun"], false,
-        "the job went on without starting over: {report}"
-    );
-    // The survivors' work was not redone: every node's figures are those of the one job;
-    // rp-c's photos received were kept, the rest taken over by rp-a and rp-b, each photo
-    // sent (and, the job reading no stored features, extracted) by one node only.
-    let per_node = |name: &str, key: &str| {
-        let row = report["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|n| n["node"].as_str().unwrap().starts_with(name));
-        row.unwrap_or_else(|| panic!("no {name} in {report}"))[key]
-            .as_u64()
-            .unwrap()
-    };
-    let kept = lost["kept"].as_u64().unwrap();
-    assert!(kept > 0 && per_node("rp-c", "images") == kept, "{report}");
-    let taken: BTreeMap<String, u64> = serde_json::from_value(lost["taken_over"].clone()).unwrap();
-    assert!(taken.values().sum::<u64>() > 0, "{report}");
-    assert!(taken.keys().all(|n| !n.starts_with("rp-c")), "{report}");
-    let survivors = ["rp-a", "rp-b"];
-    for node in survivors {
-        assert_eq!(
-            per_node(node, "extracted"),
-            per_node(node, "images"),
-            "{report}"
-        );
-    }
-    let sent: u64 = survivors.iter().map(|n| per_node(n, "images")).sum();
-    assert_eq!(sent + kept, 258, "each photo sent once: {report}");
-    // Every training photo used exactly once (the import puts 6 in 7 photos in `train`, the
-    // rest in `test`): one counted twice would pass 258, one left out would miss it.
-    let used = ["train_images", "val_images", "val_left_out"]
-        .iter()
-        .map(|k| report[k].as_u64().unwrap())
-        .sum::<u64>();
-    assert_eq!(used, 258, "{report}");
-    assert_eq!(report["deploy"]["nodes"], 2, "{report}");
-    let version = report["version"].as_str().unwrap();
-    for node in &nodes[..2] {
-        assert_eq!(node.active_versions().await, [version]);
-    }
-}
-
-/// Whether rp-c, in the job `view`, has sent its validation set (a tenth of its photos: a fifth
-/// leaves room) and not yet all its photos.
-fn rp_c_is_midway(view: &serde_json::Value) -> bool {
-    let Some(rows) = view["progress"].as_array() else {
-        return false;
-    };
-    rows.iter()
-        .filter(|r| r["node"].as_str().is_some_and(|n| n.starts_with("rp-c")))
-        .any(|r| {
-            let (done, total) = (
-                r["done"].as_u64().unwrap_or(0),
-                r["total"].as_u64().unwrap_or(0),
-            );
-            view["phase"] == "extracting" && total > 0 && done * 5 >= total && done + 10 < total
-        })
 }
 
 #[test]
