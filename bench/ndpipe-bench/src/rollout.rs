@@ -155,7 +155,7 @@ fn row(nodes: usize, reports: &[RolloutReport]) -> Row {
 fn table(r: &Results, args: &RolloutBench) -> String {
     let mut out = format!("{}\n\n", r.calibration.describe(&args.emulation));
     out.push_str(
-        "| nodes (emulated) | photos | rollout photos/s (aggregate) | sum of model-only photos/s | ratio | target 0.9 | extraction phase s (with the model timing) |\n",
+        "| nodes (emulated) | photos | rollout photos/s (aggregate) | sum of model-only photos/s | ratio | target 0.9 | extraction phase s |\n",
     );
     out.push_str("|---|---|---|---|---|---|---|\n");
     for row in &r.rows {

@@ -689,6 +689,23 @@ async fn two_nodes_pipelined_with_a_refetch_a_take_over_and_a_deploy_then_rollba
     assert_eq!(again.parent.as_deref(), Some(v.as_str()));
     assert!(again.val_top1_before > 0.9, "{again:?}");
     assert!(again.deploy.is_none() && again.rebalanced.is_empty());
+
+    // From scratch, a new head trains instead: it derives from the pretrained version.
+    let scratch = run(
+        &tuner,
+        small(FinetuneRequest {
+            deploy: false,
+            load_balance: false,
+            from_scratch: true,
+            ..FinetuneRequest::default()
+        }),
+    )
+    .await;
+    assert_ne!(scratch.parent.as_deref(), Some(v.as_str()), "{scratch:?}");
+    assert!(
+        scratch.val_top1_before < again.val_top1_before,
+        "{scratch:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

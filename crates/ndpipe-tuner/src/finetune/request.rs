@@ -32,6 +32,9 @@ pub struct FinetuneRequest {
     pub hidden: Option<usize>,
     /// Seed of initialisation and shuffling. Default 0.
     pub seed: u64,
+    /// Train a new head from scratch on every labelled photo instead of fine-tuning the active
+    /// version's (full retraining of the head). Default false.
+    pub from_scratch: bool,
     /// Photos per feature chunk on the wire. Default 256.
     pub chunk_size: u32,
     /// Run boundaries are aligned to this many photos (the nodes' batch size). Default 32.
@@ -71,6 +74,7 @@ impl Default for FinetuneRequest {
             use_stored_features: true,
             hidden: None,
             seed: 0,
+            from_scratch: false,
             chunk_size: 256,
             align: 32,
             deploy: true,

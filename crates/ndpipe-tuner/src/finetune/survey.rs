@@ -100,8 +100,8 @@ impl Survey {
     }
 }
 
-/// The head to start from: the active version's (with new classes added) or a new one; and the
-/// version it derives from.
+/// The head to start from: the active version's (with new classes added) or, for a request
+/// from scratch or where there is none, a new one; and the version it derives from.
 pub(super) fn starting_head(
     registry: &Registry,
     req: &FinetuneRequest,
@@ -112,7 +112,7 @@ pub(super) fn starting_head(
     }
     let active = registry
         .active()?
-        .filter(|v| v.backbone == survey.backbone && req.hidden.is_none());
+        .filter(|v| v.backbone == survey.backbone && req.hidden.is_none() && !req.from_scratch);
     if let Some(active) = active
         && let Some(mut head) = registry.head(&active.id)?
     {

@@ -38,6 +38,10 @@ pub(crate) struct FinetuneArgs {
     /// Seed of initialisation and shuffling [default: 0].
     #[arg(long)]
     seed: Option<u64>,
+    /// Train a new head from scratch on every labelled photo instead of fine-tuning the active
+    /// version's.
+    #[arg(long)]
+    from_scratch: bool,
     /// Train and register the version without deploying it.
     #[arg(long)]
     no_deploy: bool,
@@ -61,6 +65,7 @@ impl FinetuneArgs {
             val_split: self.val_split.unwrap_or(d.val_split),
             use_stored_features: d.use_stored_features && !self.no_stored_features,
             seed: self.seed.unwrap_or(d.seed),
+            from_scratch: self.from_scratch,
             deploy: d.deploy && !self.no_deploy,
             ..d
         }
