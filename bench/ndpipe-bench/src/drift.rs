@@ -46,6 +46,9 @@ pub(crate) struct DriftBench {
     /// Where the Fashion-MNIST IDX files are.
     #[arg(long, env = "NDPIPE_FASHION_MNIST_DIR")]
     fashion_mnist_dir: Option<PathBuf>,
+    /// Seed of the heads' initialisation and shuffling.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
     /// Folder for the table and the plot.
     #[arg(long, default_value = "docs/experiments")]
     out: PathBuf,
@@ -136,6 +139,7 @@ pub(crate) async fn run(args: DriftBench) -> Result<()> {
             batch: args.batch,
             deploy: true,
             chunk_size: 64,
+            seed: args.seed,
             ..FinetuneRequest::default()
         };
         let report = cluster.tuner().finetune(request.clone()).await?;
@@ -184,8 +188,8 @@ pub(crate) async fn run(args: DriftBench) -> Result<()> {
 
 fn table(rows: &[Stage], args: &DriftBench) -> String {
     let mut out = format!(
-        "Fashion-MNIST classes arrive in stages ({} train + {} test photos per class, {} epochs per run, 2 runs).\n\n",
-        args.train_per_class, args.test_per_class, args.epochs
+        "Fashion-MNIST classes arrive in stages ({} train + {} test photos per class, {} epochs per run, 2 runs, seed {}).\n\n",
+        args.train_per_class, args.test_per_class, args.epochs, args.seed
     );
     out.push_str("| stage | new classes | seen | test photos | stale top-1 | fine-tuned top-1 | retrained from scratch top-1 | label churn |\n");
     out.push_str("|---|---|---|---|---|---|---|---|\n");
