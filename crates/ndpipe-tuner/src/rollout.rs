@@ -303,7 +303,7 @@ async fn extract(
             Err(e) => break Err(e),
         }
     };
-    watch.finish(i);
+    watch.finish(i, matches!(result, Ok(Extracted::Done(..))));
     result
 }
 

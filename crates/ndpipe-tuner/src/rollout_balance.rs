@@ -43,6 +43,8 @@ struct Seen {
     rate: f64,
     /// Its extraction ended (done, or failed for good).
     finished: bool,
+    /// It ended done: it may take photos over.
+    done: bool,
 }
 
 /// Photos one node gave away and took over.
@@ -67,11 +69,12 @@ impl Watch {
         seen[i].rate = p.model_images_per_second;
     }
 
-    /// Node `i`'s extraction ended (done or failed for good).
-    pub(crate) fn finish(&self, i: usize) {
+    /// Node `i`'s extraction ended, `done` or not (failed for good, lost).
+    pub(crate) fn finish(&self, i: usize, done: bool) {
         let mut seen = lock(&self.seen);
         seen[i].left = Some(0);
         seen[i].finished = true;
+        seen[i].done = done;
     }
 
     fn now(&self) -> Vec<Seen> {
@@ -166,7 +169,7 @@ fn steals(seen: &[Seen], m: &Moves) -> Vec<(usize, usize, u64)> {
     let mut moves = Vec::new();
     let mut asked = vec![false; seen.len()];
     for thief in 0..seen.len() {
-        if !seen[thief].finished || m.taking[thief] || m.failed[thief] {
+        if !seen[thief].done || m.taking[thief] || m.failed[thief] {
             continue;
         }
         let victim = (0..seen.len())
@@ -313,6 +316,7 @@ mod tests {
             left: Some(left),
             rate,
             finished,
+            done: finished,
         }
     }
 
@@ -343,6 +347,10 @@ mod tests {
         let mut failed = moves(3);
         failed.failed[0] = true;
         assert!(steals(&nodes, &failed).is_empty());
+        // Nor does a node whose extraction failed for good, or that was lost.
+        let mut gone = nodes;
+        gone[0].done = false;
+        assert!(steals(&gone, &m).is_empty());
         // A node that gave nothing at 30 photos left is not asked again until that changes.
         let mut refused = moves(3);
         refused.refused_at[2] = Some(30);
