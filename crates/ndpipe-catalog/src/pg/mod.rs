@@ -179,6 +179,11 @@ pub(super) fn sql_id(id: PhotoId) -> Result<i64, CatalogError> {
     i64::try_from(id).map_err(|_| CatalogError::Invalid(format!("photo id {id} out of range")))
 }
 
+/// `ids` as PostgreSQL ids, for `= ANY($1)`.
+pub(super) fn sql_ids(ids: &[PhotoId]) -> Result<Vec<i64>, CatalogError> {
+    ids.iter().map(|&id| sql_id(id)).collect()
+}
+
 /// A BIGINT read back as an unsigned or narrower value; `what` names it in the error.
 pub(super) fn from_sql<T: TryFrom<i64>>(value: i64, what: &str) -> Result<T, CatalogError> {
     T::try_from(value).map_err(|_| CatalogError::Invalid(format!("{what} {value} out of range")))

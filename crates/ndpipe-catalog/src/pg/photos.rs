@@ -7,7 +7,7 @@ use ndpipe_util::time::now_ms;
 use postgres::{Row, Transaction};
 
 use super::error::db;
-use super::{PgCatalog, from_sql, sql_id};
+use super::{PgCatalog, from_sql, sql_id, sql_ids};
 use crate::label_terms::label_terms;
 use crate::{
     CatalogError, GroundTruth, NodeHit, PhotoCatalog, PhotoId, PhotoMeta, PhotoRecord, Prediction,
@@ -240,10 +240,7 @@ impl PhotoCatalog for PgCatalog {
         if ids.is_empty() {
             return Ok(HashSet::new());
         }
-        let ids = ids
-            .iter()
-            .map(|&id| sql_id(id))
-            .collect::<Result<Vec<_>, _>>()?;
+        let ids = sql_ids(ids)?;
         let op = "find photos";
         self.with(|conn| {
             conn.query("SELECT id FROM photos WHERE id = ANY($1)", &[&ids])

@@ -6,7 +6,7 @@ use ndpipe_util::time::now_ms;
 
 use super::error::db;
 use super::photos::photo_from_row;
-use super::{PgCatalog, from_sql, sql_id};
+use super::{PgCatalog, from_sql, sql_id, sql_ids};
 use crate::{
     CatalogError, FailOver, PhotoCopies, PhotoId, PlacementNode, Prediction, ReplicaCatalog,
     ReplicationCounts,
@@ -28,11 +28,6 @@ fn copies_from_row(row: &postgres::Row) -> Result<PhotoCopies, CatalogError> {
         primary: row.try_get(9).map_err(db(op))?,
         holders: row.try_get(10).map_err(db(op))?,
     })
-}
-
-/// `ids` as PostgreSQL ids, for `= ANY($1)`.
-fn sql_ids(ids: &[PhotoId]) -> Result<Vec<i64>, CatalogError> {
-    ids.iter().map(|&id| sql_id(id)).collect()
 }
 
 const GROUP_BY: &str = " GROUP BY p.id, p.node, g.label, g.split";
