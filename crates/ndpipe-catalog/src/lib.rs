@@ -26,6 +26,7 @@
 //! implementation must pass the shared `test_suite` (feature `testing`), as both do in their tests.
 #![deny(missing_docs)]
 
+mod blob_copies;
 mod error;
 mod keys;
 mod label_terms;
@@ -41,6 +42,7 @@ mod types;
 
 use std::collections::HashSet;
 
+pub use blob_copies::{BlobCatalog, BlobHolders};
 pub use error::CatalogError;
 pub use keys::{AccessKeyRecord, Role};
 pub use objects::{Bucket, ObjectBody, ObjectRecord};

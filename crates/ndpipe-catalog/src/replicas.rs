@@ -1,7 +1,7 @@
 //! Which nodes hold a copy of each photo, what was deleted, and where copies may go: what the
 //! PipeStores of a replicated cluster share ([`ReplicaCatalog`]).
 
-use crate::{CatalogError, PhotoId, PhotoMeta, Prediction};
+use crate::{BlobCatalog, CatalogError, PhotoId, PhotoMeta, Prediction};
 
 /// A registered PipeStore as placement sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,7 +60,7 @@ pub struct FailOver {
 
 /// The replica map of a cluster's shared catalog; every method is one transaction. A handle is
 /// one node's (the node that copies, holds and reports).
-pub trait ReplicaCatalog: Send + Sync {
+pub trait ReplicaCatalog: BlobCatalog + Send + Sync {
     /// Every registered node with its lease, state and reported free space.
     fn placement_nodes(&self) -> Result<Vec<PlacementNode>, CatalogError>;
 
@@ -133,4 +133,9 @@ pub trait ReplicaCatalog: Send + Sync {
         &self,
         id: PhotoId,
     ) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError>;
+
+    /// Photo `id`'s predictions by the model active on its primary, best first (empty before
+    /// it is labelled, or when its primary has no active model): the labels any front door
+    /// shows beside the photo.
+    fn cluster_active_predictions(&self, id: PhotoId) -> Result<Vec<Prediction>, CatalogError>;
 }

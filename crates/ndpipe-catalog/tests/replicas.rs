@@ -1,11 +1,15 @@
 //! The replica map on a real PostgreSQL server: copies recorded per node, counted only on
 //! registered nodes, a removed node's photos passed to their other holder (or lost), tombstones
-//! that remove the row for every node, and free space for placement.
+//! that remove the row for every node, free space for placement, and the copies of plain
+//! objects' files.
 
 use ndpipe_catalog::test_postgres as support;
 use ndpipe_catalog::test_suite::photo;
+use std::collections::BTreeMap;
+
 use ndpipe_catalog::{
-    NodeRegistry, PgCatalog, PgOptions, PhotoCatalog, Prediction, ReplicaCatalog,
+    BlobCatalog, Bucket, ModelRegistry, ModelVersion, NodeRegistry, ObjectBody, ObjectCatalog,
+    ObjectRecord, PgCatalog, PgOptions, PhotoCatalog, Prediction, ReplicaCatalog,
 };
 
 fn node(url: &str, name: &str) -> PgCatalog {
@@ -176,4 +180,116 @@ fn placement_sees_leases_states_and_reported_space() {
     );
     a.report_free_space(0).unwrap();
     assert_eq!(b.placement_nodes().unwrap()[0].free_bytes, Some(0));
+}
+
+fn blob_object(key: &str, blob: &str) -> ObjectRecord {
+    ObjectRecord {
+        bucket: "b".into(),
+        key: key.into(),
+        body: ObjectBody::Blob(blob.into()),
+        bytes: 3,
+        etag: "e".into(),
+        sha256: format!("{blob:0>64}"),
+        content_type: "text/plain".into(),
+        modified_ms: 0,
+        metadata: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn plain_objects_copies_are_counted_repaired_by_one_node_and_forgotten_with_it() {
+    let Some(db) = support::database("blob_copies") else {
+        return;
+    };
+    let (a, b, c) = (node(&db.url, "a"), node(&db.url, "b"), node(&db.url, "c"));
+    for (handle, name) in [(&a, "a"), (&b, "b"), (&c, "c")] {
+        register(handle, name);
+    }
+    a.create_bucket(&Bucket {
+        name: "b".into(),
+        created_ms: 0,
+    })
+    .unwrap();
+    // x on b and c; y on c only; z held by a but named by no object (a failed upload).
+    b.add_blob_copy("x").unwrap();
+    c.add_blob_copy("x").unwrap();
+    c.add_blob_copy("x").unwrap(); // recording twice is one copy
+    c.add_blob_copy("y").unwrap();
+    a.add_blob_copy("z").unwrap();
+    a.put_object(&blob_object("x.json", "x")).unwrap();
+    a.put_object(&blob_object("y.json", "y")).unwrap();
+    assert_eq!(a.blob_holders("x").unwrap(), ["b", "c"]);
+    assert!(a.blob_holders("nothing").unwrap().is_empty());
+    let names = ["x", "y", "z"].map(String::from);
+    assert_eq!(a.referenced_blobs(&names).unwrap(), ["x", "y"]);
+
+    // Only y is short of two copies, and c, its one live holder, repairs it.
+    let short = |n: &PgCatalog| -> Vec<(String, Vec<String>)> {
+        n.under_replicated_blobs(2, 10)
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.name, h.holders))
+            .collect()
+    };
+    assert_eq!(short(&c), [("y".to_string(), vec!["c".to_string()])]);
+    assert_eq!(
+        c.under_replicated_blobs(2, 10).unwrap()[0].sha256,
+        format!("{:0>64}", "y")
+    );
+    assert!(short(&a).is_empty() && short(&b).is_empty());
+
+    // b's lease runs out: c, the lowest live holder of x, repairs x too once c is removed...
+    b.register_node("b", "http://b", None, 0, 0).unwrap();
+    assert!(c.remove_node("c").unwrap());
+    assert_eq!(
+        a.blob_holders("x").unwrap(),
+        ["b"],
+        "c's copies are forgotten"
+    );
+    assert!(short(&b).is_empty(), "b is not live: no node repairs x yet");
+    b.register_node("b", "http://b", None, i64::MAX, 0).unwrap();
+    assert_eq!(short(&b), [("x".to_string(), vec!["b".to_string()])]);
+    b.drop_blob_copy("x").unwrap();
+    assert!(a.blob_holders("x").unwrap().is_empty());
+}
+
+#[test]
+fn any_node_reads_a_photo_s_labels_under_its_primary_s_active_model() {
+    let Some(db) = support::database("active_labels") else {
+        return;
+    };
+    let (a, b) = (node(&db.url, "a"), node(&db.url, "b"));
+    for v in ["v1", "v2"] {
+        a.register_model(&ModelVersion {
+            id: v.into(),
+            backbone: "b".repeat(64),
+            parent: None,
+            metrics: serde_json::json!({}),
+            created_ms: 0,
+            active: false,
+        })
+        .unwrap();
+    }
+    a.upsert_photo(&photo(1, None)).unwrap();
+    let label = |l: &str| Prediction {
+        label: l.into(),
+        score: 0.5,
+    };
+    a.put_predictions_many("v1", &[(1, vec![label("cat")])])
+        .unwrap();
+    a.put_predictions_many("v2", &[(1, vec![label("dog"), label("fox")])])
+        .unwrap();
+    assert!(
+        b.cluster_active_predictions(1).unwrap().is_empty(),
+        "a has no active model yet"
+    );
+    a.set_active_model("v1").unwrap();
+    b.set_active_model("v2").unwrap();
+    assert_eq!(b.cluster_active_predictions(1).unwrap(), [label("cat")]);
+    a.set_active_model("v2").unwrap();
+    assert_eq!(
+        b.cluster_active_predictions(1).unwrap(),
+        [label("dog"), label("fox")]
+    );
+    assert!(b.cluster_active_predictions(9).unwrap().is_empty());
 }

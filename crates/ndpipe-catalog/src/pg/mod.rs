@@ -30,9 +30,11 @@
 //! - `ids`: [`PhotoIdBlocks`](crate::PhotoIdBlocks);
 //! - `replicas`: [`ReplicaCatalog`](crate::ReplicaCatalog), every photo's copies, tombstones
 //!   and the nodes placement chooses from;
+//! - `blob_copies`: [`BlobCatalog`](crate::BlobCatalog), the copies of plain objects' files;
 //! - `open`: [`open`](crate::open), SQLite or PostgreSQL from one `--catalog` value;
 //! - `error`: driver errors as [`CatalogError`]s.
 
+mod blob_copies;
 mod connect;
 mod error;
 mod ids;

@@ -138,6 +138,8 @@ impl NodeRegistry for PgCatalog {
             .map_err(db("pass a removed node's photos to their copies"))?;
             tx.execute("DELETE FROM replicas WHERE node = $1", &[&name])
                 .map_err(db("forget a removed node's copies"))?;
+            tx.execute("DELETE FROM blob_copies WHERE node = $1", &[&name])
+                .map_err(db("forget a removed node's plain objects"))?;
             tx.execute("DELETE FROM node_space WHERE node = $1", &[&name])
                 .map_err(db("forget a removed node's space"))?;
             Ok(n > 0)

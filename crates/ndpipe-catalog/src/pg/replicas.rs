@@ -343,4 +343,29 @@ impl ReplicaCatalog for PgCatalog {
     ) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError> {
         self.predictions_on(id, None)
     }
+
+    fn cluster_active_predictions(&self, id: PhotoId) -> Result<Vec<Prediction>, CatalogError> {
+        let id = sql_id(id)?;
+        let op = "read active predictions";
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    "SELECT pr.label, pr.score
+                     FROM photos p
+                     JOIN active_models a ON a.node = p.node
+                     JOIN predictions pr ON pr.photo_id = p.id AND pr.model_version = a.model_id
+                     WHERE p.id = $1 ORDER BY pr.rank",
+                    &[&id],
+                )
+                .map_err(db(op))?;
+            rows.iter()
+                .map(|r| {
+                    Ok(Prediction {
+                        label: r.try_get(0).map_err(db(op))?,
+                        score: r.try_get(1).map_err(db(op))?,
+                    })
+                })
+                .collect()
+        })
+    }
 }

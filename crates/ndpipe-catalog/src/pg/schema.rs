@@ -165,6 +165,18 @@ INSERT INTO photo_labels (model_version, kind, term, score, photo_id, rank)
         SELECT m[1] FROM regexp_matches(pr.label, ', ([^,]*)', 'g') AS m
     ) AS n (name);
 "#,
+    // Plain objects' files replicated like photos: every copy, recorded by its holder once
+    // durable (before the object row names the file, as with photo copies).
+    r#"
+CREATE TABLE blob_copies (
+    blob      TEXT COLLATE "C" NOT NULL,
+    node      TEXT COLLATE "C" NOT NULL,
+    added_ms  BIGINT NOT NULL,
+    PRIMARY KEY (blob, node)
+);
+CREATE INDEX blob_copies_node ON blob_copies (node, blob);
+CREATE INDEX objects_blob ON objects (blob) WHERE blob IS NOT NULL;
+"#,
 ];
 
 /// Applies the migrations this database lacks, all in one transaction, under an advisory lock

@@ -1,0 +1,100 @@
+//! [`BlobCatalog`]: the copies of plain objects' files. As with photos, a copy counts when its
+//! holder is registered; a removed node's copies are forgotten with it (`nodes.rs`).
+
+use ndpipe_util::time::now_ms;
+
+use super::PgCatalog;
+use super::error::db;
+use crate::{BlobCatalog, BlobHolders, CatalogError};
+
+impl BlobCatalog for PgCatalog {
+    fn add_blob_copy(&self, name: &str) -> Result<(), CatalogError> {
+        let node = self.node();
+        self.with(|conn| {
+            conn.execute(
+                "INSERT INTO blob_copies (blob, node, added_ms) VALUES ($1, $2, $3)
+                 ON CONFLICT DO NOTHING",
+                &[&name, &node, &now_ms()],
+            )
+            .map_err(db("record a plain object's copy"))?;
+            Ok(())
+        })
+    }
+
+    fn drop_blob_copy(&self, name: &str) -> Result<(), CatalogError> {
+        let node = self.node();
+        self.with(|conn| {
+            conn.execute(
+                "DELETE FROM blob_copies WHERE blob = $1 AND node = $2",
+                &[&name, &node],
+            )
+            .map_err(db("forget a plain object's copy"))?;
+            Ok(())
+        })
+    }
+
+    fn blob_holders(&self, name: &str) -> Result<Vec<String>, CatalogError> {
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    "SELECT b.node FROM blob_copies b JOIN nodes n ON n.name = b.node
+                     WHERE b.blob = $1 ORDER BY b.node",
+                    &[&name],
+                )
+                .map_err(db("find a plain object's copies"))?;
+            rows.iter()
+                .map(|r| r.try_get(0).map_err(db("read a plain object's copy")))
+                .collect()
+        })
+    }
+
+    fn referenced_blobs(&self, names: &[String]) -> Result<Vec<String>, CatalogError> {
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    "SELECT DISTINCT blob FROM objects WHERE blob = ANY($1) ORDER BY blob",
+                    &[&names],
+                )
+                .map_err(db("find the objects of files"))?;
+            rows.iter()
+                .map(|r| r.try_get(0).map_err(db("read an object's file")))
+                .collect()
+        })
+    }
+
+    fn under_replicated_blobs(
+        &self,
+        wanted: u32,
+        limit: u32,
+    ) -> Result<Vec<BlobHolders>, CatalogError> {
+        let node = self.node();
+        let (wanted, limit, now) = (i64::from(wanted), i64::from(limit), now_ms());
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    "SELECT o.blob, min(o.sha256),
+                            array_agg(DISTINCT b.node ORDER BY b.node)
+                     FROM objects o
+                     JOIN blob_copies b ON b.blob = o.blob
+                     JOIN nodes n ON n.name = b.node
+                     WHERE o.blob IS NOT NULL
+                     GROUP BY o.blob
+                     HAVING count(DISTINCT b.node) < $2
+                        AND min(b.node) FILTER (WHERE n.lease_expires_ms > $4) = $1
+                     ORDER BY o.blob LIMIT $3",
+                    &[&node, &wanted, &limit, &now],
+                )
+                .map_err(db("find under-replicated plain objects"))?;
+            rows.iter()
+                .map(|r| {
+                    let op = "read an under-replicated plain object";
+                    Ok(BlobHolders {
+                        name: r.try_get(0).map_err(db(op))?,
+                        sha256: r.try_get(1).map_err(db(op))?,
+                        holders: r.try_get(2).map_err(db(op))?,
+                    })
+                })
+                .collect()
+        })
+    }
+}
