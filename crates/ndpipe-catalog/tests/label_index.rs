@@ -1,10 +1,12 @@
-//! The PostgreSQL label index: the migration that adds it (the last one) indexes the
-//! predictions already stored exactly as new writes are indexed (see
-//! `ndpipe_catalog::test_postgres`).
+//! The PostgreSQL label index: the migration that adds it (number 6) indexes the predictions
+//! already stored exactly as new writes are indexed (see `ndpipe_catalog::test_postgres`).
 
 use ndpipe_catalog::PgCatalog;
 use ndpipe_catalog::test_postgres as support;
 use ndpipe_catalog::test_suite::{index_label_answers, store_index_labels};
+
+/// The number of the migration that adds the label index.
+const LABEL_MIGRATION: i32 = 6;
 
 #[test]
 fn the_migration_indexes_the_labels_already_stored() {
@@ -16,15 +18,17 @@ fn the_migration_indexes_the_labels_already_stored() {
         store_index_labels(&c);
         index_label_answers(&c)
     };
+    // Back to the schema before the label index: its migration and the later ones undone.
     let mut client = db.client();
-    let last: i32 = client
-        .query_one("SELECT MAX(version) FROM schema_migrations", &[])
-        .unwrap()
-        .get(0);
     client
-        .execute("DELETE FROM schema_migrations WHERE version = $1", &[&last])
+        .execute(
+            "DELETE FROM schema_migrations WHERE version >= $1",
+            &[&LABEL_MIGRATION],
+        )
         .unwrap();
-    client.batch_execute("DROP TABLE photo_labels").unwrap();
+    client
+        .batch_execute("DROP TABLE photo_labels; DROP TABLE blob_copies; DROP INDEX objects_blob")
+        .unwrap();
     let migrated = PgCatalog::connect(&db.url).unwrap();
     assert_eq!(index_label_answers(&migrated), written);
 }

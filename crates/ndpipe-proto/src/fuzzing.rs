@@ -11,11 +11,12 @@ use crate::{
 };
 
 /// The messages, in the order the first input byte picks them.
-const MESSAGES: u8 = 31;
+const MESSAGES: u8 = 34;
 
 /// The `grpc` target: the first byte picks the message, the rest is its protobuf encoding.
 /// Requests the PipeStore service accepts (and the Tuner's `Register`, `Heartbeat`), and the
-/// replies and stream events the Tuner accepts from PipeStores. Feature chunks and staged heads
+/// replies and stream events the Tuner accepts from PipeStores, and the Replication service's
+/// requests (photo copies, plain objects' files). Feature chunks and staged heads
 /// go through `decode_chunk`, `decode_tensor_chunk` and `head_from_request` (a head that is
 /// accepted must survive `head_bytes` unchanged); an extraction request plans its runs as a node
 /// does (`RunPlan`) over a small training set.
@@ -82,7 +83,10 @@ pub fn grpc(data: &[u8]) {
         27 => drop(pb::GiveBackbonePhotosRequest::decode(bytes)),
         28 => drop(pb::TakeOverBackboneRequest::decode(bytes)),
         29 => drop(pb::PutBackboneOutputsRequest::decode(bytes)),
-        _ => drop(pb::PhotoCopy::decode(bytes)),
+        30 => drop(pb::PhotoCopy::decode(bytes)),
+        31 => drop(pb::BlobCopy::decode(bytes)),
+        32 => drop(pb::ReadBlobRequest::decode(bytes)),
+        _ => drop(pb::DropBlobRequest::decode(bytes)),
     }
 }
 

@@ -228,6 +228,18 @@ impl Default for Config {
 pub struct GatewayConfig {
     /// Address of the client API (`/v1/photos`, `/v1/cluster`, `/healthz`, `/metrics`).
     pub listen: SocketAddr,
+    /// Address of the S3-compatible API (unset: off): photo objects and plain objects placed
+    /// on the PipeStores as `/v1` uploads are.
+    pub s3_listen: Option<SocketAddr>,
+    /// Domain of virtual-host-style S3 requests (`BUCKET.DOMAIN`).
+    pub s3_domain: String,
+    /// Where S3 multipart uploads in progress are staged until they complete (a multipart
+    /// upload is finished through the gateway that started it); unset:
+    /// `ndpipe-gateway-s3-uploads` in the system's temporary folder.
+    pub s3_staging: Option<PathBuf>,
+    /// The cluster's master key file (a PipeStore's `DATA/keys.master`): with it the gateway
+    /// checks S3 signatures by access keys; without, only the admin token signs.
+    pub keys_master_file: Option<PathBuf>,
     /// The cluster's catalog: a `postgres://` URL (required).
     pub catalog: Option<String>,
     /// Copies of each photo placed by this gateway; the PipeStores' `replicas` should be the
@@ -279,6 +291,10 @@ impl Default for GatewayConfig {
         let store = Config::default();
         GatewayConfig {
             listen: store.listen,
+            s3_listen: None,
+            s3_domain: store.s3_domain.clone(),
+            s3_staging: None,
+            keys_master_file: None,
             catalog: None,
             replicas: 2,
             token: None,

@@ -2,9 +2,11 @@
 //! each upload on `replicas` live PipeStores by the rendezvous hashing they use, has the
 //! primary ingest it and copy it to the others (201 once every copy is durable and
 //! catalogued), reads any copy with its checksum verified, and deletes behind a tombstone:
-//! the same [`FrontDoor`] a replicated PipeStore runs, without the local shortcuts. Clients
-//! are checked as a PipeStore checks them (bearer token, access keys' secrets by hash); calls
-//! to the PipeStores carry the cluster secret.
+//! the same [`FrontDoor`] a replicated PipeStore runs, without the local shortcuts. With
+//! `s3_listen` it serves the S3 API too: photo objects through the front door, plain objects
+//! placed on `replicas` PipeStores the same way. Clients are checked as a PipeStore checks them
+//! (bearer token, access keys' secrets by hash, S3 signatures with the cluster's
+//! `keys.master`); calls to the PipeStores carry the cluster secret.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,13 +17,14 @@ use tokio::task::JoinHandle;
 use tracing::info;
 
 use crate::api::http::{self, GatewayState};
+use crate::api::s3;
 use crate::config::GatewayConfig;
 use crate::error::Error;
 use crate::keys::KeyStore;
 use crate::metrics::StoreMetrics;
 use crate::pipestore::{cluster_secret, tls, token};
 use crate::replication::{FrontDoor, FrontDoorConfig};
-use crate::server::{bind, local_addr};
+use crate::server::{S3Listen, bind, local_addr, start_s3};
 
 /// The name a gateway's catalog handle goes by (it owns no photos, jobs or ids).
 const CATALOG_NODE: &str = "gateway";
@@ -88,7 +91,11 @@ impl Gateway {
             ),
         );
         Ok(Gateway {
-            keys: Arc::new(KeyStore::bearer_only(pg.clone(), token)),
+            keys: Arc::new(KeyStore::without_data(
+                pg.clone(),
+                config.keys_master_file.as_deref(),
+                token,
+            )?),
             front: Arc::new(front),
             catalog: pg,
             metrics,
@@ -105,9 +112,9 @@ impl Gateway {
             keys,
             metrics,
         } = self;
-        let state = GatewayState::new(front, catalog, metrics.clone());
+        let state = GatewayState::new(front.clone(), catalog.clone(), metrics.clone());
         let guard = http::Guard {
-            keys,
+            keys: keys.clone(),
             metrics,
             metrics_open: config.metrics_open,
         };
@@ -119,18 +126,41 @@ impl Gateway {
         .layer(axum::middleware::from_fn_with_state(guard, http::authorize));
         let listener = bind("HTTP", config.listen).await?;
         let http_addr = local_addr("HTTP", &listener, config.listen)?;
-        let (shutdown, mut stopped) = watch::channel(false);
+        let (shutdown, stopped) = watch::channel(false);
+        let s3 = match config.s3_listen {
+            Some(addr) => Some(
+                start_s3(
+                    S3Listen {
+                        addr,
+                        domain: &config.s3_domain,
+                        staging: config.s3_staging.clone().unwrap_or_else(|| {
+                            std::env::temp_dir().join("ndpipe-gateway-s3-uploads")
+                        }),
+                        max_upload_bytes: config.max_upload_bytes,
+                        limits: config.http_limits(),
+                    },
+                    s3::Backend::Gateway(front),
+                    catalog,
+                    keys,
+                    &stopped,
+                )
+                .await?,
+            ),
+            None => None,
+        };
+        let mut stop = stopped.clone();
         let http = tokio::spawn(ndpipe_util::serve::serve(
             listener,
             app,
             config.http_limits(),
             async move {
-                let _ = stopped.wait_for(|s| *s).await;
+                let _ = stop.wait_for(|s| *s).await;
             },
         ));
         info!(%http_addr, "gateway listening");
         Ok(RunningGateway {
             http_addr,
+            s3,
             shutdown,
             http,
         })
@@ -140,6 +170,7 @@ impl Gateway {
 /// A gateway serving in this process.
 pub struct RunningGateway {
     http_addr: SocketAddr,
+    s3: Option<(SocketAddr, JoinHandle<()>)>,
     shutdown: watch::Sender<bool>,
     http: JoinHandle<()>,
 }
@@ -150,10 +181,18 @@ impl RunningGateway {
         self.http_addr
     }
 
+    /// The bound address of the S3 API (`None` when `s3_listen` is unset).
+    pub fn s3_addr(&self) -> Option<SocketAddr> {
+        self.s3.as_ref().map(|(addr, _)| *addr)
+    }
+
     /// Stops accepting requests and drains those in flight.
     pub async fn stop(self) -> Result<(), Error> {
         let _ = self.shutdown.send(true);
         self.http.await?;
+        if let Some((_, s3)) = self.s3 {
+            s3.await?;
+        }
         info!("gateway stopped");
         Ok(())
     }

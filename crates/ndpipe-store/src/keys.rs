@@ -50,8 +50,11 @@ pub enum KeyError {
     /// A sealed secret did not open: another master key sealed it, or it was damaged.
     #[error("the secret of access key {0} cannot be opened with this data directory's master key")]
     Unsealable(String),
-    /// This process keeps no master key (a gateway), so it cannot seal or open a secret.
-    #[error("no master key here: access keys are made and S3 secrets opened on a PipeStore")]
+    /// This process keeps no master key (a gateway without `keys_master_file`), so it cannot
+    /// seal or open a secret.
+    #[error(
+        "no master key here: give a gateway the cluster's keys.master (--keys-master-file) to check S3 signatures"
+    )]
     NoMasterKey,
     /// The system's random source failed.
     #[error("no randomness: {0}")]
@@ -123,18 +126,27 @@ impl KeyStore {
         })
     }
 
-    /// The keys in `catalog` without a master key, for a process that keeps no data directory
-    /// (a gateway): bearer tokens are checked by their hashes; creating keys and opening
-    /// secrets (S3 signatures) fail with [`KeyError::NoMasterKey`].
-    pub(crate) fn bearer_only(
+    /// The keys in `catalog` for a process that keeps no data directory (a gateway): with
+    /// `master`, the cluster's master key file (a PipeStore's `keys.master`, which must exist),
+    /// S3 signatures by access keys are checked; without, bearer tokens are checked by their
+    /// hashes, and creating keys and opening secrets fail with [`KeyError::NoMasterKey`].
+    pub(crate) fn without_data(
         catalog: Arc<dyn AccessKeys>,
+        master: Option<&Path>,
         admin_token: Option<String>,
-    ) -> KeyStore {
-        KeyStore {
+    ) -> Result<KeyStore, KeyError> {
+        let cipher = match master {
+            Some(path) => {
+                let key = read_master_key(path)?;
+                Some(ChaCha20Poly1305::new(Key::from_slice(&key)))
+            }
+            None => None,
+        };
+        Ok(KeyStore {
             catalog,
-            cipher: None,
+            cipher,
             admin_token,
-        }
+        })
     }
 
     fn cipher(&self) -> Result<&ChaCha20Poly1305, KeyError> {
@@ -288,22 +300,30 @@ fn check_name(name: &str) -> Result<(), KeyError> {
     Ok(())
 }
 
+/// The existing master key at `path`.
+fn read_master_key(path: &Path) -> Result<[u8; 32], KeyError> {
+    let err = |source| KeyError::Master {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(err)?;
+    let mode = file.metadata().map_err(err)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        warn!(path = %path.display(), mode = format!("{mode:o}"), "the master key file can be read by others; chmod 600 it");
+    }
+    let mut key = [0u8; 32];
+    file.read_exact(&mut key).map_err(err)?;
+    Ok(key)
+}
+
 /// The master key at `path`, made (32 random bytes, mode 0600, durably) when missing.
 fn master_key(path: &Path) -> Result<[u8; 32], KeyError> {
     let err = |source| KeyError::Master {
         path: path.to_path_buf(),
         source,
     };
-    match std::fs::File::open(path) {
-        Ok(mut file) => {
-            let mode = file.metadata().map_err(err)?.permissions().mode();
-            if mode & 0o077 != 0 {
-                warn!(path = %path.display(), mode = format!("{mode:o}"), "the master key file can be read by others; chmod 600 it");
-            }
-            let mut key = [0u8; 32];
-            file.read_exact(&mut key).map_err(err)?;
-            Ok(key)
-        }
+    match std::fs::metadata(path) {
+        Ok(_) => read_master_key(path),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let key = random_bytes::<32>()?;
             let mut file = std::fs::OpenOptions::new()
@@ -369,6 +389,35 @@ mod tests {
         ));
         assert!(keys.delete("uploader").unwrap());
         assert_eq!(keys.role_of_bearer(&new.secret_key).unwrap(), None);
+    }
+
+    #[test]
+    fn a_process_without_data_opens_secrets_only_with_the_master_key_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let new = store(dir.path(), None).create("k", Role::Write).unwrap();
+        let catalog = || Arc::new(SqliteCatalog::open(&dir.path().join("catalog.sqlite")).unwrap());
+        let master = dir.path().join(MASTER_FILE);
+        let gateway = KeyStore::without_data(catalog(), Some(&master), None).unwrap();
+        assert_eq!(
+            gateway.secret_of(&new.access_key).unwrap().unwrap().1,
+            new.secret_key
+        );
+        let bare = KeyStore::without_data(catalog(), None, None).unwrap();
+        assert_eq!(
+            bare.role_of_bearer(&new.secret_key).unwrap(),
+            Some(Role::Write),
+            "bearer tokens need no master key"
+        );
+        assert!(matches!(
+            bare.secret_of(&new.access_key),
+            Err(KeyError::NoMasterKey)
+        ));
+        let missing = dir.path().join("no-such-master");
+        assert!(matches!(
+            KeyStore::without_data(catalog(), Some(&missing), None),
+            Err(KeyError::Master { .. })
+        ));
+        assert!(!missing.exists(), "a gateway makes no master key");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::keys::KeyStore;
 use crate::metrics::StoreMetrics;
 use crate::node::PipeStoreNode;
 use crate::replication::{FrontDoorConfig, RepairConfig, Replication, ReplicationParts};
-use crate::storage::{FeatureStore, PhotoIds, PhotoStore, StoreConfig, StoreError};
+use crate::storage::{Blobs, FeatureStore, PhotoIds, PhotoStore, StoreConfig, StoreError};
 
 /// A PipeStore, opened and ready to serve: its photo and feature stores, catalog, model,
 /// online labelling, jobs and Tuner-facing node. [`PipeStore::start`] serves it.
@@ -39,6 +39,8 @@ pub struct PipeStore {
     pub(crate) node: Option<Arc<PipeStoreNode>>,
     pub(crate) keys: Arc<KeyStore>,
     pub(crate) replication: Option<Arc<Replication>>,
+    /// The plain S3 objects' files held here (`DATA/objects`).
+    pub(crate) blobs: Arc<Blobs>,
 }
 
 impl PipeStore {
@@ -82,6 +84,11 @@ impl PipeStore {
         let name = node_name(config.name.as_deref(), &config.data);
         let (catalog, ids, replica_map) = open_catalog(&config, &name).await?;
         let (store, features) = open_stores(&config, ids.clone()).await?;
+        let blobs_dir = config.data.join("objects");
+        let blobs = Arc::new(Blobs::open(blobs_dir.clone()).map_err(|source| Error::Io {
+            path: blobs_dir,
+            source,
+        })?);
         let keys = Arc::new(KeyStore::with_catalog(
             catalog.clone(),
             &config.data,
@@ -166,6 +173,7 @@ impl PipeStore {
                     catalog: map,
                     blocks,
                     store: store.clone(),
+                    blobs: blobs.clone(),
                     features: features.clone(),
                     model: models.as_ref().map(|m| m.active().clone()),
                     ingestor: ingestor.clone(),
@@ -220,6 +228,7 @@ impl PipeStore {
             node,
             keys,
             replication,
+            blobs,
         })
     }
 

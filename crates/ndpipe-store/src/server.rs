@@ -2,7 +2,11 @@
 //! and membership in a Tuner's cluster (`membership`).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+
+use ndpipe_catalog::Catalog;
+use ndpipe_util::serve::HttpLimits;
 
 use ndpipe_proto::transport::{self, ClusterSecret, Tls};
 use tokio::net::TcpListener;
@@ -52,6 +56,7 @@ impl PipeStore {
             node,
             keys,
             replication,
+            blobs,
         } = self;
         let (shutdown, stopped) = watch::channel(false);
         let mut grpc = None;
@@ -99,15 +104,23 @@ impl PipeStore {
         let s3 = match config.s3_listen {
             Some(addr) => Some(
                 start_s3(
-                    &config,
-                    addr,
-                    keys.clone(),
-                    s3::S3Parts {
-                        ingestor: ingestor.clone(),
-                        store: store.clone(),
-                        catalog: catalog.clone(),
-                        replication: replication.clone(),
+                    S3Listen {
+                        addr,
+                        domain: &config.s3_domain,
+                        staging: config.data.join("s3-uploads"),
+                        max_upload_bytes: config.max_upload_bytes,
+                        limits: config.http_limits(),
                     },
+                    match &replication {
+                        Some(r) => s3::Backend::Node(r.clone()),
+                        None => s3::Backend::Local {
+                            ingestor: ingestor.clone(),
+                            store: store.clone(),
+                            blobs: blobs.clone(),
+                        },
+                    },
+                    catalog.clone(),
+                    keys.clone(),
                     &stopped,
                 )
                 .await?,
@@ -288,43 +301,44 @@ impl Running {
     }
 }
 
-/// Opens the S3 API's state (`DATA/objects` for plain objects, `DATA/s3-uploads` for
-/// multipart uploads), binds `addr` and serves it until `stopped`; signatures and roles are
-/// checked against `keys`.
-async fn start_s3(
-    config: &crate::Config,
-    addr: SocketAddr,
+/// Where and how an S3 API listens.
+pub(crate) struct S3Listen<'a> {
+    pub(crate) addr: SocketAddr,
+    /// Domain of virtual-host-style requests.
+    pub(crate) domain: &'a str,
+    /// Folder of the multipart uploads in progress.
+    pub(crate) staging: PathBuf,
+    pub(crate) max_upload_bytes: usize,
+    pub(crate) limits: HttpLimits,
+}
+
+/// Opens the S3 API's multipart staging, binds `listen.addr` and serves objects kept by
+/// `backend` (rows in `catalog`) until `stopped`; signatures and roles are checked against
+/// `keys`.
+pub(crate) async fn start_s3(
+    listen: S3Listen<'_>,
+    backend: s3::Backend,
+    catalog: Arc<dyn Catalog>,
     keys: Arc<KeyStore>,
-    parts: s3::S3Parts,
     stopped: &watch::Receiver<bool>,
 ) -> Result<(SocketAddr, JoinHandle<()>), Error> {
-    let io = |name: &str| {
-        let path = config.data.join(name);
-        move |source| Error::Io { path, source }
-    };
-    let blobs = s3::Blobs::open(config.data.join("objects")).map_err(io("objects"))?;
-    let uploads = s3::Uploads::open(config.data.join("s3-uploads")).map_err(io("s3-uploads"))?;
+    let uploads = s3::Uploads::open(listen.staging.clone()).map_err(|source| Error::Io {
+        path: listen.staging.clone(),
+        source,
+    })?;
     let state = Arc::new(s3::S3State {
-        ingestor: parts.ingestor,
-        store: parts.store,
-        catalog: parts.catalog,
-        replication: parts.replication,
-        blobs: Arc::new(blobs),
+        backend,
+        catalog,
         uploads: Arc::new(uploads),
-        max_upload_bytes: config.max_upload_bytes,
+        max_upload_bytes: listen.max_upload_bytes,
     });
-    let listener = bind("S3", addr).await?;
-    let bound = local_addr("S3", &listener, addr)?;
-    let service = s3::service(state, &config.s3_domain, keys);
+    let listener = bind("S3", listen.addr).await?;
+    let bound = local_addr("S3", &listener, listen.addr)?;
+    let service = s3::service(state, listen.domain, keys);
     info!(s3_addr = %bound, "S3 API listening");
     Ok((
         bound,
-        tokio::spawn(s3::serve(
-            listener,
-            service,
-            config.http_limits(),
-            stopped.clone(),
-        )),
+        tokio::spawn(s3::serve(listener, service, listen.limits, stopped.clone())),
     ))
 }
 

@@ -92,7 +92,8 @@ fn copy_status(e: CopyError) -> Status {
     match e {
         CopyError::Invalid(m) => Status::invalid_argument(m),
         CopyError::Deleted(_) => Status::failed_precondition(e.to_string()),
-        CopyError::NotHeld(_) => Status::not_found(e.to_string()),
+        CopyError::NotHeld(_) | CopyError::NoFile(_) => Status::not_found(e.to_string()),
+        CopyError::DamagedFile(_) => Status::data_loss(e.to_string()),
         CopyError::Store(StoreError::Corrupt { .. }) => Status::data_loss(e.to_string()),
         CopyError::Store(StoreError::InsufficientStorage { .. }) => {
             Status::resource_exhausted(e.to_string())
@@ -177,5 +178,41 @@ impl ReplicationRpc for ReplicationService {
             .await
             .map_err(|e: ReplicationError| api_status(e.into()))?;
         Ok(Response::new(pb::DropCopyReply { existed }))
+    }
+
+    async fn put_blob(
+        &self,
+        request: Request<pb::BlobCopy>,
+    ) -> Result<Response<pb::PutBlobReply>, Status> {
+        self.0
+            .receive_blob(request.into_inner())
+            .await
+            .map_err(copy_status)?;
+        Ok(Response::new(pb::PutBlobReply {}))
+    }
+
+    async fn read_blob(
+        &self,
+        request: Request<pb::ReadBlobRequest>,
+    ) -> Result<Response<pb::BlobCopy>, Status> {
+        let req = request.into_inner();
+        let copy = self
+            .0
+            .read_local_blob(&req.name, &req.sha256)
+            .await
+            .map_err(copy_status)?;
+        Ok(Response::new(copy))
+    }
+
+    async fn drop_blob(
+        &self,
+        request: Request<pb::DropBlobRequest>,
+    ) -> Result<Response<pb::DropBlobReply>, Status> {
+        let existed = self
+            .0
+            .drop_local_blob(&request.into_inner().name)
+            .await
+            .map_err(|e| api_status(e.into()))?;
+        Ok(Response::new(pb::DropBlobReply { existed }))
     }
 }

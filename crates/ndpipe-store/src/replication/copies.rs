@@ -39,6 +39,15 @@ pub(crate) enum CopyError {
     /// No such copy here.
     #[error("this node holds no copy of photo {0}")]
     NotHeld(u64),
+    /// No copy of this plain object's file here.
+    #[error("this node holds no copy of plain object file {0}")]
+    NoFile(String),
+    /// This node's copy of a plain object's file does not match its checksum.
+    #[error("this node's copy of plain object file {0} is damaged")]
+    DamagedFile(String),
+    /// A plain object's file could not be read or written.
+    #[error("plain object file: {0}")]
+    Io(#[from] std::io::Error),
     /// The local store failed (a damaged copy is [`StoreError::Corrupt`]).
     #[error(transparent)]
     Store(#[from] StoreError),

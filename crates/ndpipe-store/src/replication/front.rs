@@ -80,6 +80,11 @@ impl FrontDoor {
         }
     }
 
+    /// The node this front door runs on (`None` on a gateway).
+    pub(super) fn here(&self) -> Option<&String> {
+        self.here.as_ref()
+    }
+
     /// The largest message this front door sends or takes.
     pub(crate) fn max_message(&self) -> usize {
         self.config.max_message
@@ -198,6 +203,13 @@ impl FrontDoor {
             })
             .await??,
         )
+    }
+
+    /// Photo `id`'s labels under the model active on its primary, best first (empty before it
+    /// is labelled).
+    pub(crate) async fn active_labels(&self, id: u64) -> Result<Vec<Prediction>, ReplicationError> {
+        let catalog = self.catalog.clone();
+        Ok(tokio::task::spawn_blocking(move || catalog.cluster_active_predictions(id)).await??)
     }
 
     /// Up to `limit` photos of the whole cluster after `after`, with their holders.

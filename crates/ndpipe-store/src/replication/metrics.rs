@@ -8,9 +8,11 @@ use prometheus_client::registry::Registry;
 /// Counters of copies made, received, damaged and repaired, and the cluster's copy counts.
 #[derive(Default)]
 pub(crate) struct ReplicationMetrics {
-    /// Copies this node stored for other nodes' photos (uploads and repairs).
+    /// Copies this node stored for other nodes' photos and for plain objects (uploads and
+    /// repairs).
     pub(crate) copies_received: Counter,
-    /// Copies this node made on other nodes to bring its photos back to the wanted count.
+    /// Copies this node made on other nodes to bring its photos and plain objects back to the
+    /// wanted count.
     pub(crate) copies_made: Counter,
     /// Original bytes of those copies.
     pub(crate) copied_bytes: Counter,
@@ -39,17 +41,17 @@ impl ReplicationMetrics {
         let counters = [
             (
                 "copies_received",
-                "Copies stored here for photos of other nodes",
+                "Copies stored here for photos of other nodes and for plain objects",
                 &self.copies_received,
             ),
             (
                 "copies_made",
-                "Copies made on other nodes by repair",
+                "Copies of photos and plain objects made on other nodes by repair",
                 &self.copies_made,
             ),
             (
                 "copied_bytes",
-                "Original bytes copied by repair",
+                "Bytes of photos and plain objects copied by repair",
                 &self.copied_bytes,
             ),
             (

@@ -7,12 +7,14 @@
 //! drops its copy when it returns. A background worker ([`repair`]) brings photos back to
 //! `replicas` copies after a node is removed, drops what tombstones and unfinished uploads
 //! leave, and scrubs the local copies; it also moves photos onto a node that joined
-//! ([`rebalance`]). The front-door logic itself ([`front`]) needs no local
+//! ([`rebalance`]). Plain objects' files (S3 objects that are not photos) are replicated the
+//! same way, without tensors or features ([`blobs`]). The front-door logic itself ([`front`]) needs no local
 //! store: `ndpipe gateway` runs it alone.
 //!
 //! Replication needs a shared catalog (PostgreSQL): the replica map is
 //! [`ndpipe_catalog::ReplicaCatalog`].
 
+mod blobs;
 mod copies;
 mod front;
 mod metrics;
@@ -32,7 +34,8 @@ use ndpipe_proto::transport::{ClusterSecret, Tls};
 use crate::inference::model::SharedModel;
 use crate::ingest::{IngestError, Ingestor};
 use crate::metrics::StoreMetrics;
-use crate::storage::{FeatureStore, PhotoStore, StoreError};
+use crate::storage::{Blobs, FeatureStore, PhotoStore, StoreError};
+pub(crate) use blobs::StoredBlob;
 pub(crate) use copies::CopyError;
 pub(crate) use front::{ClusterStatus, FrontDoor, FrontDoorConfig};
 pub(crate) use metrics::ReplicationMetrics;
@@ -60,6 +63,17 @@ pub(crate) enum ReplicationError {
     /// The primary answered an error, as `status kind message`.
     #[error("{0}")]
     Remote(tonic::Status),
+    /// No intact copy of a plain object's file could be read.
+    #[error("no intact copy of plain object file {name} could be read: {reason}")]
+    NoIntactFile {
+        /// The file.
+        name: String,
+        /// What each holder answered.
+        reason: String,
+    },
+    /// The local plain objects' files could not be read or written.
+    #[error("plain objects' files: {0}")]
+    Files(#[from] std::io::Error),
     /// No copy of the photo could be read intact.
     #[error("no intact copy of photo {id} could be read: {reason}")]
     NoIntactCopy {
@@ -99,6 +113,7 @@ pub(crate) struct Replication {
     catalog: Arc<dyn ReplicaCatalog>,
     blocks: Arc<dyn PhotoIdBlocks>,
     store: Arc<PhotoStore>,
+    blobs: Arc<Blobs>,
     features: Arc<FeatureStore>,
     model: Option<SharedModel>,
     ingestor: Arc<Ingestor>,
@@ -111,6 +126,8 @@ pub(crate) struct ReplicationParts {
     pub(crate) catalog: Arc<dyn ReplicaCatalog>,
     pub(crate) blocks: Arc<dyn PhotoIdBlocks>,
     pub(crate) store: Arc<PhotoStore>,
+    /// The plain objects' files this node holds copies of.
+    pub(crate) blobs: Arc<Blobs>,
     /// The features copies carry, sent and received.
     pub(crate) features: Arc<FeatureStore>,
     /// The model this node runs (`None`: none loaded; received features are then not kept).
@@ -141,6 +158,7 @@ impl Replication {
             catalog: parts.catalog,
             blocks: parts.blocks,
             store: parts.store,
+            blobs: parts.blobs,
             features: parts.features,
             model: parts.model,
             ingestor: parts.ingestor,

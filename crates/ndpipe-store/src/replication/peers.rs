@@ -107,6 +107,44 @@ impl Peers {
     }
 }
 
+impl Peers {
+    /// Stores a copy of a plain object's file on the node at `url`.
+    pub(crate) async fn put_blob(
+        &self,
+        url: &str,
+        copy: pb::BlobCopy,
+    ) -> Result<(), tonic::Status> {
+        let mut client = self.client(url).map_err(status)?;
+        transport::unary(self.deadline, client.put_blob(self.request(copy)))
+            .await
+            .map(drop)
+    }
+
+    /// The node at `url`'s copy of file `name`, which must have `sha256`.
+    pub(crate) async fn read_blob(
+        &self,
+        url: &str,
+        name: &str,
+        sha256: &str,
+    ) -> Result<pb::BlobCopy, tonic::Status> {
+        let mut client = self.client(url).map_err(status)?;
+        let req = pb::ReadBlobRequest {
+            name: name.into(),
+            sha256: sha256.into(),
+        };
+        transport::unary(self.deadline, client.read_blob(self.request(req))).await
+    }
+
+    /// Removes the node at `url`'s copy of file `name`; whether it had one.
+    pub(crate) async fn drop_blob(&self, url: &str, name: &str) -> Result<bool, tonic::Status> {
+        let mut client = self.client(url).map_err(status)?;
+        let req = pb::DropBlobRequest { name: name.into() };
+        transport::unary(self.deadline, client.drop_blob(self.request(req)))
+            .await
+            .map(|r| r.existed)
+    }
+}
+
 fn status(e: ReplicationError) -> tonic::Status {
     tonic::Status::unavailable(e.to_string())
 }

@@ -1,6 +1,7 @@
 //! The background worker of replication. Every round it reports this node's free space (what
 //! placement weighs nodes by), copies each of its photos that has fewer than `replicas` copies
-//! (after a node was removed) to the node rendezvous hashing picks, scrubs a few local
+//! (after a node was removed) to the node rendezvous hashing picks (plain objects' files too,
+//! and every ten minutes it sweeps away the files no object names: `blobs.rs`), scrubs a few local
 //! copies, replacing a damaged one from another holder, and moves a few photos to where
 //! placement puts them now (`rebalance.rs`). At start it first drops what must not
 //! stay: copies of deleted photos (a node that was away during a delete) and copies of uploads
@@ -110,7 +111,14 @@ impl Replication {
         let mut scrub_cursor = 0u64;
         let mut rebalance_cursor = None;
         let mut deletes_seen = now_ms();
+        let mut next_blob_sweep = tokio::time::Instant::now();
         loop {
+            if tokio::time::Instant::now() >= next_blob_sweep {
+                if let Err(e) = self.sweep_blobs().await {
+                    warn!(error = %e, "sweeping the plain objects' files failed; trying again");
+                }
+                next_blob_sweep += super::blobs::SWEEP_EVERY;
+            }
             if let Err(e) = self.drop_deleted(&mut deletes_seen).await {
                 warn!(error = %e, "checking for deleted photos failed; trying again");
             }
@@ -149,6 +157,7 @@ impl Replication {
         let catalog = self.catalog.clone();
         tokio::task::spawn_blocking(move || catalog.report_free_space(free)).await??;
         self.repair_round().await?;
+        self.repair_blobs().await?;
         self.scrub_round(scrub_cursor).await?;
         let catalog = self.catalog.clone();
         let wanted = self.replicas();
@@ -202,14 +211,27 @@ impl Replication {
             }
         };
         let bytes = copy.original.len() as u64;
-        match self.front.peers.put_copy(&target.url, copy).await {
+        let sent = self.front.peers.put_copy(&target.url, copy).await;
+        self.repair_sent(sent, bytes, &format!("photo {}", photo.id), &target.name)
+    }
+
+    /// Counts a repair copy of `bytes` (of `what`, to node `to`) when it was `sent`, logs it
+    /// when not; whether it was.
+    pub(super) fn repair_sent(
+        &self,
+        sent: Result<(), tonic::Status>,
+        bytes: u64,
+        what: &str,
+        to: &str,
+    ) -> bool {
+        match sent {
             Ok(()) => {
                 self.metrics.replication.copies_made.inc();
                 self.metrics.replication.copied_bytes.inc_by(bytes);
                 true
             }
             Err(e) => {
-                warn!(photo = photo.id, node = %target.name, error = %e.message(), "a repair copy failed");
+                warn!(what, node = to, error = %e.message(), "a repair copy failed");
                 false
             }
         }

@@ -7,8 +7,10 @@
 //! - [`features`]: the [`FeatureStore`], one feature vector per (backbone, photo), a sibling of
 //!   the photo store that inference fills and extraction reads;
 //! - [`db`]: the redb handle both use, opened again by itself after an I/O failure;
-//! - [`space`]: the free-space reserve below which writes that add data are refused.
+//! - [`space`]: the free-space reserve below which writes that add data are refused;
+//! - [`blobs`]: the files of plain S3 objects (anything that is not a photo).
 
+pub(crate) mod blobs;
 pub(crate) mod db;
 mod error;
 pub(crate) mod features;
@@ -17,6 +19,7 @@ pub(crate) mod space;
 pub(crate) mod store;
 pub(crate) mod volume;
 
+pub(crate) use blobs::Blobs;
 pub use error::StoreError;
 pub use features::{DEFAULT_FEATURE_CACHE_BYTES, FeatureStore};
 pub(crate) use store::DEFAULT_INDEX_CACHE_BYTES;

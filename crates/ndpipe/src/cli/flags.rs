@@ -257,6 +257,25 @@ pub(crate) struct GatewayFlags {
     #[arg(long, env = "NDPIPE_GATEWAY_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) listen: Option<SocketAddr>,
+    /// Address of the S3-compatible API [s3_listen; default: off].
+    #[arg(long, env = "NDPIPE_GATEWAY_S3_LISTEN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) s3_listen: Option<SocketAddr>,
+    /// Domain of virtual-host-style S3 requests (BUCKET.DOMAIN) [s3_domain; default:
+    /// localhost].
+    #[arg(long, env = "NDPIPE_S3_DOMAIN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) s3_domain: Option<String>,
+    /// Folder where S3 multipart uploads are staged until they complete; finish an upload
+    /// through the gateway that started it [s3_staging; default: TMPDIR/ndpipe-gateway-s3-uploads].
+    #[arg(long, env = "NDPIPE_GATEWAY_S3_STAGING")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) s3_staging: Option<PathBuf>,
+    /// The cluster's master key file (a PipeStore's DATA/keys.master, the same on every
+    /// node): needed to check S3 signatures by access keys [keys_master_file].
+    #[arg(long, env = "NDPIPE_KEYS_MASTER_FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) keys_master_file: Option<PathBuf>,
     /// The cluster's catalog, a postgres:// URL (required) [catalog].
     #[arg(long, env = "NDPIPE_CATALOG")]
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -7,9 +7,10 @@
 //! at the gateway.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
-use crate::common::{Instance, jpeg, on_postgres, sha256};
+use crate::common::{Instance, TunerProcess, jpeg, on_postgres, sha256};
 use crate::replication::cluster_of;
 
 const NAMES: [&str; 3] = ["gw-a", "gw-b", "gw-c"];
@@ -73,25 +74,60 @@ fn a_gateway_places_reads_and_deletes_and_outlives_a_node() {
     on_postgres("gateway", |url| async move { gateway_on(&url).await });
 }
 
+/// A Tuner and PipeStores with two copies of every photo behind a cluster secret.
+pub(crate) struct SecuredCluster {
+    pub(crate) tuner: TunerProcess,
+    pub(crate) nodes: Vec<Instance>,
+    /// Each node's S3 port.
+    pub(crate) s3_ports: Vec<u16>,
+    /// The Tuner's registry entries of the nodes, once all were registered.
+    pub(crate) registered: serde_json::Value,
+    /// The cluster secret's file.
+    pub(crate) secret: String,
+}
+
+impl SecuredCluster {
+    /// PipeStores `names` on catalog `url`, the secret written in `dir`; waits until every
+    /// node is registered.
+    pub(crate) async fn start(url: &str, names: &[&str], dir: &Path) -> Self {
+        let secret = dir.join("cluster-secret");
+        std::fs::write(&secret, "a cluster secret for the gateway tests\n").unwrap();
+        let secret = secret.to_str().unwrap().to_string();
+        let (tuner, nodes, s3_ports) = cluster_of(url, names, &["--cluster-secret-file", &secret]);
+        let registered = tuner.wait_for_nodes(names.len()).await;
+        SecuredCluster {
+            tuner,
+            nodes,
+            s3_ports,
+            registered,
+            secret,
+        }
+    }
+
+    /// A gateway in front of the cluster (two copies, the secret) with `extra` flags.
+    pub(crate) fn gateway(&self, url: &str, extra: &[&str]) -> Instance {
+        let mut flags = vec![
+            "--catalog",
+            url,
+            "--replicas",
+            "2",
+            "--peer-timeout-ms",
+            "5000",
+            "--cluster-secret-file",
+            &self.secret,
+        ];
+        flags.extend_from_slice(extra);
+        Instance::start_gateway(&flags)
+    }
+}
+
 async fn gateway_on(url: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let secret = dir.path().join("cluster-secret");
-    std::fs::write(&secret, "a cluster secret for the gateway test\n").unwrap();
-    let secret = secret.to_str().unwrap();
-    let (tuner, mut nodes, _) = cluster_of(url, &NAMES, &["--cluster-secret-file", secret]);
-    tuner.wait_for_nodes(3).await;
-    let gateway = Instance::start_gateway(&[
-        "--catalog",
-        url,
-        "--replicas",
-        "2",
-        "--peer-timeout-ms",
-        "5000",
-        "--cluster-secret-file",
-        secret,
-        "--token",
-        TOKEN,
-    ]);
+    let cluster = SecuredCluster::start(url, &NAMES, dir.path()).await;
+    let gateway = cluster.gateway(url, &["--token", TOKEN]);
+    let SecuredCluster {
+        tuner, mut nodes, ..
+    } = cluster;
     assert_eq!(gateway.json("/readyz").await["live_nodes"], 3);
 
     // A stranger without the token, or with a wrong one, stores nothing.

@@ -27,6 +27,8 @@
 //! - `rollout_replicated`: a rollout over two copies of every photo extracts each photo once.
 //! - `gateway`: a gateway in front of three PipeStores with two copies of each photo:
 //!   placement, reads and deletes through it, its token, a PipeStore killed behind it.
+//! - `gateway_s3`: S3 through that gateway (boto3): photos, sidecars and multipart uploads
+//!   from every front door, plain objects on two nodes, repaired, deleted and mended.
 
 mod api;
 mod cache;
@@ -38,6 +40,7 @@ mod disk;
 mod durability;
 mod faults;
 mod gateway;
+mod gateway_s3;
 mod inference;
 mod limits;
 mod postgres;

@@ -206,13 +206,13 @@ impl From<ReplicationError> for ApiError {
             ),
             ReplicationError::Remote(status) => crate::api::replication::remote_error(&status),
             ReplicationError::NotEnoughNodes { .. } => unavailable("insufficient_replicas", &e),
-            ReplicationError::Peer { .. } | ReplicationError::NoIntactCopy { .. } => {
-                unavailable("replica_unavailable", &e)
-            }
+            ReplicationError::Peer { .. }
+            | ReplicationError::NoIntactCopy { .. }
+            | ReplicationError::NoIntactFile { .. } => unavailable("replica_unavailable", &e),
             ReplicationError::IsPrimary { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
             }
-            ReplicationError::Task(_) => internal(e),
+            ReplicationError::Task(_) | ReplicationError::Files(_) => internal(e),
         }
     }
 }

@@ -5,9 +5,8 @@ use ndpipe_catalog::{PhotoId, Prediction};
 use s3s::dto::*;
 use s3s::{S3Response, S3Result};
 
-use super::errors::catalog as catalog_error;
+use super::S3State;
 use super::objects::lookup;
-use super::{S3State, blocking};
 
 /// The user-metadata name of the labels on GET and HEAD (`x-amz-meta-ndpipe-labels`).
 pub(crate) const LABELS_META: &str = "ndpipe-labels";
@@ -15,19 +14,7 @@ pub(crate) const LABELS_META: &str = "ndpipe-labels";
 /// The active model's predictions of photo `id`, best first (empty before it is labelled or
 /// without a model).
 async fn active_labels(state: &S3State, id: PhotoId) -> S3Result<Vec<Prediction>> {
-    let catalog = state.catalog.clone();
-    blocking(move || {
-        let Some(active) = catalog.active_model().map_err(catalog_error)? else {
-            return Ok(Vec::new());
-        };
-        let all = catalog.predictions(id).map_err(catalog_error)?;
-        Ok(all
-            .into_iter()
-            .find(|(version, _)| *version == active.id)
-            .map(|(_, labels)| labels)
-            .unwrap_or_default())
-    })
-    .await
+    state.backend.active_labels(&state.catalog, id).await
 }
 
 /// Text safe in an HTTP header value: visible ASCII and spaces; anything else becomes `?`.

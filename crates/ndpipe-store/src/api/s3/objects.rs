@@ -7,14 +7,13 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use ndpipe_catalog::{GroundTruth, ObjectBody, ObjectRecord, Split};
 use ndpipe_model::PhotoFormat;
-use s3s::crypto::{Checksum as _, Sha256};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 use tracing::warn;
 
 use super::body::{self, Expected};
 use super::buckets::{require, timestamp};
-use super::errors::{self, catalog as catalog_error, no_such_key};
+use super::errors::{catalog as catalog_error, no_such_key};
 use super::{S3State, blocking, labels};
 
 /// User-metadata names that set the ground truth of an image instead of being stored.
@@ -133,17 +132,7 @@ pub(crate) async fn store(
     let truth = ground_truth(&mut object.metadata)?;
     let bytes = object.bytes.clone();
     let (body, content_type, sha256) = if is_photo(object.content_type.as_deref(), &bytes) {
-        let photo = match &state.replication {
-            Some(replication) => replication
-                .upload(bytes, truth)
-                .await
-                .map_err(errors::replication)?,
-            None => state
-                .ingestor
-                .ingest(bytes, truth)
-                .await
-                .map_err(errors::ingest)?,
-        };
+        let photo = state.backend.put_photo(bytes, truth).await?;
         (
             ObjectBody::Photo(photo.id),
             photo.meta.content_type,
@@ -156,12 +145,12 @@ pub(crate) async fn store(
                 "ground truth can only be given for an image"
             ));
         }
-        let (name, sha256) = write_blob(state, &object.bytes).await?;
+        let stored = state.backend.put_blob(bytes).await?;
         let content_type = object
             .content_type
             .clone()
             .unwrap_or_else(|| "binary/octet-stream".into());
-        (ObjectBody::Blob(name), content_type, sha256)
+        (ObjectBody::Blob(stored.name), content_type, stored.sha256)
     };
     let record = ObjectRecord {
         bucket: bucket.to_string(),
@@ -187,51 +176,15 @@ pub(crate) async fn store(
     Ok(record)
 }
 
-/// Writes a plain object's bytes to a new blob (refused below the free-space reserve);
-/// returns its name and the bytes' hex SHA-256.
-async fn write_blob(state: &S3State, bytes: &Bytes) -> S3Result<(String, String)> {
-    state
-        .store
-        .check_space(bytes.len() as u64)
-        .map_err(errors::store)?;
-    let (blobs, bytes) = (state.blobs.clone(), bytes.clone());
-    blocking(move || {
-        let sha256 = hex::encode(Sha256::checksum(&bytes));
-        let name = blobs.new_name(&sha256);
-        blobs.write(&name, &bytes).map_err(errors::internal)?;
-        Ok((name, sha256))
-    })
-    .await
-}
-
 /// Removes the photo or blob an object no longer names; a failure is logged (a photo that
 /// stays is still listed by `/v1`, a blob is only wasted space).
 pub(crate) async fn remove_body(state: &S3State, body: &ObjectBody) {
-    match body {
-        ObjectBody::Photo(id) => {
-            let deleted = match &state.replication {
-                Some(replication) => replication
-                    .delete(*id)
-                    .await
-                    .map(drop)
-                    .err()
-                    .map(|e| e.to_string()),
-                None => state
-                    .ingestor
-                    .delete(*id)
-                    .await
-                    .map(drop)
-                    .err()
-                    .map(|e| e.to_string()),
-            };
-            if let Some(e) = deleted {
-                warn!(photo = id, error = %e, "cannot delete the photo of a replaced or deleted object");
-            }
-        }
-        ObjectBody::Blob(name) => {
-            let (blobs, name) = (state.blobs.clone(), name.clone());
-            let _ = tokio::task::spawn_blocking(move || blobs.remove(&name)).await;
-        }
+    let removed = match body {
+        ObjectBody::Photo(id) => state.backend.delete_photo(*id).await,
+        ObjectBody::Blob(name) => state.backend.delete_blob(name).await,
+    };
+    if let Err(e) = removed {
+        warn!(body = ?body, error = %e, "cannot remove what a replaced or deleted object named");
     }
 }
 
@@ -249,26 +202,11 @@ pub(crate) async fn lookup(state: &S3State, bucket: &str, key: &str) -> S3Result
     }
 }
 
-/// The bytes of `object`, from the store or its blob.
+/// The bytes of `object`, from its photo or its file.
 pub(crate) async fn read_bytes(state: &S3State, object: &ObjectRecord) -> S3Result<Bytes> {
     let found = match &object.body {
-        ObjectBody::Photo(id) => match &state.replication {
-            Some(replication) => replication
-                .read(*id)
-                .await
-                .map_err(errors::replication)?
-                .map(|(_, bytes)| bytes),
-            None => {
-                let (store, id) = (state.store.clone(), *id);
-                blocking(move || store.original(id).map_err(errors::store))
-                    .await?
-                    .map(|(_, bytes)| bytes)
-            }
-        },
-        ObjectBody::Blob(name) => {
-            let (blobs, name) = (state.blobs.clone(), name.clone());
-            blocking(move || blobs.read(&name).map_err(errors::internal)).await?
-        }
+        ObjectBody::Photo(id) => state.backend.read_photo(*id).await?,
+        ObjectBody::Blob(name) => state.backend.read_blob(name, &object.sha256).await?,
     };
     found
         .map(Bytes::from)

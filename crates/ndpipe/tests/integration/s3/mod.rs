@@ -68,33 +68,41 @@ impl S3Store {
     }
 
     /// Runs a boto3 `script` with `s3` bound to an unsigned path-style client of this store
-    /// (and `client(key, secret)` for a signed one, `ENDPOINT`, `json`, `sys` in scope); its
-    /// stdout parsed as JSON. Panics when it fails.
+    /// (see [`boto3_at`]); its stdout parsed as JSON. Panics when it fails.
     pub(crate) fn boto3(&self, script: &str) -> serde_json::Value {
-        let prelude = "import json, sys, boto3, botocore\n\
-                       from botocore.config import Config\n\
-                       ENDPOINT = sys.argv[1]\n\
-                       def client(key=None, secret=None):\n\
-                       \x20   return boto3.client('s3', endpoint_url=ENDPOINT, region_name='us-east-1',\n\
-                       \x20       aws_access_key_id=key, aws_secret_access_key=secret,\n\
-                       \x20       config=Config(signature_version='s3v4' if key else botocore.UNSIGNED,\n\
-                       \x20       s3={'addressing_style': 'path'}, retries={'max_attempts': 1}))\n\
-                       s3 = client()\n";
-        let out = clean_env(Command::new("python3"))
-            .arg("-c")
-            .arg(format!("{prelude}{script}"))
-            .arg(&self.endpoint)
-            .output()
-            .expect("running python3 (tools/setup.sh installs boto3)");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "boto3 script failed: {}\n{stdout}\nserver log:\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            self.inst.log()
-        );
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+        boto3_at(&[&self.endpoint], script)
+            .unwrap_or_else(|e| panic!("{e}\nserver log:\n{}", self.inst.log()))
     }
+}
+
+/// Runs a boto3 `script` with `ENDPOINTS` the given endpoint URLs, `s3` an unsigned path-style
+/// client of the first, `client(key, secret, endpoint=ENDPOINTS[0])` for a signed one, and
+/// `json`, `sys` in scope; its stdout parsed as JSON, or what it printed when it failed.
+pub(crate) fn boto3_at(endpoints: &[&str], script: &str) -> Result<serde_json::Value, String> {
+    let prelude = "import json, sys, boto3, botocore\n\
+                   from botocore.config import Config\n\
+                   ENDPOINTS = sys.argv[1:]\n\
+                   ENDPOINT = ENDPOINTS[0]\n\
+                   def client(key=None, secret=None, endpoint=ENDPOINT):\n\
+                   \x20   return boto3.client('s3', endpoint_url=endpoint, region_name='us-east-1',\n\
+                   \x20       aws_access_key_id=key, aws_secret_access_key=secret,\n\
+                   \x20       config=Config(signature_version='s3v4' if key else botocore.UNSIGNED,\n\
+                   \x20       s3={'addressing_style': 'path'}, retries={'max_attempts': 1}))\n\
+                   s3 = client()\n";
+    let out = clean_env(Command::new("python3"))
+        .arg("-c")
+        .arg(format!("{prelude}{script}"))
+        .args(endpoints)
+        .output()
+        .expect("running python3 (tools/setup.sh installs boto3)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "boto3 script failed: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    serde_json::from_str(stdout.trim()).map_err(|e| format!("{e}: {stdout}"))
 }
 
 /// `cmd` without the user's AWS configuration, credentials or proxies.
