@@ -4,6 +4,17 @@
 
 use crate::CatalogError;
 
+/// How many plain objects' files of the cluster have how many copies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlobCounts {
+    /// Files with at least the wanted copies on registered nodes.
+    pub at_target: u64,
+    /// Files with fewer copies than wanted, but at least one.
+    pub under_replicated: u64,
+    /// Files an object names that no registered node holds.
+    pub lost: u64,
+}
+
 /// A plain object's file that has fewer copies than wanted, with what repair needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlobHolders {
@@ -30,6 +41,9 @@ pub trait BlobCatalog: Send + Sync {
     /// Which of `names` an object row names (the others are left over by a failed upload or a
     /// delete that could not reach this node).
     fn referenced_blobs(&self, names: &[String]) -> Result<Vec<String>, CatalogError>;
+
+    /// How many files that an object names are at `wanted` copies, below, or lost.
+    fn blob_counts(&self, wanted: u32) -> Result<BlobCounts, CatalogError>;
 
     /// Up to `limit` files an object names with fewer than `wanted` copies on registered nodes
     /// whose live holder with the lowest name is this node (so one node repairs each), in

@@ -42,7 +42,7 @@ mod types;
 
 use std::collections::HashSet;
 
-pub use blob_copies::{BlobCatalog, BlobHolders};
+pub use blob_copies::{BlobCatalog, BlobCounts, BlobHolders};
 pub use error::CatalogError;
 pub use keys::{AccessKeyRecord, Role};
 pub use objects::{Bucket, ObjectBody, ObjectRecord};

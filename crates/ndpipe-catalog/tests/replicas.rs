@@ -237,6 +237,12 @@ fn plain_objects_copies_are_counted_repaired_by_one_node_and_forgotten_with_it()
         format!("{:0>64}", "y")
     );
     assert!(short(&a).is_empty() && short(&b).is_empty());
+    let counts = a.blob_counts(2).unwrap();
+    assert_eq!(
+        (counts.at_target, counts.under_replicated, counts.lost),
+        (1, 1, 0),
+        "z is named by no object"
+    );
 
     // b's lease runs out: c, the lowest live holder of x, repairs x too once c is removed...
     b.register_node("b", "http://b", None, 0, 0).unwrap();
@@ -251,6 +257,11 @@ fn plain_objects_copies_are_counted_repaired_by_one_node_and_forgotten_with_it()
     assert_eq!(short(&b), [("x".to_string(), vec!["b".to_string()])]);
     b.drop_blob_copy("x").unwrap();
     assert!(a.blob_holders("x").unwrap().is_empty());
+    assert_eq!(
+        a.blob_counts(2).unwrap().lost,
+        2,
+        "y went with c, x with b's copy"
+    );
 }
 
 #[test]

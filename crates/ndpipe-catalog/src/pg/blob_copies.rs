@@ -3,9 +3,9 @@
 
 use ndpipe_util::time::now_ms;
 
-use super::PgCatalog;
 use super::error::db;
-use crate::{BlobCatalog, BlobHolders, CatalogError};
+use super::{PgCatalog, from_sql};
+use crate::{BlobCatalog, BlobCounts, BlobHolders, CatalogError};
 
 impl BlobCatalog for PgCatalog {
     fn add_blob_copy(&self, name: &str) -> Result<(), CatalogError> {
@@ -59,6 +59,34 @@ impl BlobCatalog for PgCatalog {
             rows.iter()
                 .map(|r| r.try_get(0).map_err(db("read an object's file")))
                 .collect()
+        })
+    }
+
+    fn blob_counts(&self, wanted: u32) -> Result<BlobCounts, CatalogError> {
+        let wanted = i64::from(wanted);
+        self.with(|conn| {
+            let row = conn
+                .query_one(
+                    "SELECT count(*) FILTER (WHERE c >= $1),
+                            count(*) FILTER (WHERE c > 0 AND c < $1),
+                            count(*) FILTER (WHERE c = 0)
+                     FROM (SELECT o.blob, count(DISTINCT b.node) AS c FROM objects o
+                           LEFT JOIN blob_copies b ON b.blob = o.blob
+                             AND b.node IN (SELECT name FROM nodes)
+                           WHERE o.blob IS NOT NULL
+                           GROUP BY o.blob) counts",
+                    &[&wanted],
+                )
+                .map_err(db("count plain objects' copies"))?;
+            let count = |i: usize| -> Result<u64, CatalogError> {
+                let n: i64 = row.try_get(i).map_err(db("read plain objects' counts"))?;
+                from_sql(n, "plain object count")
+            };
+            Ok(BlobCounts {
+                at_target: count(0)?,
+                under_replicated: count(1)?,
+                lost: count(2)?,
+            })
         })
     }
 

@@ -295,10 +295,11 @@ impl FrontDoor {
     pub(crate) async fn status(&self) -> Result<ClusterStatus, ReplicationError> {
         let catalog = self.catalog.clone();
         let wanted = self.config.replicas;
-        let (nodes, counts) = tokio::task::spawn_blocking(move || {
+        let (nodes, counts, files) = tokio::task::spawn_blocking(move || {
             Ok::<_, CatalogError>((
                 catalog.placement_nodes()?,
                 catalog.replication_counts(wanted)?,
+                catalog.blob_counts(wanted)?,
             ))
         })
         .await??;
@@ -318,6 +319,11 @@ impl FrontDoor {
             under_replicated: counts.under_replicated,
             lost: counts.lost,
             tombstones: counts.tombstones,
+            plain_objects: PlainObjects {
+                at_target: files.at_target,
+                under_replicated: files.under_replicated,
+                lost: files.lost,
+            },
             copies_made: m.copies_made.get(),
             copies_received: m.copies_received.get(),
             repaired: m.repaired.get(),
@@ -342,6 +348,8 @@ pub(crate) struct ClusterStatus {
     pub(crate) lost: u64,
     /// Deleted photos remembered.
     pub(crate) tombstones: u64,
+    /// The copy counts of plain objects (S3 objects that are not photos).
+    pub(crate) plain_objects: PlainObjects,
     /// This node's copies made by repair.
     pub(crate) copies_made: u64,
     /// This node's copies received.
@@ -350,6 +358,14 @@ pub(crate) struct ClusterStatus {
     pub(crate) repaired: u64,
     /// This node's photos moved to where placement puts them.
     pub(crate) rebalanced: u64,
+}
+
+/// How many plain objects' files are at the wanted copies, below, or lost.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub(crate) struct PlainObjects {
+    at_target: u64,
+    under_replicated: u64,
+    lost: u64,
 }
 
 /// A node as [`ClusterStatus`] shows it.

@@ -1,6 +1,6 @@
 //! The replication metrics, under `ndpipe_store_replication_*` on `/metrics`.
 
-use ndpipe_catalog::ReplicationCounts;
+use ndpipe_catalog::{BlobCounts, ReplicationCounts};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -32,6 +32,12 @@ pub(crate) struct ReplicationMetrics {
     pub(crate) under_replicated: Gauge,
     /// Photos no registered node holds.
     pub(crate) lost: Gauge,
+    /// Plain objects' files of the cluster at the wanted copy count.
+    pub(crate) files_at_target: Gauge,
+    /// Plain objects' files below it, with at least one copy.
+    pub(crate) files_under_replicated: Gauge,
+    /// Plain objects' files no registered node holds.
+    pub(crate) files_lost: Gauge,
 }
 
 impl ReplicationMetrics {
@@ -91,6 +97,21 @@ impl ReplicationMetrics {
                 &self.under_replicated,
             ),
             ("photos_lost", "Photos no registered node holds", &self.lost),
+            (
+                "plain_objects_at_target",
+                "Plain objects at the wanted copy count",
+                &self.files_at_target,
+            ),
+            (
+                "plain_objects_under_replicated",
+                "Plain objects below the wanted copy count",
+                &self.files_under_replicated,
+            ),
+            (
+                "plain_objects_lost",
+                "Plain objects no registered node holds",
+                &self.files_lost,
+            ),
         ];
         for (name, help, gauge) in gauges {
             r.register(name, help, gauge.clone());
@@ -103,5 +124,13 @@ impl ReplicationMetrics {
         self.at_target.set(g(counts.at_target));
         self.under_replicated.set(g(counts.under_replicated));
         self.lost.set(g(counts.lost));
+    }
+
+    /// Sets the cluster's copy counts of plain objects.
+    pub(crate) fn set_file_counts(&self, counts: &BlobCounts) {
+        let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.files_at_target.set(g(counts.at_target));
+        self.files_under_replicated.set(g(counts.under_replicated));
+        self.files_lost.set(g(counts.lost));
     }
 }

@@ -161,9 +161,15 @@ impl Replication {
         self.scrub_round(scrub_cursor).await?;
         let catalog = self.catalog.clone();
         let wanted = self.replicas();
-        let counts =
-            tokio::task::spawn_blocking(move || catalog.replication_counts(wanted)).await??;
+        let (counts, files) = tokio::task::spawn_blocking(move || {
+            Ok::<_, ReplicationError>((
+                catalog.replication_counts(wanted)?,
+                catalog.blob_counts(wanted)?,
+            ))
+        })
+        .await??;
         self.metrics.replication.set_counts(&counts);
+        self.metrics.replication.set_file_counts(&files);
         Ok(())
     }
 

@@ -1,6 +1,6 @@
 //! `ndpipe cluster status`: a replicated cluster as one of its PipeStores sees it: the nodes
-//! placement chooses from, photos at the wanted copies, under-replicated and lost, and the
-//! node's repair and rebalancing work.
+//! placement chooses from, photos and plain objects at the wanted copies, under-replicated
+//! and lost, and the node's repair and rebalancing work.
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -45,6 +45,13 @@ fn render(s: &Value) -> String {
         n("lost"),
         n("tombstones")
     );
+    let files = |key: &str| s["plain_objects"][key].as_u64().unwrap_or(0);
+    out += &format!(
+        "plain objects: {} at target, {} under-replicated, {} lost\n",
+        files("at_target"),
+        files("under_replicated"),
+        files("lost")
+    );
     for node in s["nodes"].as_array().into_iter().flatten() {
         let state = match (node["live"].as_bool(), node["active"].as_bool()) {
             (Some(true), Some(true)) => "live",
@@ -79,6 +86,7 @@ mod tests {
     fn the_status_names_every_node_and_count() {
         let status = serde_json::json!({
             "replicas": 2, "at_target": 10, "under_replicated": 3, "lost": 1, "tombstones": 4,
+            "plain_objects": {"at_target": 9, "under_replicated": 2, "lost": 0},
             "nodes": [{"name": "a", "live": true, "active": true, "free_bytes": 1u64 << 31},
                       {"name": "b", "live": false, "active": true, "free_bytes": null}],
             "copies_made": 5, "copies_received": 6, "repaired": 7, "rebalanced": 8
@@ -86,6 +94,10 @@ mod tests {
         let text = render(&status);
         assert!(
             text.starts_with("replicas 2: 10 photos at target, 3 under-replicated, 1 lost"),
+            "{text}"
+        );
+        assert!(
+            text.contains("plain objects: 9 at target, 2 under-replicated, 0 lost"),
             "{text}"
         );
         assert!(

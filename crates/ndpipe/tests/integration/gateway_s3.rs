@@ -223,6 +223,13 @@ print(json.dumps({{'labels': head['Metadata'].get('ndpipe-labels', ''),
         tokio::time::sleep(POLL).await;
     }
 
+    let (ok, out, err) = cli(&["cluster", "--server", &gateway.url, "status"]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("plain objects: 2 at target, 0 under-replicated, 0 lost"),
+        "{out}"
+    );
+
     // A damaged copy read through its node: the bytes come from the other copy, and the
     // damaged one is replaced.
     let (damaged_node, other) = (survivors[0], survivors[1]);
