@@ -42,6 +42,14 @@ pub trait BlobCatalog: Send + Sync {
     /// delete that could not reach this node).
     fn referenced_blobs(&self, names: &[String]) -> Result<Vec<String>, CatalogError>;
 
+    /// Up to `limit` files this node holds that an object names, with names above `after`, in
+    /// name order, with every registered holder (what scrub and rebalancing walk through).
+    fn held_blobs_after(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<BlobHolders>, CatalogError>;
+
     /// How many files that an object names are at `wanted` copies, below, or lost.
     fn blob_counts(&self, wanted: u32) -> Result<BlobCounts, CatalogError>;
 

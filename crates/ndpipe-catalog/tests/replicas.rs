@@ -244,6 +244,25 @@ fn plain_objects_copies_are_counted_repaired_by_one_node_and_forgotten_with_it()
         "z is named by no object"
     );
 
+    // c walks its files a page at a time; a holds z, which no object names.
+    let walk = |n: &PgCatalog, after: Option<&str>| -> Vec<(String, Vec<String>)> {
+        n.held_blobs_after(after, 1)
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.name, h.holders))
+            .collect()
+    };
+    assert_eq!(
+        walk(&c, None),
+        [("x".to_string(), vec!["b".to_string(), "c".to_string()])]
+    );
+    assert_eq!(
+        walk(&c, Some("x")),
+        [("y".to_string(), vec!["c".to_string()])]
+    );
+    assert!(walk(&c, Some("y")).is_empty());
+    assert!(walk(&a, None).is_empty());
+
     // b's lease runs out: c, the lowest live holder of x, repairs x too once c is removed...
     b.register_node("b", "http://b", None, 0, 0).unwrap();
     assert!(c.remove_node("c").unwrap());

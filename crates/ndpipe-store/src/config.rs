@@ -124,7 +124,8 @@ pub struct Config {
     pub replicas: Option<u32>,
     /// Pause between rounds of the replication worker (repair, scrub, free-space report), in ms.
     pub repair_interval_ms: u64,
-    /// Local copies the scrub re-reads and verifies per second (0: no scrub).
+    /// Local copies the scrub re-reads and verifies per second, photos and plain objects'
+    /// files each (0: no scrub).
     pub scrub_photos_per_second: u32,
     /// Photos a node moves to where placement puts them per replication round, at most (each
     /// move is one copy and one drop): how fast a node that joined takes its share, against

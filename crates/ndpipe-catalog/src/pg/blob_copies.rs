@@ -62,6 +62,30 @@ impl BlobCatalog for PgCatalog {
         })
     }
 
+    fn held_blobs_after(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<BlobHolders>, CatalogError> {
+        let node = self.node();
+        let (after, limit) = (after.unwrap_or(""), i64::from(limit));
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    "SELECT o.blob, min(o.sha256), array_agg(DISTINCT b.node ORDER BY b.node)
+                     FROM blob_copies mine
+                     JOIN objects o ON o.blob = mine.blob
+                     JOIN blob_copies b ON b.blob = mine.blob
+                     JOIN nodes n ON n.name = b.node
+                     WHERE mine.node = $1 AND mine.blob > $2
+                     GROUP BY o.blob ORDER BY o.blob LIMIT $3",
+                    &[&node, &after, &limit],
+                )
+                .map_err(db("list this node's plain objects"))?;
+            rows.iter().map(holders_from_row).collect()
+        })
+    }
+
     fn blob_counts(&self, wanted: u32) -> Result<BlobCounts, CatalogError> {
         let wanted = i64::from(wanted);
         self.with(|conn| {
@@ -113,16 +137,17 @@ impl BlobCatalog for PgCatalog {
                     &[&node, &wanted, &limit, &now],
                 )
                 .map_err(db("find under-replicated plain objects"))?;
-            rows.iter()
-                .map(|r| {
-                    let op = "read an under-replicated plain object";
-                    Ok(BlobHolders {
-                        name: r.try_get(0).map_err(db(op))?,
-                        sha256: r.try_get(1).map_err(db(op))?,
-                        holders: r.try_get(2).map_err(db(op))?,
-                    })
-                })
-                .collect()
+            rows.iter().map(holders_from_row).collect()
         })
     }
+}
+
+/// A row of (file, SHA-256, holders).
+fn holders_from_row(row: &postgres::Row) -> Result<BlobHolders, CatalogError> {
+    let op = "read a plain object's copies";
+    Ok(BlobHolders {
+        name: row.try_get(0).map_err(db(op))?,
+        sha256: row.try_get(1).map_err(db(op))?,
+        holders: row.try_get(2).map_err(db(op))?,
+    })
 }

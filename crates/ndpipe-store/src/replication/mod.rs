@@ -14,6 +14,7 @@
 //! Replication needs a shared catalog (PostgreSQL): the replica map is
 //! [`ndpipe_catalog::ReplicaCatalog`].
 
+mod blob_upkeep;
 mod blobs;
 mod copies;
 mod front;

@@ -73,18 +73,24 @@ fn weight(free_bytes: u64) -> f64 {
     ((octaves * 4.0).round() / 4.0).exp2()
 }
 
+/// A node for tests: `name` at `http://name`, active, with `free_bytes`.
+#[cfg(test)]
+pub(super) fn test_node(name: &str, live: bool, free_bytes: u64) -> PlacementNode {
+    PlacementNode {
+        name: name.into(),
+        url: format!("http://{name}"),
+        live,
+        active: true,
+        free_bytes: Some(free_bytes),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn node(name: &str, free_bytes: u64) -> PlacementNode {
-        PlacementNode {
-            name: name.into(),
-            url: format!("http://{name}"),
-            live: true,
-            active: true,
-            free_bytes: Some(free_bytes),
-        }
+        test_node(name, true, free_bytes)
     }
 
     #[test]

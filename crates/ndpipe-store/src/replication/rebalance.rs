@@ -169,13 +169,7 @@ mod tests {
     use super::*;
 
     fn node(name: &str, live: bool) -> PlacementNode {
-        PlacementNode {
-            name: name.into(),
-            url: format!("http://{name}"),
-            live,
-            active: true,
-            free_bytes: Some(100),
-        }
+        placement::test_node(name, live, 100)
     }
 
     fn photo(sha256: &str, primary: &str, holders: &[&str]) -> PhotoCopies {

@@ -1,7 +1,8 @@
 //! The background worker of replication. Every round it reports this node's free space (what
 //! placement weighs nodes by), copies each of its photos that has fewer than `replicas` copies
 //! (after a node was removed) to the node rendezvous hashing picks (plain objects' files too,
-//! and every ten minutes it sweeps away the files no object names: `blobs.rs`), scrubs a few local
+//! and every ten minutes it sweeps away the files no object names: `blobs.rs`; their scrub and
+//! rebalancing are `blob_upkeep.rs`), scrubs a few local
 //! copies, replacing a damaged one from another holder, and moves a few photos to where
 //! placement puts them now (`rebalance.rs`). At start it first drops what must not
 //! stay: copies of deleted photos (a node that was away during a delete) and copies of uploads
@@ -40,6 +41,19 @@ pub(crate) struct RepairConfig {
     pub(crate) rebalance_moves: u32,
     /// Photos rebalancing looks at per round (at least 1).
     pub(crate) rebalance_page: u32,
+}
+
+/// Where the worker's walks through this node's photos and files stand.
+#[derive(Debug, Default)]
+struct Cursors {
+    /// The last photo scrubbed.
+    scrub: u64,
+    /// The last file scrubbed.
+    scrub_files: Option<String>,
+    /// The last photo rebalancing looked at.
+    rebalance: Option<u64>,
+    /// The last file rebalancing looked at.
+    rebalance_files: Option<String>,
 }
 
 /// What the start-up sweep did.
@@ -108,8 +122,7 @@ impl Replication {
 
     /// Runs rounds until `stop` turns true.
     pub(crate) async fn run_worker(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let mut scrub_cursor = 0u64;
-        let mut rebalance_cursor = None;
+        let mut cursors = Cursors::default();
         let mut deletes_seen = now_ms();
         let mut next_blob_sweep = tokio::time::Instant::now();
         loop {
@@ -122,11 +135,14 @@ impl Replication {
             if let Err(e) = self.drop_deleted(&mut deletes_seen).await {
                 warn!(error = %e, "checking for deleted photos failed; trying again");
             }
-            if let Err(e) = self.round(&mut scrub_cursor).await {
+            if let Err(e) = self.round(&mut cursors).await {
                 warn!(error = %e, "a replication round failed; trying again");
             }
-            if let Err(e) = self.rebalance_round(&mut rebalance_cursor).await {
+            if let Err(e) = self.rebalance_round(&mut cursors.rebalance).await {
                 warn!(error = %e, "a rebalancing round failed; trying again");
+            }
+            if let Err(e) = self.rebalance_blobs(&mut cursors.rebalance_files).await {
+                warn!(error = %e, "a rebalancing round of plain objects failed; trying again");
             }
             tokio::select! {
                 _ = tokio::time::sleep(self.repair.interval) => {}
@@ -151,14 +167,16 @@ impl Replication {
         Ok(())
     }
 
-    async fn round(&self, scrub_cursor: &mut u64) -> Result<(), ReplicationError> {
+    async fn round(&self, cursors: &mut Cursors) -> Result<(), ReplicationError> {
         let (free, low) = self.store.free_space()?;
         let free = if low { 0 } else { free };
         let catalog = self.catalog.clone();
         tokio::task::spawn_blocking(move || catalog.report_free_space(free)).await??;
         self.repair_round().await?;
         self.repair_blobs().await?;
-        self.scrub_round(scrub_cursor).await?;
+        let budget = self.scrub_budget();
+        self.scrub_round(&mut cursors.scrub, budget).await?;
+        self.scrub_blobs(&mut cursors.scrub_files, budget).await?;
         let catalog = self.catalog.clone();
         let wanted = self.replicas();
         let (counts, files) = tokio::task::spawn_blocking(move || {
@@ -243,11 +261,14 @@ impl Replication {
         }
     }
 
-    /// Re-reads up to a second's worth of local copies from `cursor` on, replacing damaged ones.
-    async fn scrub_round(&self, cursor: &mut u64) -> Result<(), ReplicationError> {
-        let per_round = (u64::from(self.repair.scrub_per_second)
-            * self.repair.interval.as_millis() as u64)
-            .div_ceil(1000);
+    /// Copies (and files) the scrub re-reads per round: a round's worth of its rate.
+    fn scrub_budget(&self) -> u64 {
+        (u64::from(self.repair.scrub_per_second) * self.repair.interval.as_millis() as u64)
+            .div_ceil(1000)
+    }
+
+    /// Re-reads up to `per_round` local copies from `cursor` on, replacing damaged ones.
+    async fn scrub_round(&self, cursor: &mut u64, per_round: u64) -> Result<(), ReplicationError> {
         if per_round == 0 {
             return Ok(());
         }

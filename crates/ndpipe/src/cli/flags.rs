@@ -153,7 +153,8 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_REPAIR_INTERVAL_MS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) repair_interval_ms: Option<u64>,
-    /// Local copies re-read and verified per second, 0: no scrub [scrub_photos_per_second;
+    /// Local copies re-read and verified per second, photos and plain objects' files each, 0:
+    /// no scrub [scrub_photos_per_second;
     /// default: 20].
     #[arg(long, env = "NDPIPE_SCRUB_PHOTOS_PER_SECOND")]
     #[serde(skip_serializing_if = "Option::is_none")]

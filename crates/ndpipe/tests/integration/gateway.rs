@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::common::{Instance, TunerProcess, jpeg, on_postgres, sha256};
-use crate::replication::cluster_of;
+use crate::replication::replicated_node;
 
 const NAMES: [&str; 3] = ["gw-a", "gw-b", "gw-c"];
 const TOKEN: &str = "the-gateway-token";
@@ -87,13 +87,26 @@ pub(crate) struct SecuredCluster {
 }
 
 impl SecuredCluster {
-    /// PipeStores `names` on catalog `url`, the secret written in `dir`; waits until every
-    /// node is registered.
-    pub(crate) async fn start(url: &str, names: &[&str], dir: &Path) -> Self {
+    /// PipeStores `names` on catalog `url` with `extra` flags, the secret written in `dir`;
+    /// waits until every node is registered.
+    pub(crate) async fn start(url: &str, names: &[&str], dir: &Path, extra: &[&str]) -> Self {
         let secret = dir.join("cluster-secret");
         std::fs::write(&secret, "a cluster secret for the gateway tests\n").unwrap();
         let secret = secret.to_str().unwrap().to_string();
-        let (tuner, nodes, s3_ports) = cluster_of(url, names, &["--cluster-secret-file", &secret]);
+        let tuner = TunerProcess::start_with(&[
+            "--catalog",
+            url,
+            "--node-lease-ms",
+            "3000",
+            "--cluster-secret-file",
+            &secret,
+        ]);
+        let mut flags = vec!["--cluster-secret-file", secret.as_str()];
+        flags.extend_from_slice(extra);
+        let (nodes, s3_ports) = names
+            .iter()
+            .map(|name| replicated_node(url, &tuner, name, &flags))
+            .unzip();
         let registered = tuner.wait_for_nodes(names.len()).await;
         SecuredCluster {
             tuner,
@@ -123,7 +136,7 @@ impl SecuredCluster {
 
 async fn gateway_on(url: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = SecuredCluster::start(url, &NAMES, dir.path()).await;
+    let cluster = SecuredCluster::start(url, &NAMES, dir.path(), &[]).await;
     let gateway = cluster.gateway(url, &["--token", TOKEN]);
     let SecuredCluster {
         tuner, mut nodes, ..

@@ -3,7 +3,7 @@
 //! sidecar and a multipart upload put through the gateway read back byte for byte through the
 //! gateway and every node's S3 API; plain objects lie on two nodes each; a holder killed and
 //! removed, repair brings them back to two copies; a delete removes every copy; a damaged copy
-//! is replaced on read; the Replication calls for files refuse a caller without the secret;
+//! is replaced on read, and by the scrub when nobody reads it; the Replication calls for files refuse a caller without the secret;
 //! and an access key made on a PipeStore signs requests at the gateway.
 
 use crate::common::{Instance, cli, free_port, jpeg, on_postgres, sha256};
@@ -19,14 +19,12 @@ const POLLS: u32 = 300;
 /// The plain objects' files of `node` whose name starts with the first 16 hex digits of
 /// `sum` (a file's name begins with its content's SHA-256).
 fn files_of(node: &Instance, sum: &str) -> Vec<std::path::PathBuf> {
-    let Ok(dir) = std::fs::read_dir(node.data.join("objects")) else {
-        return Vec::new();
-    };
-    dir.map(|e| e.unwrap().path())
+    node.plain_object_files()
+        .into_iter()
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&sum[..16]) && n.ends_with(".blob"))
+                .is_some_and(|n| n.starts_with(&sum[..16]))
         })
         .collect()
 }
@@ -76,7 +74,9 @@ fn s3_through_a_gateway_serves_photos_and_plain_objects_from_every_front_door() 
 
 async fn gateway_s3_on(url: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = SecuredCluster::start(url, &NAMES, dir.path()).await;
+    // The scrub re-reads 50 local copies and files a second.
+    let scrub = ["--scrub-photos-per-second", "50"];
+    let cluster = SecuredCluster::start(url, &NAMES, dir.path(), &scrub).await;
     // The gateway reads gs-a's keys.master, which gs-a made when it first started.
     let master = cluster.nodes[0].data.join("keys.master");
     let s3_listen = format!("127.0.0.1:{}", free_port());
@@ -246,6 +246,21 @@ print(json.dumps({{'labels': head['Metadata'].get('ndpipe-labels', ''),
         "the copy is replaced"
     );
     assert_eq!(holders_of(&[other], &big_sum), 1);
+    // A damaged copy nobody reads: the scrub finds and replaces it.
+    let file = &files_of(other, &big_sum)[0];
+    let mut bytes = std::fs::read(file).unwrap();
+    bytes[7] ^= 0x01;
+    std::fs::write(file, &bytes).unwrap();
+    let mut polls = 0;
+    while sha256(&std::fs::read(file).unwrap()) != big_sum {
+        polls += 1;
+        assert!(
+            polls < POLLS,
+            "the scrub did not replace the damaged copy\n{}",
+            other.log()
+        );
+        tokio::time::sleep(POLL).await;
+    }
 
     // A delete through the gateway removes both copies of the sidecar.
     let gone = boto3(

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::common::{Instance, TunerProcess, cli, free_port, jpeg, on_postgres, sha256};
 use crate::replica_features::features_of;
-use crate::s3::unsigned_aws;
+use crate::s3::{boto3_at, unsigned_aws};
 
 const NAMES: [&str; 3] = ["rp-a", "rp-b", "rp-c"];
 /// Pause between two looks at something the cluster does in the background.
@@ -103,8 +103,8 @@ pub(crate) fn cluster_of(
     (tuner, nodes, s3_ports)
 }
 
-/// PipeStore `name` of a cluster with two copies of every photo, with `extra` flags and S3 on
-/// the port returned beside it.
+/// PipeStore `name` of a cluster with two copies of every photo, with `extra` flags (which
+/// take the place of the same two-copy settings) and S3 on the port returned beside it.
 pub(crate) fn replicated_node(
     url: &str,
     tuner: &TunerProcess,
@@ -114,7 +114,12 @@ pub(crate) fn replicated_node(
     let port = free_port();
     let s3 = format!("127.0.0.1:{port}");
     let mut flags = vec!["--catalog", url, "--s3-listen", s3.as_str()];
-    flags.extend(faultbench::TWO_COPIES);
+    // The two-copy settings, but those `extra` gives otherwise.
+    for setting in faultbench::TWO_COPIES.chunks(2) {
+        if !extra.contains(&setting[0]) {
+            flags.extend(setting);
+        }
+    }
     flags.extend_from_slice(extra);
     (Instance::start_pipestore(&tuner.grpc, name, &flags), port)
 }
@@ -332,7 +337,7 @@ fn a_new_node_takes_its_share_of_the_photos() {
 /// share to it: every node within 15% of an even share, every photo at exactly two copies, and
 /// every photo reads back through every node. Drained, the third node gives its copies back.
 async fn rebalanced_on(url: &str) {
-    let (tuner, mut nodes, _) = cluster_of(url, &NAMES[..2], &[]);
+    let (tuner, mut nodes, s3_ports) = cluster_of(url, &NAMES[..2], &[]);
     tuner.wait_for_nodes(2).await;
     let mut acked = BTreeMap::new();
     for seed in 0..100 {
@@ -341,7 +346,18 @@ async fn rebalanced_on(url: &str) {
             .unwrap_or_else(|e| panic!("upload {seed}: {e:?}\n{}", nodes[0].log()));
         acked.insert(id, sum);
     }
-    nodes.push(replicated_node(url, &tuner, NAMES[2], &[]).0);
+    // And 60 plain objects (sidecars) through rp-a's S3 API, on both nodes.
+    let s3_a = format!("http://127.0.0.1:{}", s3_ports[0]);
+    let put = boto3_at(
+        &[&s3_a],
+        "s3.create_bucket(Bucket='side')\n\
+         for i in range(60):\n\
+         \x20   s3.put_object(Bucket='side', Key=f'{i}.json', Body=json.dumps({'n': i}).encode())\n\
+         print('{}')",
+    );
+    assert!(put.is_ok(), "{put:?}\n{}", nodes[0].log());
+    let (node_c, s3_c) = replicated_node(url, &tuner, NAMES[2], &[]);
+    nodes.push(node_c);
     tuner.wait_for_nodes(3).await;
     // 200 copies on three nodes: 66.7 each, within 15%.
     let even = 200.0 / 3.0;
@@ -369,11 +385,29 @@ async fn rebalanced_on(url: &str) {
         );
         tokio::time::sleep(POLL).await;
     }
+    // The plain objects spread too: 120 files, two per object, a share of them on rp-c (40
+    // on average; fewer than 20 would be five standard deviations below), every one intact
+    // through rp-c.
+    let mut polls = 0;
+    loop {
+        let files: Vec<usize> = nodes.iter().map(|n| n.plain_object_files().len()).collect();
+        if files.iter().sum::<usize>() == 120 && files[2] >= 20 {
+            break;
+        }
+        polls += 1;
+        assert!(polls < POLLS, "plain objects per node {files:?}");
+        tokio::time::sleep(POLL).await;
+    }
+    let read = boto3_at(
+        &[&format!("http://127.0.0.1:{s3_c}")],
+        "print(json.dumps([json.loads(s3.get_object(Bucket='side', Key=f'{i}.json')['Body'].read())['n'] for i in range(60)]))",
+    );
+    assert_eq!(read, Ok(serde_json::json!((0..60).collect::<Vec<_>>())));
     let mut moved = 0.0;
     for node in &nodes {
         moved += metric(node, "ndpipe_store_replication_rebalanced_total").await;
     }
-    assert!(moved >= 50.0, "{moved} photos moved");
+    assert!(moved >= 70.0, "{moved} photos and plain objects moved");
     for node in &nodes {
         all_read_back(node, &acked).await;
     }
@@ -390,11 +424,15 @@ async fn rebalanced_on(url: &str) {
     let mut polls = 0;
     loop {
         let counts = futures::future::join_all(nodes.iter().map(stored)).await;
-        if counts == [100, 100, 0] {
+        let files: Vec<usize> = nodes.iter().map(|n| n.plain_object_files().len()).collect();
+        if counts == [100, 100, 0] && files == [60, 60, 0] {
             break;
         }
         polls += 1;
-        assert!(polls < POLLS, "copies per node {counts:?} after the drain");
+        assert!(
+            polls < POLLS,
+            "copies per node {counts:?}, plain objects {files:?} after the drain"
+        );
         tokio::time::sleep(POLL).await;
     }
     all_read_back(&nodes[0], &acked).await;

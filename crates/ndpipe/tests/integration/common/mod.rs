@@ -334,6 +334,19 @@ impl Instance {
         v
     }
 
+    /// The files of plain S3 objects this node holds (`DATA/objects/*.blob`), in name order.
+    pub(crate) fn plain_object_files(&self) -> Vec<PathBuf> {
+        let Ok(dir) = std::fs::read_dir(self.data.join("objects")) else {
+            return Vec::new();
+        };
+        let mut v: Vec<PathBuf> = dir
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "blob"))
+            .collect();
+        v.sort();
+        v
+    }
+
     /// A blocking-free HTTP client.
     pub(crate) fn client(&self) -> reqwest::Client {
         reqwest::Client::new()
