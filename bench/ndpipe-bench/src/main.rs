@@ -18,6 +18,7 @@ mod infer;
 mod ingest;
 mod int8;
 mod replication;
+mod replication_s3;
 mod rollout;
 mod rollout_slow;
 mod rsweep;

@@ -4,6 +4,9 @@
 //! same run), read throughput of every photo through node 0 (for more than one copy, a photo
 //! node 0 does not hold is read from another node), and with two copies, the repair rate after
 //! node 2 is stopped and removed (photos and MB per second until none is under-replicated).
+//! Then plain objects (64 KiB files that are not photos) put and read through node 0's S3 API,
+//! and with more than one copy, photos through a gateway's `/v1` and plain objects through its
+//! S3 API (`replication_s3.rs`).
 //! Every round starts a fresh cluster on a fresh database; mean and range over the rounds.
 //! Then, with real processes (the `ndpipe` binary beside this one; `faultbench`'s
 //! `failover.rs`), the time of a fine-tune over three nodes with two copies that loses a node
@@ -22,6 +25,7 @@ use ndpipe_tuner::Tuner;
 use serde_json::Value;
 
 use crate::cluster::{any_port, client, store_config};
+use crate::replication_s3 as s3;
 
 /// PipeStores in every cluster.
 const NODES: usize = 3;
@@ -35,6 +39,9 @@ pub(crate) struct ReplicationBench {
     /// Requests in flight at once.
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
+    /// Plain objects (64 KiB each) put and read through S3 per cluster.
+    #[arg(long, default_value_t = 300)]
+    plain_objects: usize,
     /// Rounds per copy count (a fresh cluster each; 0: only the fine-tune losing a node).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -74,6 +81,22 @@ struct Round {
     read_photos_per_s: f64,
     repair_photos_per_s: Option<f64>,
     repair_mb_per_s: Option<f64>,
+    /// Plain objects through node 0's S3 API.
+    plain_put_per_s: f64,
+    plain_get_per_s: f64,
+    /// Photos through a gateway's `/v1` (more than one copy only).
+    gateway_upload_photos_per_s: Option<f64>,
+    /// Plain objects through a gateway's S3 API (more than one copy only).
+    gateway_plain_put_per_s: Option<f64>,
+}
+
+/// What every round uploads.
+struct Workload {
+    photos: Vec<Vec<u8>>,
+    megabytes: f64,
+    /// Other photos, for the gateway.
+    gateway_photos: Vec<Vec<u8>>,
+    plain: Vec<Vec<u8>>,
 }
 
 /// Runs `ndpipe-bench replication`.
@@ -85,11 +108,19 @@ pub(crate) async fn run(args: ReplicationBench) -> Result<()> {
     let photos: Vec<Vec<u8>> = (0..args.photos).map(jpeg).collect();
     let megabytes = photos.iter().map(Vec::len).sum::<usize>() as f64 / 1e6;
     println!(
-        "bench replication: {NODES} PipeStores on PostgreSQL, {} JPEGs ({megabytes:.1} MB), {} in flight, {} rounds",
+        "bench replication: {NODES} PipeStores on PostgreSQL, {} JPEGs ({megabytes:.1} MB), {} plain objects of {} KiB, {} in flight, {} rounds",
         photos.len(),
+        args.plain_objects,
+        s3::PLAIN_BYTES >> 10,
         args.concurrency,
         args.rounds
     );
+    let work = Workload {
+        gateway_photos: (0..args.photos / 2).map(|i| jpeg(1_000_000 + i)).collect(),
+        plain: s3::plain_objects(args.plain_objects),
+        photos,
+        megabytes,
+    };
     let mut rounds = Vec::new();
     for round in 0..args.rounds {
         for &r in &args.replicas {
@@ -98,7 +129,7 @@ pub(crate) async fn run(args: ReplicationBench) -> Result<()> {
             })
             .await?
             .context("PostgreSQL is needed (NDPIPE_SKIP_POSTGRES is set)")?;
-            let result = one_round(&args, &db.url, r, &photos, megabytes).await;
+            let result = one_round(&args, &db.url, r, &work).await;
             tokio::task::spawn_blocking(move || drop(db)).await?;
             let result = result.with_context(|| format!("round {round}, {r} copies"))?;
             eprintln!("  round {round}, {r} copies: {result:?}");
@@ -113,6 +144,7 @@ pub(crate) async fn run(args: ReplicationBench) -> Result<()> {
         failover.push(result);
     }
     print_table(&rounds, &args.replicas);
+    print_s3_table(&rounds, &args.replicas);
     print_failover(&failover);
     if let Some(path) = &args.json {
         let all = serde_json::json!({"copies": rounds, "failover": failover});
@@ -189,9 +221,9 @@ async fn one_round(
     args: &ReplicationBench,
     url: &str,
     replicas: u32,
-    photos: &[Vec<u8>],
-    megabytes: f64,
+    work: &Workload,
 ) -> Result<Round> {
+    let (photos, megabytes) = (&work.photos, work.megabytes);
     let dir = tempfile::tempdir()?;
     let tuner_config = ndpipe_tuner::Config {
         data: dir.path().join("tuner"),
@@ -220,6 +252,7 @@ async fn one_round(
             replicas: Some(replicas),
             repair_interval_ms: 200,
             scrub_photos_per_second: 0,
+            s3_listen: (i == 0).then(any_port),
             ..store_config(dir.path().join(format!("node{i}")), Some(&args.model_dir))
         };
         nodes.push(PipeStore::open(config).await?.start(None, None).await?);
@@ -232,6 +265,10 @@ async fn one_round(
     let started = Instant::now();
     read_all(&front, &ids, args.concurrency).await?;
     let read_s = started.elapsed().as_secs_f64();
+    let s3_addr = nodes[0].s3_addr().context("node 0 serves S3")?;
+    let plain = work.plain.len() as f64;
+    let put_s = s3::put_plain(s3_addr, "bench", &work.plain, args.concurrency).await?;
+    let get_s = s3::get_plain(s3_addr, "bench", &work.plain, args.concurrency).await?;
     let mut round = Round {
         replicas,
         upload_photos_per_s: photos.len() as f64 / upload_s,
@@ -239,7 +276,20 @@ async fn one_round(
         read_photos_per_s: ids.len() as f64 / read_s,
         repair_photos_per_s: None,
         repair_mb_per_s: None,
+        plain_put_per_s: plain / put_s,
+        plain_get_per_s: plain / get_s,
+        gateway_upload_photos_per_s: None,
+        gateway_plain_put_per_s: None,
     };
+    if replicas > 1 {
+        let (gateway, _staging) = s3::start_gateway(url, replicas).await?;
+        let photos_s = s3::gateway_photos(&gateway, &work.gateway_photos, args.concurrency).await?;
+        let gw_s3 = gateway.s3_addr().context("the gateway serves S3")?;
+        let plain_s = s3::put_plain(gw_s3, "gateway", &work.plain, args.concurrency).await?;
+        round.gateway_upload_photos_per_s = Some(work.gateway_photos.len() as f64 / photos_s);
+        round.gateway_plain_put_per_s = Some(plain / plain_s);
+        gateway.stop().await?;
+    }
     if replicas == 2 {
         let lost = nodes.pop().context("three nodes")?;
         lost.stop().await?;
@@ -290,7 +340,11 @@ async fn wait_live(tuner: &std::sync::Arc<Tuner>, n: usize) -> Result<()> {
     }
 }
 
-async fn upload_all(front: &Client, photos: &[Vec<u8>], concurrency: usize) -> Result<Vec<u64>> {
+pub(crate) async fn upload_all(
+    front: &Client,
+    photos: &[Vec<u8>],
+    concurrency: usize,
+) -> Result<Vec<u64>> {
     let uploads = futures::stream::iter(photos.iter().cloned())
         .map(|bytes| async move { front.upload(bytes, None, None).await })
         .buffer_unordered(concurrency)
@@ -394,5 +448,44 @@ fn print_table(rounds: &[Round], replicas: &[u32]) {
     }
     println!(
         "(mean over rounds, range in brackets; one copy: each photo stays where it was uploaded)"
+    );
+}
+
+/// The S3 table: plain objects through node 0 (ratio to one copy) and the gateway's figures.
+fn print_s3_table(rounds: &[Round], replicas: &[u32]) {
+    if rounds.is_empty() {
+        return;
+    }
+    let of = |r: u32| {
+        rounds
+            .iter()
+            .filter(|x| x.replicas == r)
+            .collect::<Vec<_>>()
+    };
+    let reference = stats(&of(1), |r| Some(r.plain_put_per_s)).map_or(f64::NAN, |s| s.0);
+    let cell = |s: Option<(f64, f64, f64)>| {
+        s.map_or("-".to_string(), |(m, lo, hi)| {
+            format!("{m:.1} ({lo:.1}-{hi:.1})")
+        })
+    };
+    println!(
+        "\n| copies | S3 plain PUT objects/s (node 0) | ratio to 1 copy | S3 plain GET objects/s (node 0) | gateway /v1 photos/s | gateway S3 plain PUT objects/s |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for &r in replicas {
+        let rows = of(r);
+        let put = stats(&rows, |x| Some(x.plain_put_per_s));
+        println!(
+            "| {r} | {} | {:.2} | {} | {} | {} |",
+            cell(put),
+            put.map_or(f64::NAN, |s| s.0) / reference,
+            cell(stats(&rows, |x| Some(x.plain_get_per_s))),
+            cell(stats(&rows, |x| x.gateway_upload_photos_per_s)),
+            cell(stats(&rows, |x| x.gateway_plain_put_per_s)),
+        );
+    }
+    println!(
+        "(plain objects of {} KiB; one copy: each object stays on node 0; the gateway runs beside node 0's front door, in the same process)",
+        s3::PLAIN_BYTES >> 10
     );
 }
