@@ -78,6 +78,9 @@ struct Round {
     replicas: u32,
     upload_photos_per_s: f64,
     upload_mb_per_s: f64,
+    /// Photos uploaded and labelled per second, until the last one's labels are filed (one
+    /// copy acknowledges before labelling, more copies after).
+    labelled_photos_per_s: f64,
     read_photos_per_s: f64,
     repair_photos_per_s: Option<f64>,
     repair_mb_per_s: Option<f64>,
@@ -262,6 +265,8 @@ async fn one_round(
     let started = Instant::now();
     let ids = upload_all(&front, photos, args.concurrency).await?;
     let upload_s = started.elapsed().as_secs_f64();
+    wait_labelled(&nodes, photos.len()).await?;
+    let labelled_s = started.elapsed().as_secs_f64();
     let started = Instant::now();
     read_all(&front, &ids, args.concurrency).await?;
     let read_s = started.elapsed().as_secs_f64();
@@ -273,6 +278,7 @@ async fn one_round(
         replicas,
         upload_photos_per_s: photos.len() as f64 / upload_s,
         upload_mb_per_s: megabytes / upload_s,
+        labelled_photos_per_s: photos.len() as f64 / labelled_s,
         read_photos_per_s: ids.len() as f64 / read_s,
         repair_photos_per_s: None,
         repair_mb_per_s: None,
@@ -383,22 +389,54 @@ async fn wait_repaired(front: &Client) -> Result<()> {
     }
 }
 
-/// Copies made and bytes copied by repair on the surviving nodes.
-async fn repair_work(nodes: &[ndpipe_store::Running]) -> Result<(f64, f64)> {
-    let (mut copies, mut bytes) = (0.0, 0.0);
+/// The sum over `nodes` of each metric in `names`, from their `/metrics`.
+async fn metric_sums<const N: usize>(
+    nodes: &[ndpipe_store::Running],
+    names: [&str; N],
+) -> Result<[f64; N]> {
+    let mut sums = [0.0; N];
     for node in nodes {
         let text = client(node.http_addr())?.get_bytes("/metrics").await?;
         let text = String::from_utf8_lossy(&text);
-        let value = |name: &str| {
-            text.lines()
+        for (sum, name) in sums.iter_mut().zip(names) {
+            *sum += text
+                .lines()
                 .find_map(|l| l.strip_prefix(&format!("{name} ")))
                 .and_then(|v| v.trim().parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        copies += value("ndpipe_store_replication_copies_made_total");
-        bytes += value("ndpipe_store_replication_copied_bytes_total");
+                .unwrap_or(0.0);
+        }
     }
+    Ok(sums)
+}
+
+/// Copies made and bytes copied by repair on the surviving nodes.
+async fn repair_work(nodes: &[ndpipe_store::Running]) -> Result<(f64, f64)> {
+    let [copies, bytes] = metric_sums(
+        nodes,
+        [
+            "ndpipe_store_replication_copies_made_total",
+            "ndpipe_store_replication_copied_bytes_total",
+        ],
+    )
+    .await?;
     Ok((copies, bytes))
+}
+
+/// Waits until `nodes` have labelled `photos` photos between them (a hang guard fails after
+/// 10 minutes).
+async fn wait_labelled(nodes: &[ndpipe_store::Running], photos: usize) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let [labelled] = metric_sums(nodes, ["ndpipe_store_labelled_total"]).await?;
+        if labelled >= photos as f64 {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{labelled} of {photos} photos labelled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Mean and (min, max) of `f` over `rounds`.
@@ -424,23 +462,28 @@ fn print_table(rounds: &[Round], replicas: &[u32]) {
             .collect::<Vec<_>>()
     };
     let reference = stats(&of(1), |r| Some(r.upload_photos_per_s)).map_or(f64::NAN, |s| s.0);
+    let labelled_reference =
+        stats(&of(1), |r| Some(r.labelled_photos_per_s)).map_or(f64::NAN, |s| s.0);
     let cell = |s: Option<(f64, f64, f64)>| {
         s.map_or("-".to_string(), |(m, lo, hi)| {
             format!("{m:.1} ({lo:.1}-{hi:.1})")
         })
     };
     println!(
-        "\n| copies | upload photos/s | upload MB/s | ratio to 1 copy | read photos/s | repair photos/s | repair MB/s |"
+        "\n| copies | upload photos/s | upload MB/s | ratio to 1 copy | uploaded and labelled photos/s | ratio to 1 copy | read photos/s | repair photos/s | repair MB/s |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for &r in replicas {
         let rows = of(r);
         let up = stats(&rows, |x| Some(x.upload_photos_per_s));
+        let labelled = stats(&rows, |x| Some(x.labelled_photos_per_s));
         println!(
-            "| {r} | {} | {} | {:.2} | {} | {} | {} |",
+            "| {r} | {} | {} | {:.2} | {} | {:.2} | {} | {} | {} |",
             cell(up),
             cell(stats(&rows, |x| Some(x.upload_mb_per_s))),
             up.map_or(f64::NAN, |s| s.0) / reference,
+            cell(labelled),
+            labelled.map_or(f64::NAN, |s| s.0) / labelled_reference,
             cell(stats(&rows, |x| Some(x.read_photos_per_s))),
             cell(stats(&rows, |x| x.repair_photos_per_s)),
             cell(stats(&rows, |x| x.repair_mb_per_s)),
