@@ -1,7 +1,8 @@
 //! S3 through a gateway in front of three PipeStores on one PostgreSQL catalog with two copies
 //! of everything, all real processes behind a cluster secret, driven by boto3: a photo, a
 //! sidecar and a multipart upload put through the gateway read back byte for byte through the
-//! gateway and every node's S3 API; plain objects lie on two nodes each; a holder killed and
+//! gateway and every node's S3 API; plain objects lie on two nodes each; a put placed on a holder
+//! that cannot write fails with 503 and leaves nothing behind; a holder killed and
 //! removed, repair brings them back to two copies; a delete removes every copy; a damaged copy
 //! is replaced on read, and by the scrub when nobody reads it; the Replication calls for files refuse a caller without the secret;
 //! and an access key made on a PipeStore signs requests at the gateway.
@@ -161,6 +162,64 @@ print(json.dumps({{'labels': head['Metadata'].get('ndpipe-labels', ''),
     assert_eq!(holders_of(&all, &side_sum), 2);
     assert_eq!(holders_of(&all, &big_sum), 2);
     assert_eq!(holders_of(&all, &photo_sum), 0);
+
+    // A holder that cannot write (its objects folder replaced by a file): every plain object
+    // placed on it fails with 503 ServiceUnavailable and leaves nothing behind, no key and no
+    // copy on the other holder; the others are stored.
+    let folder = nodes[2].data.join("objects");
+    let aside = nodes[2].data.join("objects.aside");
+    std::fs::rename(&folder, &aside).unwrap();
+    std::fs::write(&folder, b"not a folder").unwrap();
+    let tried = boto3(
+        &gateway,
+        &[&gw],
+        r#"
+s3.create_bucket(Bucket='broken')
+out = []
+for i in range(24):
+    try:
+        s3.put_object(Bucket='broken', Key=f'{i}', Body=f'broken object {i}'.encode())
+        put = 200
+    except botocore.exceptions.ClientError as e:
+        put = e.response['ResponseMetadata']['HTTPStatusCode']
+        assert e.response['Error']['Code'] == 'ServiceUnavailable', e.response
+    try:
+        s3.head_object(Bucket='broken', Key=f'{i}')
+        head = 200
+    except botocore.exceptions.ClientError as e:
+        head = e.response['ResponseMetadata']['HTTPStatusCode']
+    out.append([put, head])
+for i in range(24):
+    s3.delete_object(Bucket='broken', Key=f'{i}')
+print(json.dumps(out))
+"#,
+    );
+    std::fs::remove_file(&folder).unwrap();
+    std::fs::rename(&aside, &folder).unwrap();
+    let tried: Vec<(u64, u64)> = tried
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t[0].as_u64().unwrap(), t[1].as_u64().unwrap()))
+        .collect();
+    let failed: Vec<usize> = (0..24).filter(|&i| tried[i].0 == 503).collect();
+    // Each object lands on gs-c with probability 2/3: all 24 or none of them would be 1 in
+    // 17,000 or 1 in 3 x 10^11.
+    assert!(
+        !failed.is_empty() && failed.len() < 24,
+        "{tried:?}\n{}",
+        gateway.log()
+    );
+    for (i, outcome) in tried.iter().enumerate() {
+        assert!(
+            [(200, 200), (503, 404)].contains(outcome),
+            "object {i}: a stored one reads, a failed put leaves no key: {outcome:?}"
+        );
+    }
+    for i in failed {
+        let sum = sha256(format!("broken object {i}").as_bytes());
+        assert_eq!(holders_of(&all, &sum), 0, "object {i} left a copy behind");
+    }
 
     // The Replication calls for files refuse a caller without the cluster secret.
     {
