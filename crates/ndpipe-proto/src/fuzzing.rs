@@ -280,6 +280,7 @@ mod tests {
                 grpc_url: "http://127.0.0.1:7001".into(),
                 name: "node-a".into(),
                 active_version: "v1".into(),
+                replicas: 0,
             },
         );
         seed(

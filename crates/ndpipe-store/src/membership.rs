@@ -40,6 +40,8 @@ pub(crate) struct Member {
     pub(crate) tls: Option<Tls>,
     /// Where the membership's state is told, for `/readyz`.
     pub(crate) readiness: Arc<Readiness>,
+    /// Copies of each photo this node keeps, told to the Tuner.
+    pub(crate) replicas: u32,
 }
 
 /// Whether the node is in its cluster, for `/readyz`: it is when it joins no Tuner, or when its
@@ -153,6 +155,7 @@ impl Session {
             grpc_url: self.member.url.clone(),
             name: self.member.name.clone(),
             active_version: version.to_string(),
+            replicas: self.member.replicas,
         };
         let call = self.client.register(self.request(request));
         let reply = transport::unary(CALL_DEADLINE, call).await?;
@@ -167,6 +170,7 @@ impl Session {
             node_id: id,
             name: self.member.name.clone(),
             active_version: version.to_string(),
+            replicas: self.member.replicas,
         };
         let call = self.client.heartbeat(self.request(request));
         let reply = transport::unary(CALL_DEADLINE, call).await?;

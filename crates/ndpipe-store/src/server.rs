@@ -187,6 +187,7 @@ impl PipeStore {
             jobs,
             ingestor,
             store,
+            replicas: config.replicas(),
         };
         if let Some(tuner) = config.tuner {
             running.join(tuner);
@@ -213,6 +214,8 @@ pub struct Running {
     jobs: Arc<Jobs>,
     ingestor: Arc<Ingestor>,
     store: Arc<PhotoStore>,
+    /// Copies of each photo (`config.replicas()`), told to the Tuner.
+    replicas: u32,
 }
 
 impl Running {
@@ -250,6 +253,7 @@ impl Running {
             secret: self.cluster_secret.clone(),
             tls: self.tls.clone(),
             readiness: self.readiness.clone(),
+            replicas: self.replicas,
         };
         self.readiness.start_joining();
         if let Some(old) = self.membership.take() {

@@ -57,6 +57,9 @@ pub struct Config {
     /// A PipeStore's lease, in ms: it heartbeats three times per lease, and a node whose lease
     /// ran out is left out of jobs (and reported) instead of waited for.
     pub node_lease_ms: u64,
+    /// The repair job that follows a node's removal fails when the photos and plain objects
+    /// short of copies have not gone down for this long, in ms.
+    pub repair_stall_ms: u64,
 }
 
 impl Config {
@@ -105,6 +108,7 @@ impl Default for Config {
             ort_lib: None,
             max_backbone_bytes: 512 << 20,
             node_timeout_ms: 30_000,
+            repair_stall_ms: 600_000,
             node_lease_ms: 15_000,
         }
     }

@@ -19,6 +19,7 @@ use crate::backbones::Backbones;
 use crate::jobs::{JobKind, JobResult, JobView, Jobs, Progress};
 use crate::nodes::{Members, Nodes};
 use crate::registry::Registry;
+use crate::repair;
 use crate::{
     Config, DeployReport, FinetuneReport, FinetuneRequest, Mode, RolloutReport, TunerError, deploy,
     failover, rollout,
@@ -56,6 +57,8 @@ pub(crate) struct Core {
     /// Wakes the syncer, which brings lagging nodes to the active version.
     pub(crate) sync_wake: Arc<Notify>,
     pub(crate) sync_started: AtomicBool,
+    /// How long a repair job waits for progress before it fails.
+    repair_stall: Duration,
 }
 
 /// A job's outcome, for an in-process caller that waits for it.
@@ -112,7 +115,27 @@ impl Core {
             lock: Arc::new(Mutex::new(())),
             sync_wake: Arc::new(Notify::new()),
             sync_started: AtomicBool::new(false),
+            repair_stall: Duration::from_millis(config.repair_stall_ms),
         })
+    }
+
+    /// Forgets node `name`; on a replicated cluster, starts the job that follows the repair of
+    /// what it held (its view; `None` without replication).
+    pub(crate) fn remove_node(self: &Arc<Self>, name: &str) -> Result<Option<JobView>, TunerError> {
+        let wanted = self.nodes.wanted_copies();
+        self.nodes.remove(name)?;
+        let Some(catalog) = self.replicas.clone().filter(|_| wanted >= 2) else {
+            return Ok(None);
+        };
+        let request = serde_json::json!({ "node": name, "replicas": wanted });
+        let progress = self.jobs.start(JobKind::Repair, request, Vec::new())?;
+        let view = progress.view()?;
+        let (node, stall) = (name.to_string(), self.repair_stall);
+        tokio::spawn(async move {
+            let outcome = repair::follow(catalog, &progress, node, wanted, stall).await;
+            progress.finish(outcome.as_ref().map(|r| JobResult::Repair(r.clone())));
+        });
+        Ok(Some(view))
     }
 
     /// Replaces the Tuner's own backbone (for conventional mode).

@@ -93,6 +93,9 @@ pub enum TunerError {
     /// A job id that the Tuner does not know.
     #[error("unknown job {0}")]
     UnknownJob(String),
+    /// Repair after a node's removal stopped making progress.
+    #[error("repair stalled: {0}")]
+    RepairStalled(String),
     /// The registry's catalog failed.
     #[error(transparent)]
     Catalog(#[from] ndpipe_catalog::CatalogError),
@@ -148,6 +151,7 @@ impl TunerError {
             TunerError::UnknownBackbone(_) => "unknown_backbone",
             TunerError::UnknownNode(_) => "unknown_node",
             TunerError::UnknownJob(_) => "unknown_job",
+            TunerError::RepairStalled(_) => "repair_stalled",
             TunerError::Node { .. } => "node_failed",
             TunerError::DeployAborted { .. } => "deploy_aborted",
             TunerError::EmptyData => "no_training_data",

@@ -1,4 +1,4 @@
-//! Background jobs: a fine-tuning job, a deploy or a rollout runs in a task of its own, so a client going
+//! Background jobs: a fine-tuning job, a deploy, a rollout or the following of a repair runs in a task of its own, so a client going
 //! away never cancels it. Its phase, per-node progress and outcome are kept here and in the
 //! Tuner's job log (a catalog [`JobLog`] in `registry.sqlite`), so `GET /v1/tuner/jobs/{id}`
 //! answers while it runs and after it ended, across restarts too: a job that was running when
@@ -13,7 +13,7 @@ use ndpipe_util::time::now_ms;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::{DeployReport, FinetuneReport, RolloutReport, TunerError};
+use crate::{DeployReport, FinetuneReport, RepairReport, RolloutReport, TunerError};
 
 /// What a job does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,6 +25,9 @@ pub enum JobKind {
     Deploy,
     /// A rollout of a kept backbone to every node.
     Rollout,
+    /// Repair after a node's removal, followed until every photo and plain object is back at
+    /// its copies.
+    Repair,
 }
 
 /// Where a job stands.
@@ -45,6 +48,8 @@ pub enum Phase {
     Relabelling,
     /// The nodes switch to the rolled-out backbone.
     Committing,
+    /// The PipeStores copy a removed node's photos and plain objects again.
+    Repairing,
     /// Finished; the result is there.
     Done,
     /// Failed; the error is there.
@@ -78,6 +83,8 @@ pub enum JobResult {
     Deploy(DeployReport),
     /// A rollout's report.
     Rollout(RolloutReport),
+    /// A repair's report.
+    Repair(RepairReport),
 }
 
 /// Why a job failed.
@@ -190,6 +197,7 @@ impl Jobs {
             JobKind::Finetune => "ft",
             JobKind::Deploy => "deploy",
             JobKind::Rollout => "rollout",
+            JobKind::Repair => "repair",
         };
         let view = JobView {
             id: format!("{prefix}-{now}"),
@@ -198,6 +206,7 @@ impl Jobs {
                 JobKind::Finetune => Phase::Surveying,
                 JobKind::Deploy => Phase::Deploying,
                 JobKind::Rollout => Phase::Staging,
+                JobKind::Repair => Phase::Repairing,
             },
             request,
             created_ms: now,

@@ -155,6 +155,8 @@ pub(crate) struct Nodes {
     clients: Mutex<HashMap<u32, (String, NodeClient)>>,
     /// Why bringing a node to the active version failed last, by node id.
     sync_errors: Mutex<HashMap<u32, String>>,
+    /// The copies of each photo every node said it keeps, by node id.
+    copies: Mutex<HashMap<u32, u32>>,
 }
 
 impl Nodes {
@@ -176,7 +178,19 @@ impl Nodes {
             traffic: Arc::default(),
             clients: Mutex::new(HashMap::new()),
             sync_errors: Mutex::new(HashMap::new()),
+            copies: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Records that node `id` keeps `replicas` copies of each photo (its register and
+    /// heartbeat say so).
+    pub(crate) fn report_copies(&self, id: u32, replicas: u32) {
+        lock(&self.copies).insert(id, replicas);
+    }
+
+    /// The most copies of each photo a registered node said it keeps (0 before any said).
+    pub(crate) fn wanted_copies(&self) -> u32 {
+        lock(&self.copies).values().copied().max().unwrap_or(0)
     }
 
     /// The bytes sent and received over every node's channel, counted at the transport.
@@ -269,6 +283,7 @@ impl Nodes {
         if let Some(id) = id {
             lock(&self.clients).remove(&id);
             lock(&self.sync_errors).remove(&id);
+            lock(&self.copies).remove(&id);
         }
         info!(name, "node removed");
         Ok(())

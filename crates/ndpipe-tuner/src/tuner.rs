@@ -219,9 +219,10 @@ impl Tuner {
     }
 
     /// Forgets node `name`; it must register again to come back (a running PipeStore does so
-    /// at its next heartbeat, under a new id).
-    pub fn remove_node(&self, name: &str) -> Result<(), TunerError> {
-        self.core.nodes.remove(name)
+    /// at its next heartbeat, under a new id). On a replicated cluster, also starts the job
+    /// that follows the repair of what the node held, and returns it. Needs a Tokio runtime.
+    pub fn remove_node(&self, name: &str) -> Result<Option<JobView>, TunerError> {
+        self.core.remove_node(name)
     }
 
     /// Standalone `ndpipe tuner`: binds `config.listen` (HTTP) and `config.grpc_listen` (gRPC)

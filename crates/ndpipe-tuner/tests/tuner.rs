@@ -101,6 +101,7 @@ async fn the_http_api_maps_errors_and_guards_writes_and_nodes_register_over_grpc
         grpc_url: "http://127.0.0.1:9".into(),
         name: name.into(),
         active_version: "pretrained-1".into(),
+        replicas: 1,
     };
     let reply = client
         .register(register("ps-a"))
@@ -114,6 +115,7 @@ async fn the_http_api_maps_errors_and_guards_writes_and_nodes_register_over_grpc
         node_id,
         name: name.into(),
         active_version: "pretrained-1".into(),
+        replicas: 1,
     };
     client.heartbeat(beat(1, "ps-a")).await.unwrap();
     let unknown = client.heartbeat(beat(7, "ps-a")).await.unwrap_err();

@@ -145,6 +145,16 @@ impl Client {
         Self::check(resp, path).await.map(drop)
     }
 
+    /// DELETE a resource, expecting JSON back.
+    pub async fn delete_json<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        let resp = self
+            .authed(self.http.delete(self.url(path)))
+            .send()
+            .await
+            .with_context(|| format!("DELETE {path}"))?;
+        Self::json(resp, path).await
+    }
+
     /// POST a JSON body, expecting JSON back. No timeout: fine-tuning can take minutes.
     pub async fn post_json_body<T: DeserializeOwned>(
         &self,

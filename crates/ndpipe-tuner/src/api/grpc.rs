@@ -79,6 +79,7 @@ impl TunerRpc for TunerService {
             .nodes
             .register(&req.name, &req.grpc_url, reported(&req.active_version))
             .map_err(status)?;
+        self.0.nodes.report_copies(record.id, req.replicas);
         let (active_version, heartbeat_ms) = self.answer(&record)?;
         Ok(Response::new(RegisterReply {
             node_id: record.id,
@@ -98,6 +99,7 @@ impl TunerRpc for TunerService {
             .nodes
             .renew(req.node_id, &req.name, reported(&req.active_version))
             .map_err(status)?;
+        self.0.nodes.report_copies(record.id, req.replicas);
         let (active_version, heartbeat_ms) = self.answer(&record)?;
         Ok(Response::new(HeartbeatReply {
             active_version,

@@ -2,7 +2,8 @@
 //!
 //! - `GET /v1/tuner/nodes`: the registered PipeStores with their state, lease and version;
 //!   `POST /v1/tuner/nodes/{name}/drain` (it takes no new work), `POST
-//!   /v1/tuner/nodes/{name}/activate` and `DELETE /v1/tuner/nodes/{name}` (forgotten).
+//!   /v1/tuner/nodes/{name}/activate` and `DELETE /v1/tuner/nodes/{name}` (forgotten; on a
+//!   replicated cluster the answer names the repair job that follows the copies it held).
 //! - `GET /v1/tuner/versions`: the model versions.
 //! - `POST /v1/tuner/backbones` (a [`BackboneUpload`] body, at most `max_backbone_bytes` of
 //!   ONNX): verified and kept, 201 with the [`BackboneView`] (200 when it was kept already), 400
@@ -217,12 +218,23 @@ async fn activate(
     Ok(Json(tuner.set_node_state(&name, NodeState::Active)?))
 }
 
+/// What `DELETE /v1/tuner/nodes/{name}` answers.
+#[derive(Debug, Serialize)]
+struct Removed {
+    removed: String,
+    /// On a replicated cluster, the job that follows the repair of what the node held.
+    repair_job: Option<JobView>,
+}
+
 async fn remove(
     State(tuner): State<Arc<Tuner>>,
     Path(name): Path<String>,
-) -> Result<StatusCode, Response> {
-    tuner.remove_node(&name)?;
-    Ok(StatusCode::NO_CONTENT)
+) -> Result<Json<Removed>, Response> {
+    let repair_job = tuner.remove_node(&name)?;
+    Ok(Json(Removed {
+        removed: name,
+        repair_job,
+    }))
 }
 
 async fn versions(State(tuner): State<Arc<Tuner>>) -> Result<Json<Vec<ModelVersion>>, Response> {

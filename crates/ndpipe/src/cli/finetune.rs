@@ -82,7 +82,7 @@ pub(crate) async fn finetune(args: FinetuneArgs) -> Result<()> {
         println!("{}", job.id);
         return Ok(());
     }
-    let job = follow(&client, job).await?;
+    let job = follow(&client, job, "photos").await?;
     let Some(JobResult::Finetune(r)) = &job.result else {
         bail!("job {} ended without a fine-tuning report", job.id);
     };
@@ -90,13 +90,13 @@ pub(crate) async fn finetune(args: FinetuneArgs) -> Result<()> {
     Ok(())
 }
 
-/// Polls a job until it ends, showing its phase and the photos its nodes have done; returns the
-/// finished job, or its error.
-pub(super) async fn follow(client: &Client, mut job: JobView) -> Result<JobView> {
+/// Polls a job until it ends, showing its phase and what its progress rows have done (counted
+/// in `unit`); returns the finished job, or its error.
+pub(super) async fn follow(client: &Client, mut job: JobView, unit: &str) -> Result<JobView> {
     let bar = ProgressBar::new(0);
-    bar.set_style(ProgressStyle::with_template(
-        "{spinner} [{elapsed_precise}] {msg:12} {bar:40} {pos}/{len} photos",
-    )?);
+    bar.set_style(ProgressStyle::with_template(&format!(
+        "{{spinner}} [{{elapsed_precise}}] {{msg:12}} {{bar:40}} {{pos}}/{{len}} {unit}"
+    ))?);
     let path = format!("/v1/tuner/jobs/{}", job.id);
     loop {
         let (done, total) = job
@@ -230,7 +230,9 @@ pub(crate) async fn rollback(args: RollbackArgs) -> Result<()> {
         )
         .await
         .context("rolling back")?;
-    let job = follow(&client, job).await.context("rolling back")?;
+    let job = follow(&client, job, "photos")
+        .await
+        .context("rolling back")?;
     let Some(JobResult::Deploy(d)) = &job.result else {
         bail!("job {} ended without a deploy report", job.id);
     };

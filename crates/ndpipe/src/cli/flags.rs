@@ -249,6 +249,11 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_NODE_LEASE_MS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) node_lease_ms: Option<u64>,
+    /// The repair job that follows a node's removal fails when what is short of copies has
+    /// not gone down for this many ms [repair_stall_ms; default: 600000].
+    #[arg(long, env = "NDPIPE_REPAIR_STALL_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) repair_stall_ms: Option<u64>,
 }
 
 /// Flags of `ndpipe gateway`: keys of `[gateway]`.

@@ -92,7 +92,7 @@ pub(crate) async fn rollout(args: RolloutArgs) -> Result<()> {
         println!("{}", job.id);
         return Ok(());
     }
-    let job = super::finetune::follow(&client, job).await?;
+    let job = super::finetune::follow(&client, job, "photos").await?;
     let Some(JobResult::Rollout(r)) = &job.result else {
         bail!("job {} ended without a rollout report", job.id);
     };

@@ -1,11 +1,12 @@
 //! `ndpipe nodes list|drain|activate|remove`: the Tuner's PipeStores, their state, lease and
 //! version, and membership changes (writes need the bearer token).
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use ndpipe::client::{Client, ServerArgs};
-use ndpipe_tuner::NodeView;
+use ndpipe_tuner::{JobResult, JobView, NodeView, RepairReport};
 use ndpipe_util::time::now_ms;
+use serde::Deserialize;
 
 /// Flags of `ndpipe nodes`.
 #[derive(Debug, Args)]
@@ -30,10 +31,14 @@ enum Action {
         /// The node's name.
         name: String,
     },
-    /// Forget a node (one that is gone for good); it must register again to come back.
+    /// Forget a node (one that is gone for good); it must register again to come back. On a
+    /// replicated cluster a repair job follows the copies of what it held.
     Remove {
         /// The node's name.
         name: String,
+        /// Follow the repair job until every photo and plain object is back at its copies.
+        #[arg(long)]
+        wait: bool,
     },
 }
 
@@ -56,12 +61,46 @@ pub(crate) async fn run(args: NodesArgs) -> Result<()> {
             let n: NodeView = client.post_json(&node(&name, "activate")).await?;
             println!("{}", line(&n, now_ms()));
         }
-        Action::Remove { name } => {
-            client.delete(&format!("/v1/tuner/nodes/{name}")).await?;
+        Action::Remove { name, wait } => {
+            let removed: Removed = client
+                .delete_json(&format!("/v1/tuner/nodes/{name}"))
+                .await?;
             println!("removed {name}");
+            let Some(job) = removed.repair_job else {
+                return Ok(());
+            };
+            if !wait {
+                println!("repair job {} follows the copies of what it held", job.id);
+                return Ok(());
+            }
+            let job = super::finetune::follow(&client, job, "copies").await?;
+            let Some(JobResult::Repair(r)) = &job.result else {
+                bail!("job {} ended without a repair report", job.id);
+            };
+            println!("{}", repaired(r));
         }
     }
     Ok(())
+}
+
+/// What removing a node answers.
+#[derive(Debug, Deserialize)]
+struct Removed {
+    repair_job: Option<JobView>,
+}
+
+/// A finished repair as one line.
+fn repaired(r: &RepairReport) -> String {
+    format!(
+        "repair after removing {} done in {:.1} s: {} photos and {} plain objects back at {} copies; {} photos and {} plain objects lost",
+        r.node,
+        r.seconds,
+        r.photos_short,
+        r.plain_objects_short,
+        r.replicas,
+        r.photos_lost,
+        r.plain_objects_lost
+    )
 }
 
 /// One node as `ndpipe nodes list` prints it.

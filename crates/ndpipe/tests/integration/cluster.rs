@@ -394,12 +394,14 @@ async fn without_the_cluster_secret_every_grpc_method_is_refused_and_changes_not
         grpc_url: "http://127.0.0.1:9".into(),
         name: "ps-a".into(),
         active_version: String::new(),
+        replicas: 1,
     };
     codes.push(("Register", tuner_rpc.register(intruder.clone()).await.err()));
     let beat = pb::HeartbeatRequest {
         node_id: nodes[0]["id"].as_u64().unwrap() as u32,
         name: "ps-a".into(),
         active_version: String::new(),
+        replicas: 1,
     };
     codes.push(("Heartbeat", tuner_rpc.heartbeat(beat).await.err()));
     let mut wrong = tonic::Request::new(intruder);

@@ -4,13 +4,14 @@
 //! them, a delete through it removes every copy, a client without its token gets 401, with
 //! one PipeStore killed, uploads go to the survivors and every photo still reads back, a
 //! gateway without the cluster secret is refused, and an access key made on a PipeStore works
-//! at the gateway.
+//! at the gateway. Beside it, the Tuner's repair job failing when a removal leaves too few nodes
+//! for the copies.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::{Instance, TunerProcess, jpeg, on_postgres, sha256};
+use crate::common::{Instance, TunerProcess, cli, jpeg, on_postgres, sha256};
 use crate::replication::replicated_node;
 
 const NAMES: [&str; 3] = ["gw-a", "gw-b", "gw-c"];
@@ -268,4 +269,45 @@ async fn gateway_on(url: &str) {
     let (status, body, _) = upload(&gateway, 1000, Some(secret)).await;
     assert_eq!(status, 201, "{body}");
     drop(tuner);
+}
+
+/// The database is made and dropped outside the async runtime (its client blocks).
+#[test]
+fn a_repair_that_cannot_finish_fails_its_job() {
+    on_postgres(
+        "repair_stall",
+        |url| async move { repair_stall_on(&url).await },
+    );
+}
+
+/// Two PipeStores with two copies of every photo; one is killed and removed, so no node can
+/// take the second copies: the Tuner's repair job fails with `repair_stalled` once nothing has
+/// moved for `--repair-stall-ms`, naming what is short, and the CLI says so (exit code 1).
+async fn repair_stall_on(url: &str) {
+    let tuner = TunerProcess::start_with(&[
+        "--catalog",
+        url,
+        "--node-lease-ms",
+        "3000",
+        "--repair-stall-ms",
+        "2000",
+    ]);
+    let mut nodes: Vec<Instance> = ["st-a", "st-b"]
+        .iter()
+        .map(|name| replicated_node(url, &tuner, name, &[]).0)
+        .collect();
+    tuner.wait_for_nodes(2).await;
+    for seed in 0..5 {
+        let bytes = jpeg(40, 40, seed);
+        let (status, body) = nodes[0].upload(bytes, "").await;
+        assert_eq!(status, 201, "{body}");
+    }
+    nodes[1].kill9();
+    let (ok, out, err) = cli(&["nodes", "--server", &tuner.url, "remove", "st-b", "--wait"]);
+    assert!(!ok, "{out}{err}");
+    assert!(
+        err.contains("repair stalled: 5 photos and 0 plain objects are still short of 2 copies")
+            && err.contains("(repair_stalled)"),
+        "{out}{err}"
+    );
 }

@@ -266,8 +266,21 @@ print(json.dumps(out))
             endpoints[i]
         );
     }
-    let (ok, out, err) = cli(&["nodes", "--server", &tuner.url, "remove", NAMES[victim]]);
+    let (ok, out, err) = cli(&[
+        "nodes",
+        "--server",
+        &tuner.url,
+        "remove",
+        NAMES[victim],
+        "--wait",
+    ]);
     assert!(ok, "{out}{err}");
+    let report = out.lines().last().unwrap_or_default();
+    assert!(
+        report.ends_with("back at 2 copies; 0 photos and 0 plain objects lost")
+            && !report.contains(" and 0 plain objects back"),
+        "the sidecar was short of a copy: {out}"
+    );
     let survivors: Vec<&Instance> = live.iter().map(|&i| &nodes[i]).collect();
     let mut polls = 0;
     while holders_of(&survivors, &side_sum) < 2 || holders_of(&survivors, &big_sum) < 2 {

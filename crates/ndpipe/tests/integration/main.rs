@@ -26,7 +26,8 @@
 //! - `rollout_balance`: a rollout moves photos from a 4x slower PipeStore to a fast one.
 //! - `rollout_replicated`: a rollout over two copies of every photo extracts each photo once.
 //! - `gateway`: a gateway in front of three PipeStores with two copies of each photo:
-//!   placement, reads and deletes through it, its token, a PipeStore killed behind it.
+//!   placement, reads and deletes through it, its token, a PipeStore killed behind it; a
+//!   repair job that cannot finish fails.
 //! - `gateway_s3`: S3 through that gateway (boto3): photos, sidecars and multipart uploads
 //!   from every front door, plain objects on two nodes, repaired, deleted and mended.
 

@@ -232,9 +232,41 @@ async fn replicated_on(url: &str) {
     all_read_back(&nodes[0], &acked).await;
     all_read_back(&nodes[1], &acked).await;
 
-    // rp-c is removed: repair copies what it held to the survivors, two copies each.
-    let (ok, out, err) = cli(&["nodes", "--server", &tuner.url, "remove", "rp-c"]);
+    // rp-c is removed: repair copies what it held to the survivors, two copies each, and the
+    // Tuner's repair job follows it to the end.
+    let (ok, out, err) = cli(&["nodes", "--server", &tuner.url, "remove", "rp-c", "--wait"]);
     assert!(ok, "{out}{err}");
+    let report = out.lines().last().unwrap_or_default();
+    assert!(
+        report.starts_with("repair after removing rp-c done in ")
+            && report.ends_with("back at 2 copies; 0 photos and 0 plain objects lost"),
+        "{out}"
+    );
+    let short: u64 = report
+        .split(": ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        short > 100,
+        "rp-c held about two thirds of the photos: {report}"
+    );
+    let jobs = tuner.get("/v1/tuner/jobs").await;
+    let repair = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["kind"] == "repair")
+        .unwrap_or_else(|| panic!("{jobs}"));
+    assert_eq!(
+        (
+            repair["phase"].as_str(),
+            repair["result"]["repair"]["photos_lost"].as_u64()
+        ),
+        (Some("done"), Some(0)),
+        "{repair}"
+    );
     for attempt in 0.. {
         let (a, b) = (stored(&nodes[0]).await, stored(&nodes[1]).await);
         if a == acked.len() as u64 && b == acked.len() as u64 {

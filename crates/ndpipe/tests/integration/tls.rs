@@ -121,6 +121,7 @@ async fn a_cluster_on_mutual_tls_finetunes_and_refuses_peers_without_the_cas_cer
         grpc_url: "https://127.0.0.1:9".into(),
         name: "intruder".into(),
         active_version: String::new(),
+        replicas: 1,
     };
     let stranger = Tls::load(
         Path::new(&file("stranger.pem")),
