@@ -29,8 +29,9 @@ pub struct BlobHolders {
 /// The copies of the plain objects' files in a cluster's shared catalog; every method is one
 /// transaction. A handle is one node's (the node that holds, drops and repairs).
 pub trait BlobCatalog: Send + Sync {
-    /// Records that this node holds a durable copy of file `name` (kept when already recorded).
-    fn add_blob_copy(&self, name: &str) -> Result<(), CatalogError>;
+    /// Records that this node holds a durable copy of file `name` (kept when already recorded);
+    /// whether it was not recorded before.
+    fn add_blob_copy(&self, name: &str) -> Result<bool, CatalogError>;
 
     /// Forgets that this node holds file `name`.
     fn drop_blob_copy(&self, name: &str) -> Result<(), CatalogError>;

@@ -202,8 +202,12 @@ async fn the_http_api_maps_errors_and_guards_writes_and_nodes_register_over_grpc
     );
     let (status, node) = http(addr, "POST", "/v1/tuner/nodes/ps-b/activate", token, "").await;
     assert_eq!((status, &node["state"]), (200, &json!("active")), "{node}");
-    let (status, _) = http(addr, "DELETE", "/v1/tuner/nodes/ps-b", token, "").await;
-    assert_eq!(status, 204);
+    let (status, removed) = http(addr, "DELETE", "/v1/tuner/nodes/ps-b", token, "").await;
+    assert_eq!(
+        (status, &removed["removed"], &removed["repair_job"]),
+        (200, &json!("ps-b"), &json!(null)),
+        "no repair job without a shared catalog: {removed}"
+    );
     let (status, body) = http(addr, "DELETE", "/v1/tuner/nodes/ps-b", token, "").await;
     assert_eq!((status, &body["error"]), (404, &json!("unknown_node")));
     assert_eq!(tuner.nodes().unwrap().len(), 1);

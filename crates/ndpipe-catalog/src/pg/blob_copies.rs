@@ -8,16 +8,17 @@ use super::{PgCatalog, from_sql};
 use crate::{BlobCatalog, BlobCounts, BlobHolders, CatalogError};
 
 impl BlobCatalog for PgCatalog {
-    fn add_blob_copy(&self, name: &str) -> Result<(), CatalogError> {
+    fn add_blob_copy(&self, name: &str) -> Result<bool, CatalogError> {
         let node = self.node();
         self.with(|conn| {
-            conn.execute(
-                "INSERT INTO blob_copies (blob, node, added_ms) VALUES ($1, $2, $3)
-                 ON CONFLICT DO NOTHING",
-                &[&name, &node, &now_ms()],
-            )
-            .map_err(db("record a plain object's copy"))?;
-            Ok(())
+            let added = conn
+                .execute(
+                    "INSERT INTO blob_copies (blob, node, added_ms) VALUES ($1, $2, $3)
+                     ON CONFLICT DO NOTHING",
+                    &[&name, &node, &now_ms()],
+                )
+                .map_err(db("record a plain object's copy"))?;
+            Ok(added > 0)
         })
     }
 

@@ -37,9 +37,9 @@ pub(crate) struct StoredBlob {
 }
 
 /// What a sweep of the local files did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BlobSweep {
-    /// Files an object names, recorded as held here.
+    /// Files an object names that were not recorded as held here, recorded.
     pub(crate) recorded: u64,
     /// Files no object names, removed.
     pub(crate) removed: u64,
@@ -302,12 +302,7 @@ impl Replication {
     /// whose record was lost) and removes those no object names once past the grace period.
     pub(crate) async fn sweep_blobs(&self) -> Result<BlobSweep, ReplicationError> {
         let files = self.blobs.clone();
-        let local = tokio::task::spawn_blocking(move || files.list())
-            .await?
-            .map_err(|e| ReplicationError::Peer {
-                url: "local".into(),
-                reason: format!("cannot list the plain objects' files: {e}"),
-            })?;
+        let local = tokio::task::spawn_blocking(move || files.list()).await??;
         let mut report = BlobSweep::default();
         let now = ndpipe_util::time::now_ms();
         for chunk in local.chunks(PAGE) {
@@ -319,8 +314,7 @@ impl Replication {
                 let (mut recorded, mut removed) = (0, 0);
                 for (name, modified_ms) in chunk {
                     if named.contains(&name) {
-                        catalog.add_blob_copy(&name)?;
-                        recorded += 1;
+                        recorded += u64::from(catalog.add_blob_copy(&name)?);
                     } else if now - modified_ms > ORPHAN_GRACE_MS {
                         files.remove(&name);
                         catalog.drop_blob_copy(&name)?;
@@ -332,12 +326,6 @@ impl Replication {
             .await??;
             report.recorded += recorded;
             report.removed += removed;
-        }
-        if report.removed > 0 {
-            info!(
-                removed = report.removed,
-                "removed plain objects' files no object names"
-            );
         }
         Ok(report)
     }

@@ -127,8 +127,17 @@ impl Replication {
         let mut next_blob_sweep = tokio::time::Instant::now();
         loop {
             if tokio::time::Instant::now() >= next_blob_sweep {
-                if let Err(e) = self.sweep_blobs().await {
-                    warn!(error = %e, "sweeping the plain objects' files failed; trying again");
+                match self.sweep_blobs().await {
+                    Ok(swept) if swept.recorded + swept.removed > 0 => {
+                        info!(
+                            ?swept,
+                            "plain objects' files recorded, and removed where no object names them"
+                        );
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        warn!(error = %e, "sweeping the plain objects' files failed; trying again")
+                    }
                 }
                 next_blob_sweep += super::blobs::SWEEP_EVERY;
             }
