@@ -43,6 +43,9 @@ pub trait BlobCatalog: Send + Sync {
     /// delete that could not reach this node).
     fn referenced_blobs(&self, names: &[String]) -> Result<Vec<String>, CatalogError>;
 
+    /// Which of `names` this node has recorded as held.
+    fn recorded_here(&self, names: &[String]) -> Result<Vec<String>, CatalogError>;
+
     /// Up to `limit` files this node holds that an object names, with names above `after`, in
     /// name order, with every registered holder (what scrub and rebalancing walk through).
     fn held_blobs_after(

@@ -4,7 +4,7 @@
 use ndpipe_util::time::now_ms;
 
 use super::error::db;
-use super::{PgCatalog, from_sql};
+use super::{PgCatalog, counts};
 use crate::{BlobCatalog, BlobCounts, BlobHolders, CatalogError};
 
 impl BlobCatalog for PgCatalog {
@@ -103,15 +103,27 @@ impl BlobCatalog for PgCatalog {
                     &[&wanted],
                 )
                 .map_err(db("count plain objects' copies"))?;
-            let count = |i: usize| -> Result<u64, CatalogError> {
-                let n: i64 = row.try_get(i).map_err(db("read plain objects' counts"))?;
-                from_sql(n, "plain object count")
-            };
+            let [at_target, under_replicated, lost] = counts(&row, "plain object count")?;
             Ok(BlobCounts {
-                at_target: count(0)?,
-                under_replicated: count(1)?,
-                lost: count(2)?,
+                at_target,
+                under_replicated,
+                lost,
             })
+        })
+    }
+
+    fn recorded_here(&self, names: &[String]) -> Result<Vec<String>, CatalogError> {
+        let node = self.node();
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    "SELECT blob FROM blob_copies WHERE node = $1 AND blob = ANY($2) ORDER BY blob",
+                    &[&node, &names],
+                )
+                .map_err(db("find this node's recorded files"))?;
+            rows.iter()
+                .map(|r| r.try_get(0).map_err(db("read a recorded file")))
+                .collect()
         })
     }
 

@@ -186,6 +186,19 @@ pub(super) fn sql_ids(ids: &[PhotoId]) -> Result<Vec<i64>, CatalogError> {
     ids.iter().map(|&id| sql_id(id)).collect()
 }
 
+/// Columns `0..N` of `row` as counts (of `what`, for the error).
+pub(super) fn counts<const N: usize>(
+    row: &postgres::Row,
+    what: &str,
+) -> Result<[u64; N], CatalogError> {
+    let mut out = [0; N];
+    for (i, n) in out.iter_mut().enumerate() {
+        let v: i64 = row.try_get(i).map_err(db("read counts"))?;
+        *n = from_sql(v, what)?;
+    }
+    Ok(out)
+}
+
 /// A BIGINT read back as an unsigned or narrower value; `what` names it in the error.
 pub(super) fn from_sql<T: TryFrom<i64>>(value: i64, what: &str) -> Result<T, CatalogError> {
     T::try_from(value).map_err(|_| CatalogError::Invalid(format!("{what} {value} out of range")))

@@ -6,7 +6,7 @@ use ndpipe_util::time::now_ms;
 
 use super::error::db;
 use super::photos::photo_from_row;
-use super::{PgCatalog, from_sql, sql_id, sql_ids};
+use super::{PgCatalog, counts, from_sql, sql_id, sql_ids};
 use crate::{
     CatalogError, FailOver, PhotoCopies, PhotoId, PlacementNode, Prediction, ReplicaCatalog,
     ReplicationCounts,
@@ -311,15 +311,12 @@ impl ReplicaCatalog for PgCatalog {
                     &[&wanted],
                 )
                 .map_err(db("count copies"))?;
-            let count = |i: usize| -> Result<u64, CatalogError> {
-                let n: i64 = row.try_get(i).map_err(db("read copy counts"))?;
-                from_sql(n, "photo count")
-            };
+            let [at_target, under_replicated, lost, tombstones] = counts(&row, "photo count")?;
             Ok(ReplicationCounts {
-                at_target: count(0)?,
-                under_replicated: count(1)?,
-                lost: count(2)?,
-                tombstones: count(3)?,
+                at_target,
+                under_replicated,
+                lost,
+                tombstones,
             })
         })
     }

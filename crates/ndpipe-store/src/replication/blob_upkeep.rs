@@ -59,7 +59,7 @@ impl Replication {
             return Ok(());
         }
         let limit = u32::try_from(budget).unwrap_or(u32::MAX);
-        let page = self.held_files(cursor, limit).await?.0;
+        let page = self.held_files(cursor, limit).await?;
         for file in &page {
             self.metrics.replication.scrubbed.inc();
             match self.read_local_blob(&file.name, &file.sha256).await {
@@ -106,7 +106,9 @@ impl Replication {
             self.repair.rebalance_page.max(1),
             self.repair.rebalance_moves.max(1),
         );
-        let (page, nodes) = self.held_files(cursor, per_page).await?;
+        let page = self.held_files(cursor, per_page).await?;
+        let catalog = self.catalog.clone();
+        let nodes = tokio::task::spawn_blocking(move || catalog.placement_nodes()).await??;
         let mut moved = 0;
         for file in &page {
             let Some(step) = plan(file, &nodes, self.replicas() as usize, &self.name) else {
@@ -159,26 +161,22 @@ impl Replication {
     }
 
     /// A page of the files this node holds after `cursor` (moved on; `None` again after the
-    /// last page), and the nodes placement sees.
+    /// last page).
     async fn held_files(
         &self,
         cursor: &mut Option<String>,
         limit: u32,
-    ) -> Result<(Vec<BlobHolders>, Vec<PlacementNode>), ReplicationError> {
+    ) -> Result<Vec<BlobHolders>, ReplicationError> {
         let (catalog, after) = (self.catalog.clone(), cursor.clone());
-        let (page, nodes) = tokio::task::spawn_blocking(move || {
-            Ok::<_, ndpipe_catalog::CatalogError>((
-                catalog.held_blobs_after(after.as_deref(), limit)?,
-                catalog.placement_nodes()?,
-            ))
-        })
-        .await??;
+        let page =
+            tokio::task::spawn_blocking(move || catalog.held_blobs_after(after.as_deref(), limit))
+                .await??;
         *cursor = if page.len() < limit as usize {
             None
         } else {
             page.last().map(|f| f.name.clone())
         };
-        Ok((page, nodes))
+        Ok(page)
     }
 }
 

@@ -311,10 +311,13 @@ impl Replication {
             let chunk = chunk.to_vec();
             let (recorded, removed) = tokio::task::spawn_blocking(move || {
                 let named = catalog.referenced_blobs(&names)?;
+                let known = catalog.recorded_here(&names)?;
                 let (mut recorded, mut removed) = (0, 0);
                 for (name, modified_ms) in chunk {
                     if named.contains(&name) {
-                        recorded += u64::from(catalog.add_blob_copy(&name)?);
+                        if !known.contains(&name) {
+                            recorded += u64::from(catalog.add_blob_copy(&name)?);
+                        }
                     } else if now - modified_ms > ORPHAN_GRACE_MS {
                         files.remove(&name);
                         catalog.drop_blob_copy(&name)?;
