@@ -54,6 +54,21 @@ impl FrontDoor {
     /// once every copy is durable and recorded. When one fails, the copies made are dropped
     /// and the write fails.
     pub(crate) async fn put_blob(&self, bytes: Bytes) -> Result<StoredBlob, ReplicationError> {
+        self.put_blob_with(bytes, None::<fn(pb::BlobCopy) -> std::future::Ready<_>>)
+            .await
+    }
+
+    /// [`FrontDoor::put_blob`], with this node's own copy written by `local` instead of over
+    /// gRPC when placement chooses it.
+    pub(super) async fn put_blob_with<F, Fut>(
+        &self,
+        bytes: Bytes,
+        local: Option<F>,
+    ) -> Result<StoredBlob, ReplicationError>
+    where
+        F: Fn(pb::BlobCopy) -> Fut,
+        Fut: std::future::Future<Output = Result<(), tonic::Status>>,
+    {
         let sha256 = sha256_hex(&bytes);
         let nodes = self.placement_nodes().await?;
         let wanted = self.config.replicas as usize;
@@ -73,9 +88,12 @@ impl FrontDoor {
             sha256: stored.sha256.clone(),
             bytes: bytes.to_vec(),
         };
-        let writes = chosen
-            .iter()
-            .map(|node| self.peers.put_blob(&node.url, copy.clone()));
+        let writes = chosen.iter().map(|node| match &local {
+            Some(write) if Some(&node.name) == self.here() => {
+                futures::future::Either::Left(write(copy.clone()))
+            }
+            _ => futures::future::Either::Right(self.peers.put_blob(&node.url, copy.clone())),
+        });
         let results = futures::future::join_all(writes).await;
         let failed = chosen
             .iter()
@@ -253,9 +271,15 @@ impl Replication {
         .await?
     }
 
-    /// Writes a plain object's bytes on `replicas` nodes ([`FrontDoor::put_blob`]).
+    /// Writes a plain object's bytes on `replicas` nodes ([`FrontDoor::put_blob`]), this node's
+    /// copy (when placement chooses it) straight to its files.
     pub(crate) async fn upload_blob(&self, bytes: Bytes) -> Result<StoredBlob, ReplicationError> {
-        self.front.put_blob(bytes).await
+        let local = |copy: pb::BlobCopy| async move {
+            self.receive_blob(copy)
+                .await
+                .map_err(|e| tonic::Status::unavailable(e.to_string()))
+        };
+        self.front.put_blob_with(bytes, Some(local)).await
     }
 
     /// The bytes of file `name`: this node's copy when it holds an intact one, else another
