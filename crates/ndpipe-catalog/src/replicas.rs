@@ -1,7 +1,7 @@
 //! Which nodes hold a copy of each photo, what was deleted, and where copies may go: what the
 //! PipeStores of a replicated cluster share ([`ReplicaCatalog`]).
 
-use crate::{BlobCatalog, CatalogError, PhotoId, PhotoMeta, Prediction};
+use crate::{BlobCatalog, CatalogError, PhotoId, PhotoMeta, Prediction, TaskName};
 
 /// A registered PipeStore as placement sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,8 +134,11 @@ pub trait ReplicaCatalog: BlobCatalog + Send + Sync {
         id: PhotoId,
     ) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError>;
 
-    /// Photo `id`'s predictions by the model active on its primary, best first (empty before
-    /// it is labelled, or when its primary has no active model): the labels any front door
-    /// shows beside the photo.
-    fn cluster_active_predictions(&self, id: PhotoId) -> Result<Vec<Prediction>, CatalogError>;
+    /// Photo `id`'s predictions by the versions active on its primary, one list per task in
+    /// task order, best first (a task is left out before the photo is labelled for it): the
+    /// labels any front door shows beside the photo.
+    fn cluster_active_predictions(
+        &self,
+        id: PhotoId,
+    ) -> Result<Vec<(TaskName, Vec<Prediction>)>, CatalogError>;
 }

@@ -20,8 +20,10 @@
 //! - `connect`: URLs, the first connection and the pool's manager;
 //! - `schema`: the numbered migrations and `schema_migrations`;
 //! - `photos`: [`PhotoCatalog`](crate::PhotoCatalog);
+//! - `truths`: [`TruthCatalog`](crate::TruthCatalog), ground truth per task;
+//! - `tasks`: [`TaskCatalog`](crate::TaskCatalog), the cluster's tasks;
 //! - `search`: label search by the label index, of one node or of the cluster;
-//! - `models`: [`ModelRegistry`](crate::ModelRegistry);
+//! - `models`: [`ModelRegistry`](crate::ModelRegistry), each node's active version per task;
 //! - `jobs`: [`JobLog`](crate::JobLog);
 //! - `nodes`: [`NodeRegistry`](crate::NodeRegistry), the cluster's PipeStores and their leases;
 //! - `objects`: [`ObjectCatalog`](crate::ObjectCatalog), the S3 buckets and objects, shared by
@@ -48,6 +50,8 @@ mod photos;
 mod replicas;
 mod schema;
 mod search;
+mod tasks;
+mod truths;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,7 +9,7 @@ use super::photos::photo_from_row;
 use super::{PgCatalog, counts, from_sql, sql_id, sql_ids};
 use crate::{
     CatalogError, FailOver, PhotoCopies, PhotoId, PlacementNode, Prediction, ReplicaCatalog,
-    ReplicationCounts,
+    ReplicationCounts, TaskName,
 };
 
 /// The photo columns `photo_from_row` reads, then the primary and every registered holder.
@@ -341,28 +341,36 @@ impl ReplicaCatalog for PgCatalog {
         self.predictions_on(id, None)
     }
 
-    fn cluster_active_predictions(&self, id: PhotoId) -> Result<Vec<Prediction>, CatalogError> {
+    fn cluster_active_predictions(
+        &self,
+        id: PhotoId,
+    ) -> Result<Vec<(TaskName, Vec<Prediction>)>, CatalogError> {
         let id = sql_id(id)?;
         let op = "read active predictions";
         self.with(|conn| {
             let rows = conn
                 .query(
-                    "SELECT pr.label, pr.score
+                    "SELECT a.task, pr.label, pr.score
                      FROM photos p
                      JOIN active_models a ON a.node = p.node
                      JOIN predictions pr ON pr.photo_id = p.id AND pr.model_version = a.model_id
-                     WHERE p.id = $1 ORDER BY pr.rank",
+                     WHERE p.id = $1 ORDER BY a.task, pr.rank",
                     &[&id],
                 )
                 .map_err(db(op))?;
-            rows.iter()
-                .map(|r| {
-                    Ok(Prediction {
-                        label: r.try_get(0).map_err(db(op))?,
-                        score: r.try_get(1).map_err(db(op))?,
-                    })
-                })
-                .collect()
+            let mut out: Vec<(TaskName, Vec<Prediction>)> = Vec::new();
+            for r in &rows {
+                let task: String = r.try_get(0).map_err(db(op))?;
+                let prediction = Prediction {
+                    label: r.try_get(1).map_err(db(op))?,
+                    score: r.try_get(2).map_err(db(op))?,
+                };
+                match out.last_mut() {
+                    Some((t, list)) if *t == *task.as_str() => list.push(prediction),
+                    _ => out.push((task.parse()?, vec![prediction])),
+                }
+            }
+            Ok(out)
         })
     }
 }
