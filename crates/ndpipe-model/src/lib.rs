@@ -13,7 +13,9 @@
 //!   normalisation, [`top_k`], and with feature `testing` a deterministic `FakeBackend`;
 //!   [`extract_features`] runs it over many tensors.
 //! - [`head`]: fine-tuned classifier heads over the features: [`HeadWeights`] (what PipeStores
-//!   run to label photos) and [`HeadFile`], the one on-disk head format.
+//!   run to label photos) and [`HeadFile`], the one on-disk head format; [`Acceptance`], a
+//!   head's rules for keeping labels (a floor, and a [`Novelty`] check that sends photos
+//!   unlike the training photos to [`OTHER`]).
 //! - [`RateCapped`]: a model capped at a throughput, to emulate a slower accelerator.
 //! - `session` (feature `ort`, on by default): [`OrtBackend`], the model run by ONNX Runtime loaded
 //!   from a shared library at run time, checked against its manifest at load.
@@ -37,6 +39,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod accept;
 pub mod backend;
 mod extract;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -50,6 +53,7 @@ mod rate_cap;
 pub mod session;
 pub mod tensor;
 
+pub use accept::{Acceptance, Novelty, OTHER};
 #[cfg(feature = "testing")]
 pub use backend::FakeBackend;
 pub use backend::{InferenceBackend, ModelError, ModelInfo, Normalizer, Outputs, top_k};

@@ -24,7 +24,7 @@ use tracing::{info, warn};
 
 use ndpipe_util::sync::lock;
 
-use crate::inference::labeler::{Labeler, Labelled};
+use crate::inference::labeler::{Labeler, Labelled, file_labels};
 use crate::metrics::StoreMetrics;
 use crate::storage::{FeatureStore, NewPhoto, PhotoStore, StoreError};
 
@@ -273,7 +273,7 @@ impl Ingestor {
             self.take_back(id).await;
             return Err(e);
         }
-        let record = PhotoRecord { id, meta };
+        let record = PhotoRecord::new(id, meta);
         let catalog = self.catalog.clone();
         let row = record.clone();
         if let Err(e) = tokio::task::spawn_blocking(move || catalog.upsert_photo(&row)).await? {
@@ -293,9 +293,8 @@ impl Ingestor {
         match labelling {
             Labelling::Done(done) => {
                 let catalog = self.catalog.clone();
-                let rows = [(id, done.predictions)];
                 let filed = tokio::task::spawn_blocking(move || {
-                    catalog.put_predictions_many(&done.version, &rows)
+                    file_labels(&*catalog, vec![(id, done.labels)])
                 })
                 .await;
                 if !matches!(filed, Ok(Ok(_))) {
@@ -449,7 +448,7 @@ impl Ingestor {
         }
         if let Some(labeler) = &self.labeler {
             let catalog = self.catalog.clone();
-            let version = labeler.model().get().version;
+            let version = labeler.model().get().general_version().to_string();
             let unlabelled =
                 tokio::task::spawn_blocking(move || catalog.unlabelled(&version)).await??;
             report.queued_for_labels = unlabelled.len() as u64;
@@ -552,10 +551,7 @@ fn add_missing_rows(store: &PhotoStore, catalog: &dyn PhotoCatalog) -> Result<u6
         let ids: Vec<u64> = page.iter().map(|(id, _)| *id).collect();
         let existing = catalog.existing_photo_ids(&ids)?;
         for (id, entry) in page.iter().filter(|(id, _)| !existing.contains(id)) {
-            match catalog.upsert_photo(&PhotoRecord {
-                id: *id,
-                meta: entry.meta.clone(),
-            }) {
+            match catalog.upsert_photo(&PhotoRecord::new(*id, entry.meta.clone())) {
                 Ok(()) => added += 1,
                 // Another node stored it since the page was read.
                 Err(CatalogError::Conflict { .. }) => {}

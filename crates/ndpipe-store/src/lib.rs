@@ -75,7 +75,7 @@ pub use config::{Config, DEFAULT_MAX_UPLOAD_BYTES, GatewayConfig};
 pub use error::Error;
 pub use gateway::{Gateway, RunningGateway};
 pub use inference::{
-    ActiveModel, InferenceError, Pending, RelabelOptions, RelabelReport, Relabeler,
+    ActiveModel, InferenceError, Pending, RelabelOptions, RelabelReport, Relabeler, TaskModel,
 };
 pub use keys::{ADMIN_ACCESS_KEY, KeyError, KeyInfo, KeyStore, NewKey};
 pub use pipestore::PipeStore;

@@ -37,6 +37,7 @@ pub struct PipeStore {
     pub(crate) ingestor: Arc<Ingestor>,
     pub(crate) jobs: Arc<Jobs>,
     pub(crate) node: Option<Arc<PipeStoreNode>>,
+    pub(crate) models: Option<Arc<Models>>,
     pub(crate) keys: Arc<KeyStore>,
     pub(crate) replication: Option<Arc<Replication>>,
     /// The plain S3 objects' files held here (`DATA/objects`).
@@ -202,7 +203,7 @@ impl PipeStore {
             store.clone(),
             features,
             catalog.clone(),
-            models.map(|m| m.active().clone()),
+            models.as_ref().map(|m| m.active().clone()),
             relabel,
         ));
         let resumer = jobs.clone();
@@ -226,6 +227,7 @@ impl PipeStore {
             ingestor,
             jobs,
             node,
+            models,
             keys,
             replication,
             blobs,
@@ -398,26 +400,22 @@ async fn open_stores(
     Ok((Arc::new(store), Arc::new(features)))
 }
 
-/// The models of a node running `backend`: its pretrained version registered, the active head
-/// loaded from `DATA/heads`.
+/// The models of a node running `backend`: its pretrained version registered as the general
+/// task's, every task's active head loaded from `DATA/heads`.
 async fn open_models(
     config: &Config,
     backend: Arc<dyn InferenceBackend>,
     catalog: Arc<dyn Catalog>,
 ) -> Result<Arc<Models>, Error> {
     let heads = config.data.join("heads");
-    let pretrained = ActiveModel {
-        version: ActiveModel::pretrained_version(backend.info()),
-        backend,
-        head: None,
-    };
+    let pretrained = ActiveModel::pretrained(backend);
     let dir = heads.clone();
     let models =
         tokio::task::spawn_blocking(move || Models::open(pretrained, catalog, HeadDir::open(dir)?))
             .await?
             .map_err(|source| Error::Models { heads, source })?;
     let active = models.active().get();
-    info!(version = %active.version, backbone = %active.info().backbone_version, head = active.head.is_some(), "model loaded");
+    info!(serving = %active.serving(), backbone = %active.info().backbone_version, "model loaded");
     Ok(Arc::new(models))
 }
 

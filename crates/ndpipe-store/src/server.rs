@@ -54,6 +54,7 @@ impl PipeStore {
             ingestor,
             jobs,
             node,
+            models,
             keys,
             replication,
             blobs,
@@ -137,6 +138,7 @@ impl PipeStore {
         )
         .named(&name)
         .with_readiness(readiness.clone(), node.is_some())
+        .with_models(models.clone())
         .with_replication(replication.clone());
         if let Some(replication) = replication {
             tokio::spawn(replication.run_worker(stopped.clone()));
@@ -482,7 +484,7 @@ mod tests {
         let url = running.grpc_url().unwrap().to_string();
         let mut client = PipeStoreClient::connect(url).await.unwrap();
         let inventory = client
-            .inventory(pb::InventoryRequest {})
+            .inventory(pb::InventoryRequest::default())
             .await
             .unwrap()
             .into_inner();
@@ -492,7 +494,8 @@ mod tests {
             "no Tuner gave an id"
         );
         assert_eq!(inventory.classes[0].label, "cat");
-        assert_eq!(inventory.active_version, pretrained);
+        assert!(inventory.task_known);
+        assert_eq!(inventory.active_version, format!("general={pretrained}"));
 
         let head = HeadWeights::new(
             vec!["cat".into(), "dog".into()],
@@ -501,17 +504,14 @@ mod tests {
             vec![1.0, 0.0],
         )
         .unwrap();
-        let (weights, crc32c) = ndpipe_proto::head_bytes(&head);
-        let stage = pb::StageHeadRequest {
+        let mut stage = pb::StageHeadRequest {
             version: "ft-1-abc".into(),
             backbone_version: inventory.backbone_version.clone(),
-            classes: head.classes().to_vec(),
-            input_dim: 16,
-            weights,
-            crc32c,
             parent: pretrained.clone(),
             metrics_json: "{}".into(),
+            ..Default::default()
         };
+        ndpipe_proto::put_head(&mut stage, &head);
         let wrong = pb::StageHeadRequest {
             backbone_version: "another".into(),
             ..stage.clone()
@@ -546,9 +546,10 @@ mod tests {
         assert_eq!(progress, [(1, 1)]);
         assert_eq!((relabel.mode.as_str(), relabel.photos), ("head", 1));
         assert_eq!((relabel.compared, relabel.changed), (1, 1));
-        let search = json(addr, "/v1/search?label=cat").await;
+        let search = json(addr, "/v1/search?label=cat&task=default").await;
         assert_eq!(search["model_version"], "ft-1-abc");
         assert_eq!(search["hits"][0]["id"], id);
+        assert_eq!(search["hits"][0]["task"], "default");
         running.stop().await.unwrap();
         assert!(data.join("heads/ft-1-abc.safetensors").exists());
 
@@ -567,12 +568,13 @@ mod tests {
                 .await
                 .unwrap();
             let inventory = client
-                .inventory(pb::InventoryRequest {})
+                .inventory(pb::InventoryRequest::default())
                 .await
                 .unwrap()
                 .into_inner();
             assert_eq!(
-                inventory.active_version, "ft-1-abc",
+                inventory.active_version,
+                format!("default=ft-1-abc,general={pretrained}"),
                 "legacy file: {legacy}"
             );
             running.stop().await.unwrap();

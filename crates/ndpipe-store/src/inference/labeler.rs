@@ -2,14 +2,16 @@
 //!
 //! Uploads hand their tensor to a dedicated model thread (inference never runs on the async
 //! runtime). The thread gathers up to `max_batch` photos, waiting at most `max_wait` after the
-//! first one, so concurrent uploads share a batch; it then writes the top-k labels to the catalog
-//! and the feature vectors to the feature store. The HTTP 201 does not wait for this: the
+//! first one, so concurrent uploads share a batch; it runs the backbone once over the batch,
+//! then every task's classifier over the same outputs, and writes each task's top-k labels to
+//! the catalog (under the task's version) and the feature vectors to the feature store. The HTTP 201 does not wait for this: the
 //! 201-to-label latency is exported as `ndpipe_store_label_latency_seconds`. Photos that find the
 //! queue full wait in a bounded [`Backlog`] of ids (past its bound, in the catalog as unlabelled);
 //! a photo whose labels a crash lost is queued again at the next start. The primary of a
 //! replicated photo labels it before the 201 instead ([`Labeler::label_first`]), so that its
 //! copies carry its features; it files the labels itself once the photo is catalogued.
 
+use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -72,10 +74,8 @@ pub(crate) struct Labelled {
     pub(crate) backbone: String,
     /// The features as the feature store keeps them.
     pub(crate) features: Vec<u8>,
-    /// The model version of the labels.
-    pub(crate) version: String,
-    /// The top-k labels.
-    pub(crate) predictions: Vec<Prediction>,
+    /// Every task's top-k labels, as (model version, labels).
+    pub(crate) labels: Vec<(String, Vec<Prediction>)>,
 }
 
 /// The online labelling worker.
@@ -269,10 +269,11 @@ impl Worker {
         }
     }
 
-    /// Queues the photos the catalog holds without labels of the active version.
+    /// Queues the photos the catalog holds without labels of the general task's version (every
+    /// task is labelled in the same pass).
     fn refill_backlog(&self) {
-        let version = self.model.get().version;
-        match self.catalog.unlabelled(&version) {
+        let model = self.model.get();
+        match self.catalog.unlabelled(model.general_version()) {
             Ok(ids) => self.backlog.extend(ids, Instant::now()),
             Err(e) => warn!(
                 error = %e,
@@ -295,10 +296,10 @@ impl Worker {
             .collect();
         self.features.put_many(backbone, &rows)?;
         let k = self.config.top_k;
-        let mut filed = Vec::new();
+        let mut filed: Vec<(u64, Vec<(String, Vec<Prediction>)>)> = Vec::new();
         let labelled = batch.len() as u64;
         for (i, r) in batch.into_iter().enumerate() {
-            let predictions = model.predictions(&outputs, i, k);
+            let labels = model.label(&outputs, i, k);
             self.metrics
                 .label_seconds
                 .observe(r.enqueued.elapsed().as_secs_f64());
@@ -307,15 +308,12 @@ impl Worker {
                 Some(reply) => drop(reply.send(Labelled {
                     backbone: backbone.clone(),
                     features: encode(outputs.features(i))?,
-                    version: model.version.clone(),
-                    predictions,
+                    labels,
                 })),
-                None => filed.push((r.id, predictions)),
+                None => filed.push((r.id, labels)),
             }
         }
-        if !filed.is_empty() {
-            self.catalog.put_predictions_many(&model.version, &filed)?;
-        }
+        file_labels(&*self.catalog, filed)?;
         self.metrics.labelled.inc_by(labelled);
         Ok(())
     }
@@ -328,9 +326,30 @@ fn set_gauge(metrics: &StoreMetrics, backlog: &Backlog) {
         .set(i64::try_from(backlog.len()).unwrap_or(i64::MAX));
 }
 
-/// Files the features and labels of a batch: features under the backbone, then labels under the
-/// model version, so a photo with labels always has its features. Labels of photos deleted
-/// meanwhile are skipped.
+/// Files each photo's labels of every task, one catalog write per model version. Labels of
+/// photos deleted meanwhile are skipped.
+pub(crate) fn file_labels(
+    catalog: &dyn PhotoCatalog,
+    photos: Vec<(u64, Vec<(String, Vec<Prediction>)>)>,
+) -> Result<(), InferenceError> {
+    let mut by_version: BTreeMap<String, Vec<(u64, Vec<Prediction>)>> = BTreeMap::new();
+    for (id, labels) in photos {
+        for (version, predictions) in labels {
+            by_version
+                .entry(version)
+                .or_default()
+                .push((id, predictions));
+        }
+    }
+    for (version, rows) in by_version {
+        catalog.put_predictions_many(&version, &rows)?;
+    }
+    Ok(())
+}
+
+/// Files the features and labels of a batch: features under the backbone, then every task's
+/// labels under its version, so a photo with labels always has its features. Returns each
+/// photo's labels of the task serving `version`, for label churn.
 pub(crate) fn write_outputs(
     model: &ActiveModel,
     catalog: &dyn PhotoCatalog,
@@ -338,12 +357,12 @@ pub(crate) fn write_outputs(
     ids: &[u64],
     outputs: &Outputs,
     k: usize,
-) -> Result<Vec<(u64, Vec<Prediction>)>, InferenceError> {
+) -> Result<Vec<(u64, Vec<(String, Vec<Prediction>)>)>, InferenceError> {
     let info = model.info();
-    let rows: Vec<(u64, Vec<Prediction>)> = ids
+    let rows: Vec<(u64, Vec<(String, Vec<Prediction>)>)> = ids
         .iter()
         .enumerate()
-        .map(|(i, id)| (*id, model.predictions(outputs, i, k)))
+        .map(|(i, id)| (*id, model.label(outputs, i, k)))
         .collect();
     let feature_rows: Vec<(u64, &[f32])> = ids
         .iter()
@@ -351,7 +370,7 @@ pub(crate) fn write_outputs(
         .map(|(i, id)| (*id, outputs.features(i)))
         .collect();
     features.put_many(&info.backbone_version, &feature_rows)?;
-    catalog.put_predictions_many(&model.version, &rows)?;
+    file_labels(catalog, rows.clone())?;
     Ok(rows)
 }
 
@@ -365,11 +384,8 @@ mod tests {
 
     /// A labeller over `s`'s fake model as version `fake-v1`.
     fn start(s: &Setup, metrics: &Arc<StoreMetrics>, config: LabelerConfig) -> Labeler {
-        let model = ActiveModel {
-            backend: s.fake.clone(),
-            version: "fake-v1".into(),
-            head: None,
-        };
+        let mut model = ActiveModel::pretrained(s.fake.clone());
+        model.tasks[0].version = "fake-v1".into();
         Labeler::start(
             SharedModel::new(model),
             s.store.clone(),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ndpipe_catalog::{
     CatalogError, GroundTruth, PhotoCopies, PhotoMeta, PhotoRecord, PlacementNode, Prediction,
-    ReplicaCatalog,
+    ReplicaCatalog, TaskName,
 };
 use ndpipe_proto::pb;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
@@ -161,15 +161,16 @@ impl FrontDoor {
         bytes: bytes::Bytes,
         truth: Option<GroundTruth>,
     ) -> Result<PhotoRecord, ReplicationError> {
-        let (label, split) = match truth {
-            Some(t) => (t.label, t.split.as_str().to_string()),
-            None => (String::new(), String::new()),
+        let (label, split, task) = match truth {
+            Some(t) => (t.label, t.split.as_str().to_string(), t.task.to_string()),
+            None => (String::new(), String::new(), String::new()),
         };
         let req = pb::IngestRequest {
             original: bytes.to_vec(),
             label,
             split,
             copies,
+            task,
         };
         let reply = self
             .peers
@@ -180,7 +181,7 @@ impl FrontDoor {
             url: primary.url.clone(),
             reason,
         })?;
-        Ok(PhotoRecord { id: reply.id, meta })
+        Ok(PhotoRecord::new(reply.id, meta))
     }
 
     /// Photo `id`'s catalog row and holders; `None` when it is deleted or was never catalogued.
@@ -205,9 +206,12 @@ impl FrontDoor {
         )
     }
 
-    /// Photo `id`'s labels under the model active on its primary, best first (empty before it
-    /// is labelled).
-    pub(crate) async fn active_labels(&self, id: u64) -> Result<Vec<Prediction>, ReplicationError> {
+    /// Photo `id`'s labels under the versions active on its primary, per task, best first
+    /// (a task is left out before the photo is labelled for it).
+    pub(crate) async fn active_labels(
+        &self,
+        id: u64,
+    ) -> Result<Vec<(TaskName, Vec<Prediction>)>, ReplicationError> {
         let catalog = self.catalog.clone();
         Ok(tokio::task::spawn_blocking(move || catalog.cluster_active_predictions(id)).await??)
     }

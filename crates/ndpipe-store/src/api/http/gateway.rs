@@ -84,6 +84,7 @@ async fn upload(
     let started = Instant::now();
     let result = async {
         let (body, truth) = photos::upload_input(&headers, query, body)?;
+        super::tasks::check_truth(&state.catalog, truth.as_ref()).await?;
         Ok(state.front.upload(body, truth).await?)
     }
     .await;
@@ -122,7 +123,7 @@ async fn get_labels(
     Path(raw): Path<String>,
 ) -> Result<Json<Vec<labels::VersionLabels>>, ApiError> {
     let id = parse_id(&raw).map_err(|e| count(&state, e))?;
-    labels::cluster_labels(&state, &state.front, id).await
+    labels::cluster_labels(&state, &state.catalog, &state.front, id).await
 }
 
 /// `GET /v1/photos?after=&limit=`: every node's photos with their holders.

@@ -19,6 +19,7 @@ mod keys;
 mod labels;
 mod ops;
 mod photos;
+mod tasks;
 
 use std::sync::Arc;
 
@@ -33,6 +34,7 @@ use axum::routing::{MethodRouter, delete, get, post, put};
 use ndpipe_catalog::Catalog;
 use ndpipe_util::per_client::{PerClientLimit, limit_per_client};
 
+use crate::inference::model::Models;
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
 use crate::keys::KeyStore;
@@ -69,6 +71,8 @@ pub(crate) struct AppState {
     /// The cluster as one store, when photos are replicated: uploads, reads and deletes go
     /// through it.
     replication: Option<Arc<Replication>>,
+    /// The node's models, when one is loaded (a task's new floor applies to them at once).
+    models: Option<Arc<Models>>,
 }
 
 impl AppState {
@@ -92,7 +96,13 @@ impl AppState {
             readiness: Arc::new(Readiness::default()),
             model_loaded: false,
             replication: None,
+            models: None,
         }
+    }
+
+    /// The same state, with the node's models.
+    pub(crate) fn with_models(self, models: Option<Arc<Models>>) -> Self {
+        AppState { models, ..self }
     }
 
     /// The same state, with uploads, reads and deletes through `replication` when given.
@@ -139,6 +149,13 @@ pub(crate) fn router(
             "/v1/photos/{id}/ground-truth",
             put(photos::set_ground_truth),
         )
+        .route("/v1/tasks", post(tasks::create))
+        .route("/v1/tasks/{task}", put(tasks::update))
+        .route(
+            "/v1/tasks/{task}/labels",
+            post(tasks::label).delete(tasks::unlabel),
+        )
+        .route("/v1/photos/{id}/labels/{task}", post(tasks::confirm))
         .route("/v1/admin/compact", post(ops::compact))
         .route("/v1/jobs/relabel", post(jobs::start_relabel))
         .route("/v1/admin/keys", post(keys::create).get(keys::list))
@@ -151,6 +168,8 @@ pub(crate) fn router(
         .route("/v1/photos/{id}/tensor", get(photos::get_tensor))
         .route("/v1/photos/{id}/labels", get(labels::get_labels))
         .route("/v1/search", get(labels::search))
+        .route("/v1/tasks", get(tasks::list))
+        .route("/v1/tasks/{task}", get(tasks::get_task))
         .route("/v1/models", get(labels::models))
         .route("/v1/jobs", get(jobs::list))
         .route("/v1/jobs/{id}", get(jobs::get_job))

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use ndpipe_catalog::{Catalog, GroundTruth, PhotoId, PhotoRecord, Prediction};
+use ndpipe_catalog::{Catalog, GroundTruth, PhotoId, PhotoRecord, Prediction, TaskName};
 use s3s::S3Result;
 use s3s::crypto::{Checksum as _, Sha256};
 
@@ -131,26 +131,26 @@ impl Backend {
         }
     }
 
-    /// Photo `id`'s predictions by the model its labeller runs, best first (empty before it
-    /// is labelled or without a model).
+    /// Photo `id`'s predictions by the versions its labeller runs, per task in task order,
+    /// best first (a task is left out before the photo is labelled for it).
     pub(crate) async fn active_labels(
         &self,
         catalog: &Arc<dyn Catalog>,
         id: PhotoId,
-    ) -> S3Result<Vec<Prediction>> {
+    ) -> S3Result<Vec<(TaskName, Vec<Prediction>)>> {
         match self {
             Backend::Local { .. } => {
                 let catalog = catalog.clone();
                 blocking(move || {
-                    let Some(active) = catalog.active_model().map_err(catalog_error)? else {
-                        return Ok(Vec::new());
-                    };
-                    let all = catalog.predictions(id).map_err(catalog_error)?;
-                    Ok(all
+                    let active = catalog.active_models().map_err(catalog_error)?;
+                    let mut all = catalog.predictions(id).map_err(catalog_error)?;
+                    Ok(active
                         .into_iter()
-                        .find(|(version, _)| *version == active.id)
-                        .map(|(_, labels)| labels)
-                        .unwrap_or_default())
+                        .filter_map(|v| {
+                            let at = all.iter().position(|(version, _)| *version == v.id)?;
+                            Some((v.task, all.swap_remove(at).1))
+                        })
+                        .collect())
                 })
                 .await
             }
