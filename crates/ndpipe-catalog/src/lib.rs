@@ -54,7 +54,7 @@ pub use replicas::{FailOver, PhotoCopies, PlacementNode, ReplicaCatalog, Replica
 pub use sqlite::SqliteCatalog;
 pub use types::{
     GroundTruth, JobRecord, ModelVersion, NodeHit, NodeRecord, NodeState, OTHER_CLASS, PhotoId,
-    PhotoMeta, PhotoRecord, Prediction, SearchHit, Split, Task, TaskName, TaskTruth,
+    PhotoMeta, PhotoRecord, Prediction, SearchHit, Split, Task, TaskHit, TaskName, TaskTruth,
 };
 
 /// Photos, their ground truth and predicted labels. Implementations are thread-safe and every
@@ -139,6 +139,37 @@ pub trait PhotoCatalog: Send + Sync {
                 hit,
             })
             .collect())
+    }
+
+    /// [`search_cluster`](Self::search_cluster) under several versions (one per task, say),
+    /// merged best score first, each hit with the task and version that gave the label: the
+    /// page from `offset`, at most `limit`.
+    fn search_versions(
+        &self,
+        label: &str,
+        versions: &[ModelVersion],
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<TaskHit>, CatalogError> {
+        let end = offset.saturating_add(limit);
+        let mut hits = Vec::new();
+        for version in versions {
+            for hit in self.search_cluster(label, &version.id, 0, end)? {
+                hits.push(TaskHit {
+                    task: version.task.clone(),
+                    model_version: version.id.clone(),
+                    hit,
+                });
+            }
+        }
+        hits.sort_by(|a, b| {
+            b.hit
+                .hit
+                .score
+                .total_cmp(&a.hit.hit.score)
+                .then(a.hit.hit.id.cmp(&b.hit.hit.id))
+        });
+        Ok(hits.into_iter().skip(offset).take(limit).collect())
     }
 }
 

@@ -1,7 +1,7 @@
 //! Which nodes hold a copy of each photo, what was deleted, and where copies may go: what the
 //! PipeStores of a replicated cluster share ([`ReplicaCatalog`]).
 
-use crate::{BlobCatalog, CatalogError, PhotoId, PhotoMeta, Prediction, TaskName};
+use crate::{BlobCatalog, CatalogError, PhotoId, PhotoMeta, Prediction, TaskName, TaskTruth};
 
 /// A registered PipeStore as placement sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +126,10 @@ pub trait ReplicaCatalog: BlobCatalog + Send + Sync {
     /// [`ReplicaCatalog::copies`] of many photos in one query, in id order, leaving out those
     /// without a catalog row (a node's start-up sweep over its copies).
     fn copies_many(&self, ids: &[PhotoId]) -> Result<Vec<PhotoCopies>, CatalogError>;
+
+    /// The ground truth of `task` of the photos whose primary is `node`, in id order (a
+    /// fine-tune that lost `node` takes its training photos over from their copies).
+    fn task_truths_of(&self, node: &str, task: &TaskName) -> Result<Vec<TaskTruth>, CatalogError>;
 
     /// Photo `id`'s predictions by model version, whichever node's row it is (what any front
     /// door answers for labels).

@@ -193,6 +193,18 @@ pub struct NodeHit {
     pub hit: SearchHit,
 }
 
+/// A search hit of one of several versions: the task and version that gave the label.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskHit {
+    /// The task.
+    pub task: TaskName,
+    /// The version.
+    pub model_version: String,
+    /// The hit, with the node that holds the photo.
+    #[serde(flatten)]
+    pub hit: NodeHit,
+}
+
 /// A long-running job (e.g. a re-labelling), with its resumable state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {

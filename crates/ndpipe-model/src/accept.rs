@@ -52,30 +52,64 @@ impl Novelty {
         if n == 0 || dim == 0 || rows.len() != n * dim {
             return None;
         }
-        let mut center = vec![0f32; dim];
-        for row in rows.chunks_exact(dim) {
-            center.iter_mut().zip(row).for_each(|(c, x)| *c += x);
-        }
-        center.iter_mut().for_each(|c| *c /= n as f32);
-        let mut centroids = vec![0f32; classes * dim];
+        let mut sums = vec![0f64; classes * dim];
+        let mut counts = vec![0u64; classes];
         for (row, &label) in rows.chunks_exact(dim).zip(labels) {
-            let Some(sum) = centroids.chunks_exact_mut(dim).nth(label as usize) else {
+            let Some(sum) = sums.chunks_exact_mut(dim).nth(label as usize) else {
                 continue;
             };
             sum.iter_mut()
-                .zip(row.iter().zip(&center))
-                .for_each(|(s, (x, c))| *s += x - c);
+                .zip(row)
+                .for_each(|(s, x)| *s += f64::from(*x));
+            counts[label as usize] += 1;
         }
-        centroids.chunks_exact_mut(dim).for_each(normalize);
-        let mut novelty = Novelty {
-            center,
-            centroids,
-            min_cosine: -1.0,
-        };
         let calibration = if validation.len() >= dim {
             validation
         } else {
             rows
+        };
+        Self::from_sums(dim, &sums, &counts, calibration, quantile)
+    }
+
+    /// The check from each class's sum of training features (`sums`, `[classes x dim]`) and
+    /// count, calibrated on `calibration` rows (row-major) so that a share `quantile` of them
+    /// passes; `None` without training rows.
+    pub fn from_sums(
+        dim: usize,
+        sums: &[f64],
+        counts: &[u64],
+        calibration: &[f32],
+        quantile: f32,
+    ) -> Option<Self> {
+        let n: u64 = counts.iter().sum();
+        if n == 0 || dim == 0 || sums.len() != counts.len() * dim {
+            return None;
+        }
+        let mut center = vec![0f64; dim];
+        for sum in sums.chunks_exact(dim) {
+            center.iter_mut().zip(sum).for_each(|(c, s)| *c += s);
+        }
+        let center: Vec<f32> = center.iter().map(|c| (c / n as f64) as f32).collect();
+        let mut centroids = Vec::with_capacity(sums.len());
+        for (sum, &count) in sums.chunks_exact(dim).zip(counts) {
+            let mut mean: Vec<f32> = sum
+                .iter()
+                .zip(&center)
+                .map(|(s, c)| {
+                    if count == 0 {
+                        0.0
+                    } else {
+                        (s / count as f64) as f32 - c
+                    }
+                })
+                .collect();
+            normalize(&mut mean);
+            centroids.extend(mean);
+        }
+        let mut novelty = Novelty {
+            center,
+            centroids,
+            min_cosine: -1.0,
         };
         let mut cosines: Vec<f32> = calibration
             .chunks_exact(dim)

@@ -60,6 +60,11 @@ pub struct Config {
     /// The repair job that follows a node's removal fails when the photos and plain objects
     /// short of copies have not gone down for this long, in ms.
     pub repair_stall_ms: u64,
+    /// A fine-tuned version deploys only when its validation top-1 is at most this far (a share:
+    /// 0.01 is one point) below its parent's on the same photos; otherwise it stays a candidate
+    /// (a request's `deploy_margin` or `force` overrides it). Rollouts gate each task's
+    /// retrained head the same way.
+    pub deploy_margin: f32,
 }
 
 impl Config {
@@ -110,6 +115,7 @@ impl Default for Config {
             node_timeout_ms: 30_000,
             repair_stall_ms: 600_000,
             node_lease_ms: 15_000,
+            deploy_margin: 0.01,
         }
     }
 }

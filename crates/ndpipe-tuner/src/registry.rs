@@ -1,11 +1,13 @@
-//! The model registry: every version the Tuner produced (or found deployed), with its head file.
+//! The model registry: every version the Tuner produced (or found deployed), with its head file
+//! and its task; which version every node must serve for each task (the intent).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ndpipe_catalog::{ModelRegistry, ModelVersion};
+use ndpipe_catalog::{ModelRegistry, ModelVersion, TaskName};
 use ndpipe_model::HeadVersion;
+use ndpipe_proto::Serving;
 use ndpipe_util::fs::{file_stem, write_durably};
 
 use crate::{Head, TunerError};
@@ -49,9 +51,23 @@ impl Registry {
             .ok_or_else(|| TunerError::UnknownVersion(id.to_string()))
     }
 
-    /// The version serving now, if any.
-    pub(crate) fn active(&self) -> Result<Option<ModelVersion>, TunerError> {
-        Ok(self.models.active_model()?)
+    /// The version serving `task` now, if any.
+    pub(crate) fn active(&self, task: &TaskName) -> Result<Option<ModelVersion>, TunerError> {
+        Ok(self.models.active_model(task)?)
+    }
+
+    /// The versions serving now, one per task, in task order.
+    pub(crate) fn active_all(&self) -> Result<Vec<ModelVersion>, TunerError> {
+        Ok(self.models.active_models()?)
+    }
+
+    /// What every node must serve: each task's active version (empty before any is).
+    pub(crate) fn intent(&self) -> Result<Serving, TunerError> {
+        Ok(self
+            .active_all()?
+            .into_iter()
+            .map(|v| (v.task.to_string(), v.id))
+            .collect())
     }
 
     /// Records a version (not active until deployed), unless it is known already.
@@ -66,9 +82,16 @@ impl Registry {
         Ok(())
     }
 
-    /// Marks `id` as the serving version.
+    /// Marks `id` as the serving version of its task.
     pub(crate) fn set_active(&self, id: &str) -> Result<(), TunerError> {
         Ok(self.models.set_active_model(id)?)
+    }
+
+    /// Leaves `task` without a serving version (a rollout forced past a task whose head could
+    /// not be carried).
+    pub(crate) fn deactivate(&self, task: &TaskName) -> Result<(), TunerError> {
+        self.models.deactivate_task(task)?;
+        Ok(())
     }
 
     /// Where the photos `id` trained on are kept.
@@ -119,6 +142,7 @@ impl Registry {
     pub(crate) fn save_head(&self, version: &ModelVersion, head: &Head) -> Result<(), TunerError> {
         let label = HeadVersion {
             id: version.id.clone(),
+            task: version.task.to_string(),
             backbone: version.backbone.clone(),
             parent: version.parent.clone(),
             metrics: version.metrics.clone(),
@@ -147,6 +171,7 @@ mod tests {
 
     fn version(id: &str) -> ModelVersion {
         ModelVersion {
+            task: TaskName::default_task(),
             id: id.into(),
             backbone: "b".repeat(64),
             parent: None,
@@ -164,9 +189,17 @@ mod tests {
         registry.record(&version("ft-1-abcdef12")).unwrap();
         registry.record(&version("ft-1-abcdef12")).unwrap();
         assert_eq!(registry.list().unwrap().len(), 1);
-        assert!(registry.active().unwrap().is_none());
+        let default = TaskName::default_task();
+        assert!(registry.active(&default).unwrap().is_none());
         registry.set_active("ft-1-abcdef12").unwrap();
-        assert_eq!(registry.active().unwrap().unwrap().id, "ft-1-abcdef12");
+        assert_eq!(
+            registry.active(&default).unwrap().unwrap().id,
+            "ft-1-abcdef12"
+        );
+        assert_eq!(
+            registry.intent().unwrap().to_string(),
+            "default=ft-1-abcdef12"
+        );
         assert!(matches!(
             registry.get("nope"),
             Err(TunerError::UnknownVersion(_))

@@ -8,20 +8,26 @@ use super::error::db;
 use super::photos::photo_from_row;
 use super::{PgCatalog, counts, from_sql, sql_id, sql_ids};
 use crate::{
-    CatalogError, FailOver, PhotoCopies, PhotoId, PlacementNode, Prediction, ReplicaCatalog,
-    ReplicationCounts, TaskName,
+    CatalogError, FailOver, GroundTruth, PhotoCopies, PhotoId, PlacementNode, Prediction,
+    ReplicaCatalog, ReplicationCounts, TaskName, TaskTruth,
 };
 
-/// The photo columns `photo_from_row` reads, then the primary and every registered holder.
+/// The photo columns `photo_from_row` reads, the default task's ground truth (what the photo's
+/// metadata carries), then the primary and every registered holder.
 const COPIES_SELECT: &str = "SELECT p.id, p.sha256, p.bytes, p.width, p.height, \
      p.content_type, p.created_ms, g.label, g.split, p.node, \
      COALESCE(array_agg(r.node ORDER BY r.node) FILTER (WHERE r.node IS NOT NULL), '{}') \
-     FROM photos p LEFT JOIN ground_truth g ON g.photo_id = p.id \
+     FROM photos p LEFT JOIN ground_truth g ON g.photo_id = p.id AND g.task = 'default' \
      LEFT JOIN replicas r ON r.photo_id = p.id AND r.node IN (SELECT name FROM nodes)";
 
 fn copies_from_row(row: &postgres::Row) -> Result<PhotoCopies, CatalogError> {
     let op = "read photo copies";
-    let photo = photo_from_row(row)?;
+    let mut photo = photo_from_row(row)?;
+    let label: Option<String> = row.try_get(7).map_err(db(op))?;
+    let split: Option<String> = row.try_get(8).map_err(db(op))?;
+    if let (Some(label), Some(split)) = (label, split) {
+        photo.meta.ground_truth = Some(GroundTruth::new(label, split.parse()?));
+    }
     Ok(PhotoCopies {
         id: photo.id,
         meta: photo.meta,
@@ -339,6 +345,10 @@ impl ReplicaCatalog for PgCatalog {
         id: PhotoId,
     ) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError> {
         self.predictions_on(id, None)
+    }
+
+    fn task_truths_of(&self, node: &str, task: &TaskName) -> Result<Vec<TaskTruth>, CatalogError> {
+        super::truths::truths_of(self, node, task)
     }
 
     fn cluster_active_predictions(

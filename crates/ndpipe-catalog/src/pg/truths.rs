@@ -84,6 +84,36 @@ pub(super) fn attach_truths(
     Ok(())
 }
 
+/// The ground truth of `task` of the photos whose primary is `node`, in id order.
+pub(super) fn truths_of(
+    catalog: &PgCatalog,
+    node: &str,
+    task: &TaskName,
+) -> Result<Vec<TaskTruth>, CatalogError> {
+    let op = "list ground truth";
+    catalog.with(|conn| {
+        conn.query(
+            "SELECT g.photo_id, g.label, g.split, p.sha256 FROM ground_truth g
+             JOIN photos p ON p.id = g.photo_id
+             WHERE p.node = $1 AND g.task = $2 ORDER BY g.photo_id",
+            &[&node, &task.as_str()],
+        )
+        .map_err(db(op))?
+        .iter()
+        .map(|r| {
+            let id: i64 = r.try_get(0).map_err(db(op))?;
+            let split: String = r.try_get(2).map_err(db(op))?;
+            Ok(TaskTruth {
+                id: from_sql(id, "photo id")?,
+                label: r.try_get(1).map_err(db(op))?,
+                split: split.parse()?,
+                sha256: r.try_get(3).map_err(db(op))?,
+            })
+        })
+        .collect()
+    })
+}
+
 /// Locks this node's photo `id` until the transaction ends; whether it has it.
 fn lock_own_photo(tx: &mut Transaction<'_>, id: i64, node: &str) -> Result<bool, CatalogError> {
     Ok(tx
@@ -119,28 +149,7 @@ impl TruthCatalog for PgCatalog {
     }
 
     fn ground_truths(&self, task: &TaskName) -> Result<Vec<TaskTruth>, CatalogError> {
-        let op = "list ground truth";
-        self.with(|conn| {
-            conn.query(
-                "SELECT g.photo_id, g.label, g.split, p.sha256 FROM ground_truth g
-                 JOIN photos p ON p.id = g.photo_id
-                 WHERE p.node = $1 AND g.task = $2 ORDER BY g.photo_id",
-                &[&self.node(), &task.as_str()],
-            )
-            .map_err(db(op))?
-            .iter()
-            .map(|r| {
-                let id: i64 = r.try_get(0).map_err(db(op))?;
-                let split: String = r.try_get(2).map_err(db(op))?;
-                Ok(TaskTruth {
-                    id: from_sql(id, "photo id")?,
-                    label: r.try_get(1).map_err(db(op))?,
-                    split: split.parse()?,
-                    sha256: r.try_get(3).map_err(db(op))?,
-                })
-            })
-            .collect()
-        })
+        truths_of(self, self.node(), task)
     }
 
     fn set_ground_truth(&self, id: PhotoId, truth: &GroundTruth) -> Result<(), CatalogError> {

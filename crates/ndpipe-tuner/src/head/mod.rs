@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use candle_core::{D, DType, Device, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
-use ndpipe_model::HeadWeights;
+use ndpipe_model::{Acceptance, HeadWeights};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
@@ -182,6 +182,8 @@ pub struct Head {
     config: HeadConfig,
     hidden: Option<Dense>,
     output: Dense,
+    /// Its rules for keeping labels, calibrated after training.
+    acceptance: Acceptance,
 }
 
 impl Head {
@@ -199,7 +201,30 @@ impl Head {
             config,
             hidden,
             output,
+            acceptance: Acceptance::default(),
         })
+    }
+
+    /// The head's rules for keeping labels (a floor, a novelty check).
+    pub fn acceptance(&self) -> &Acceptance {
+        &self.acceptance
+    }
+
+    /// Sets the head's rules for keeping labels; fails when the novelty check does not fit the
+    /// head's classes and input.
+    pub fn set_acceptance(&mut self, acceptance: Acceptance) -> Result<(), TunerError> {
+        if let Some(n) = &acceptance.novelty
+            && (n.center.len() != self.input_dim()
+                || n.centroids.len() != self.classes().len() * self.input_dim())
+        {
+            return Err(TunerError::Internal(format!(
+                "a novelty check of {} classes for a head of {}",
+                n.centroids.len() / n.center.len().max(1),
+                self.classes().len()
+            )));
+        }
+        self.acceptance = acceptance;
+        Ok(())
     }
 
     /// The head's configuration (its classes grow with [`Head::grow_classes`]).
@@ -417,6 +442,8 @@ impl Head {
             bias: Var::from_tensor(&bias)?,
         };
         self.config = grown;
+        // The class means no longer cover every class; training calibrates them again.
+        self.acceptance = Acceptance::default();
         Ok(())
     }
 
@@ -436,6 +463,7 @@ impl Head {
             .to_vec1::<f32>()?;
         let bias = self.output.bias.as_tensor().to_vec1::<f32>()?;
         HeadWeights::new(self.classes().to_vec(), self.input_dim(), weights, bias)
+            .and_then(|h| h.with_acceptance(self.acceptance.clone()))
             .map_err(|e| TunerError::Internal(format!("the head's own layers: {e}")))
     }
 

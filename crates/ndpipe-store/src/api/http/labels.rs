@@ -7,7 +7,7 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use ndpipe_catalog::{Catalog, CatalogError, ModelVersion, NodeHit, Prediction, TaskName};
+use ndpipe_catalog::{Catalog, CatalogError, ModelVersion, Prediction, TaskHit, TaskName};
 use serde::{Deserialize, Serialize};
 
 use crate::replication::FrontDoor;
@@ -97,16 +97,6 @@ pub(super) struct SearchParams {
     limit: Option<usize>,
 }
 
-/// A search hit, with the task and version that gave the label.
-#[derive(Debug, Serialize)]
-pub(super) struct TaskHit {
-    task: TaskName,
-    model_version: String,
-    /// The hit, with the node that holds the photo.
-    #[serde(flatten)]
-    hit: NodeHit,
-}
-
 #[derive(Debug, Serialize)]
 pub(super) struct SearchReply {
     /// The version searched, when one was (a `task` or `model` given).
@@ -190,32 +180,15 @@ pub(super) async fn search(
     let catalog = state.catalog.clone();
     let single = task.is_some() || params.model.is_some();
     let requested = params.model;
-    let mut hits = blocking(&state, move || {
+    let (versions, mut hits) = blocking(&state, move || {
         let versions = searched_versions(&*catalog, task, requested)?;
-        let mut hits = Vec::new();
-        for version in versions {
-            for hit in catalog.search_cluster(label.trim(), &version.id, 0, end)? {
-                hits.push(TaskHit {
-                    task: version.task.clone(),
-                    model_version: version.id.clone(),
-                    hit,
-                });
-            }
-        }
-        Ok::<_, ApiError>(hits)
+        let hits = catalog.search_versions(label.trim(), &versions, offset, limit)?;
+        Ok::<_, ApiError>((versions, hits))
     })
     .await?;
-    hits.sort_by(|a, b| {
-        b.hit
-            .hit
-            .score
-            .total_cmp(&a.hit.hit.score)
-            .then(a.hit.hit.id.cmp(&b.hit.hit.id))
-    });
     let model_version = single
-        .then(|| hits.first().map(|h| h.model_version.clone()))
+        .then(|| versions.first().map(|v| v.id.clone()))
         .flatten();
-    let mut hits: Vec<TaskHit> = hits.into_iter().skip(offset).take(limit).collect();
     let next_offset = (hits.len() == limit).then_some(end);
     let node = &state.node;
     for h in &mut hits {
