@@ -113,7 +113,14 @@ impl Cluster {
             let client = client(node.http_addr())?;
             for (png, label, split) in photos.iter().skip(i).step_by(n) {
                 client
-                    .upload(png.clone(), Some(label), Some(split))
+                    .upload(
+                        png.clone(),
+                        Some(ndpipe::client::Truth {
+                            label,
+                            split,
+                            task: None,
+                        }),
+                    )
                     .await
                     .map_err(|e| anyhow::anyhow!("upload failed: {e:?}"))?;
             }

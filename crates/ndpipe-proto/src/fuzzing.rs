@@ -293,7 +293,8 @@ mod tests {
                     val: 1,
                     test: 0,
                 }],
-                active_version: "v1".into(),
+                active_version: "general=v1".into(),
+                task_known: true,
             },
         );
     }

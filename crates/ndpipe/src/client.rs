@@ -24,6 +24,17 @@ struct Uploaded {
     id: u64,
 }
 
+/// The ground truth an upload carries.
+#[derive(Debug, Clone, Copy)]
+pub struct Truth<'a> {
+    /// The class.
+    pub label: &'a str,
+    /// The split: train, val or test.
+    pub split: &'a str,
+    /// The task (`None`: the default task).
+    pub task: Option<&'a str>,
+}
+
 /// Why an upload failed.
 #[derive(Debug)]
 pub enum UploadError {
@@ -70,15 +81,15 @@ impl Client {
     pub async fn upload(
         &self,
         bytes: Vec<u8>,
-        label: Option<&str>,
-        split: Option<&str>,
+        truth: Option<Truth<'_>>,
     ) -> Result<u64, UploadError> {
         let mut query = Vec::new();
-        if let Some(l) = label {
-            query.push(("label", l));
-        }
-        if let Some(s) = split {
-            query.push(("split", s));
+        if let Some(t) = truth {
+            query.push(("label", t.label));
+            query.push(("split", t.split));
+            if let Some(task) = t.task {
+                query.push(("task", task));
+            }
         }
         let resp = self
             .authed(
@@ -108,6 +119,34 @@ impl Client {
             ))),
             Err(_) => Err(UploadError::Failed(anyhow!("server answered {status}"))),
         }
+    }
+
+    /// PUT a JSON body, expecting JSON back.
+    pub async fn put_json_body<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl serde::Serialize,
+    ) -> Result<T> {
+        let resp = self
+            .authed(self.http.put(self.url(path)).json(body))
+            .send()
+            .await
+            .with_context(|| format!("PUT {path}"))?;
+        Self::json(resp, path).await
+    }
+
+    /// DELETE with a JSON body, expecting JSON back.
+    pub async fn delete_json_body<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl serde::Serialize,
+    ) -> Result<T> {
+        let resp = self
+            .authed(self.http.delete(self.url(path)).json(body))
+            .send()
+            .await
+            .with_context(|| format!("DELETE {path}"))?;
+        Self::json(resp, path).await
     }
 
     /// GET a JSON document.

@@ -66,6 +66,9 @@ struct Request {
     reply: Option<oneshot::Sender<Labelled>>,
 }
 
+/// Every task's top-k labels of one photo, as (model version, labels).
+pub(crate) type TaskLabels = Vec<(String, Vec<Prediction>)>;
+
 /// A photo labelled before it is catalogued ([`Labeler::label_first`]): its features, stored
 /// here already, and its labels, which the caller files once the photo's catalog row exists.
 #[derive(Debug)]
@@ -74,8 +77,8 @@ pub(crate) struct Labelled {
     pub(crate) backbone: String,
     /// The features as the feature store keeps them.
     pub(crate) features: Vec<u8>,
-    /// Every task's top-k labels, as (model version, labels).
-    pub(crate) labels: Vec<(String, Vec<Prediction>)>,
+    /// Every task's top-k labels.
+    pub(crate) labels: TaskLabels,
 }
 
 /// The online labelling worker.
@@ -296,7 +299,7 @@ impl Worker {
             .collect();
         self.features.put_many(backbone, &rows)?;
         let k = self.config.top_k;
-        let mut filed: Vec<(u64, Vec<(String, Vec<Prediction>)>)> = Vec::new();
+        let mut filed: Vec<(u64, TaskLabels)> = Vec::new();
         let labelled = batch.len() as u64;
         for (i, r) in batch.into_iter().enumerate() {
             let labels = model.label(&outputs, i, k);
@@ -330,7 +333,7 @@ fn set_gauge(metrics: &StoreMetrics, backlog: &Backlog) {
 /// photos deleted meanwhile are skipped.
 pub(crate) fn file_labels(
     catalog: &dyn PhotoCatalog,
-    photos: Vec<(u64, Vec<(String, Vec<Prediction>)>)>,
+    photos: Vec<(u64, TaskLabels)>,
 ) -> Result<(), InferenceError> {
     let mut by_version: BTreeMap<String, Vec<(u64, Vec<Prediction>)>> = BTreeMap::new();
     for (id, labels) in photos {
@@ -357,9 +360,9 @@ pub(crate) fn write_outputs(
     ids: &[u64],
     outputs: &Outputs,
     k: usize,
-) -> Result<Vec<(u64, Vec<(String, Vec<Prediction>)>)>, InferenceError> {
+) -> Result<Vec<(u64, TaskLabels)>, InferenceError> {
     let info = model.info();
-    let rows: Vec<(u64, Vec<(String, Vec<Prediction>)>)> = ids
+    let rows: Vec<(u64, TaskLabels)> = ids
         .iter()
         .enumerate()
         .map(|(i, id)| (*id, model.label(outputs, i, k)))

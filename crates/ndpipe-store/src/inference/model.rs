@@ -122,6 +122,14 @@ impl ActiveModel {
         }
     }
 
+    /// The backbone with its own classifier as the general task, its labels filed under
+    /// `version` (a benchmark's own name for a variant).
+    pub fn named(backend: Arc<dyn InferenceBackend>, version: &str) -> Self {
+        let mut model = Self::pretrained(backend);
+        model.tasks[0].version = version.to_string();
+        model
+    }
+
     /// The model version id of a pretrained model: its name and the backbone hash prefix.
     pub fn pretrained_version(info: &ModelInfo) -> String {
         info.pretrained_version()

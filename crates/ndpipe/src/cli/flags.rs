@@ -254,6 +254,12 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_REPAIR_STALL_MS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) repair_stall_ms: Option<u64>,
+    /// A fine-tuned version deploys only when its validation top-1 is at most this far (a
+    /// share: 0.01 is one point) below its parent's on the same photos; otherwise it stays a
+    /// candidate [deploy_margin; default: 0.01].
+    #[arg(long, env = "NDPIPE_DEPLOY_MARGIN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) deploy_margin: Option<f32>,
 }
 
 /// Flags of `ndpipe gateway`: keys of `[gateway]`.

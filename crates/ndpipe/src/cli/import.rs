@@ -9,7 +9,7 @@ use clap::Args;
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use ndpipe::client::{Client, ServerArgs, UploadError};
+use ndpipe::client::{Client, ServerArgs, Truth, UploadError};
 use ndpipe::fashion_mnist;
 
 /// File extensions imported from folders.
@@ -46,6 +46,10 @@ pub(super) struct ImportArgs {
     /// Split of the labelled photos of a folder: train, val or test.
     #[arg(long, default_value = "train")]
     pub split: String,
+    /// The task the labels belong to (created before with `ndpipe tasks create`) [default: the
+    /// default task].
+    #[arg(long)]
+    pub task: Option<String>,
     /// Uploads in flight at once.
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
@@ -110,14 +114,14 @@ pub(super) async fn run(args: ImportArgs) -> Result<()> {
         .context("progress bar template")?,
     );
     let started = std::time::Instant::now();
-    let split = args.split.clone();
+    let (split, task) = (args.split.clone(), args.task.clone());
     let mut results = futures::stream::iter(items)
         .map(|item| {
             let client = client.clone();
-            let split = split.clone();
+            let (split, task) = (split.clone(), task.clone());
             async move {
                 let name = item.name();
-                (name, upload(&client, item, &split).await)
+                (name, upload(&client, item, &split, task.as_deref()).await)
             }
         })
         .buffer_unordered(args.concurrency.max(1));
@@ -143,7 +147,12 @@ pub(super) async fn run(args: ImportArgs) -> Result<()> {
     Ok(())
 }
 
-async fn upload(client: &Client, item: Item, split: &str) -> Result<u64, UploadError> {
+async fn upload(
+    client: &Client,
+    item: Item,
+    split: &str,
+    task: Option<&str>,
+) -> Result<u64, UploadError> {
     match item {
         Item::File { path, label } => {
             let bytes = tokio::fs::read(&path).await.map_err(|e| {
@@ -151,13 +160,18 @@ async fn upload(client: &Client, item: Item, split: &str) -> Result<u64, UploadE
                     anyhow::anyhow!(e).context(format!("reading {}", path.display())),
                 )
             })?;
-            let split = label.as_ref().map(|_| split);
-            client.upload(bytes, label.as_deref(), split).await
+            let truth = label.as_deref().map(|label| Truth { label, split, task });
+            client.upload(bytes, truth).await
         }
         Item::Fashion { split, index } => {
             let png = fashion_mnist::png(split.image(index)).map_err(UploadError::Failed)?;
             let label = fashion_mnist::CLASSES[usize::from(split.labels[index])];
-            client.upload(png, Some(label), Some(split.name)).await
+            let truth = Truth {
+                label,
+                split: split.name,
+                task,
+            };
+            client.upload(png, Some(truth)).await
         }
     }
 }

@@ -47,11 +47,14 @@ enum Action {
         /// Photo id.
         id: u64,
     },
-    /// Find photos by predicted label (e.g. "tabby"), best score first.
+    /// Find photos by predicted label (e.g. "tabby"), best score first, in every task.
     Search {
         /// A class name, or one of its comma-separated synonyms.
         label: String,
-        /// Model version (default: the active one).
+        /// Only this task's labels (its active version).
+        #[arg(long)]
+        task: Option<String>,
+        /// Model version (default: every task's active one).
         #[arg(long)]
         model: Option<String>,
         /// How many results.
@@ -104,22 +107,27 @@ pub(super) async fn run(args: PhotosArgs) -> Result<()> {
         }
         Action::Search {
             label,
+            task,
             model,
             limit,
         } => {
             let mut path = format!("/v1/search?label={}&limit={limit}", encode(&label));
+            if let Some(t) = task {
+                path.push_str(&format!("&task={}", encode(&t)));
+            }
             if let Some(m) = model {
                 path.push_str(&format!("&model={}", encode(&m)));
             }
             let reply: Value = client.get_json(&path).await?;
-            println!("model {}", reply["model_version"].as_str().unwrap_or("?"));
             for h in reply["hits"].as_array().into_iter().flatten() {
                 println!(
-                    "{:>10}  {:.3}  rank {}  {}  on {}",
+                    "{:>10}  {:.3}  rank {}  {}  ({} {})  on {}",
                     h["id"].as_u64().unwrap_or(0),
                     h["score"].as_f64().unwrap_or(0.0),
                     h["rank"].as_u64().unwrap_or(0) + 1,
                     h["label"].as_str().unwrap_or(""),
+                    h["task"].as_str().unwrap_or("?"),
+                    h["model_version"].as_str().unwrap_or("?"),
                     h["node"].as_str().unwrap_or("?")
                 );
             }
@@ -186,7 +194,8 @@ pub(super) async fn compact(args: ServerArgs) -> Result<()> {
 }
 
 /// Percent-encodes a query value.
-fn encode(s: &str) -> String {
+/// `s` percent-encoded for a URL's query.
+pub(super) fn encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {

@@ -289,7 +289,7 @@ async fn without_the_cluster_secret_every_grpc_method_is_refused_and_changes_not
     let mut codes = vec![
         (
             "Inventory",
-            node.inventory(pb::InventoryRequest {}).await.err(),
+            node.inventory(pb::InventoryRequest::default()).await.err(),
         ),
         (
             "Extract",
@@ -421,7 +421,7 @@ async fn without_the_cluster_secret_every_grpc_method_is_refused_and_changes_not
     let after = tuner.get("/v1/tuner/nodes").await;
     assert_eq!(after[0]["url"], nodes[0]["url"], "{after}");
     assert_eq!(a.json("/v1/models").await, before);
-    let mut request = tonic::Request::new(pb::InventoryRequest {});
+    let mut request = tonic::Request::new(pb::InventoryRequest::default());
     request.metadata_mut().insert(
         "x-ndpipe-cluster-secret",
         "s3cret-of-the-cluster".parse().unwrap(),

@@ -4,7 +4,7 @@
 
 use ndpipe_model::HeadWeights;
 use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
-use ndpipe_proto::{head_bytes, pb};
+use ndpipe_proto::{pb, put_head};
 
 use crate::common::{Instance, TunerProcess, import_fashion};
 
@@ -272,7 +272,7 @@ async fn a_head_of_the_wrong_input_dimension_is_refused() {
     let url = nodes[0]["url"].as_str().unwrap().to_string();
     let mut client = PipeStoreClient::connect(url).await.unwrap();
     let inventory = client
-        .inventory(pb::InventoryRequest {})
+        .inventory(pb::InventoryRequest::default())
         .await
         .unwrap()
         .into_inner();
@@ -284,16 +284,12 @@ async fn a_head_of_the_wrong_input_dimension_is_refused() {
         vec![0.0; 2],
     )
     .unwrap();
-    let (weights, crc32c) = head_bytes(&head);
-    let request = pb::StageHeadRequest {
+    let mut request = pb::StageHeadRequest {
         version: "bad-dim".into(),
         backbone_version: inventory.backbone_version.clone(),
-        classes: head.classes().to_vec(),
-        input_dim: 512,
-        weights,
-        crc32c,
         ..Default::default()
     };
+    put_head(&mut request, &head);
     let err = client.stage_head(request.clone()).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
     assert!(err.message().contains("1280"), "{}", err.message());
