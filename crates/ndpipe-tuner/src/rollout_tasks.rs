@@ -100,13 +100,18 @@ async fn retrain(
         from: old.id.clone(),
         ..TaskCarry::default()
     };
+    // Trained as the head it replaces was (its runs, epochs and batch), from scratch.
+    let d = FinetuneRequest::default();
+    let setting = |key: &str| old.metrics.get(key).and_then(serde_json::Value::as_u64);
     let request = FinetuneRequest {
         task: old.task.clone(),
         from_scratch: true,
         deploy: false,
         load_balance: false,
-        runs: 1,
-        ..FinetuneRequest::default()
+        runs: setting("runs").map_or(d.runs, |r| r.clamp(1, 64) as u32),
+        epochs: setting("epochs").map_or(d.epochs, |e| e.clamp(1, 10_000) as usize),
+        batch: setting("batch").map_or(d.batch, |b| b.clamp(1, 1 << 20) as usize),
+        ..d
     };
     let target = Target {
         backbone: Some((backbone.sha256.clone(), dim)),

@@ -47,6 +47,7 @@ pub(super) fn register(
             "train_images": report.train_images,
             "runs": req.runs,
             "epochs": req.epochs,
+            "batch": req.batch,
             "classes": report.classes.len(),
             "floor": report.floor,
             "val_other_share": report.val_other_share,

@@ -53,4 +53,6 @@ mod rollout_balance;
 mod rollout_replicated;
 mod s3;
 mod tls;
+mod tasks;
+mod tasks_rollout;
 mod tuner;
