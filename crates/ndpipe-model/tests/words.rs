@@ -288,3 +288,51 @@ fn a_folder_without_the_model_is_a_clear_error() {
     assert!(matches!(err, WordsError::NoModel { .. }), "{err}");
     assert!(err.to_string().contains("tools/setup.sh"), "{err}");
 }
+
+#[test]
+fn cached_embeddings_are_reused_and_damage_is_an_error() {
+    let Some(dir) = words_dir("cached_embeddings_are_reused_and_damage_is_an_error") else {
+        return;
+    };
+    let cache = tempfile::tempdir().unwrap();
+    let fashion: Vec<ClassName> = FASHION
+        .iter()
+        .map(|c| ClassName::new("fashion", *c))
+        .collect();
+    let options = MatchOptions::default();
+    let first =
+        ClassMatcher::build_cached(encoder(&dir), options, fashion.clone(), cache.path()).unwrap();
+    let files: Vec<PathBuf> = std::fs::read_dir(cache.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let written = std::fs::metadata(&files[0]).unwrap().modified().unwrap();
+
+    let again =
+        ClassMatcher::build_cached(encoder(&dir), options, fashion.clone(), cache.path()).unwrap();
+    assert_eq!(
+        std::fs::metadata(&files[0]).unwrap().modified().unwrap(),
+        written,
+        "nothing new was embedded, so the file is not rewritten"
+    );
+    assert_eq!(
+        again.match_query("jeans").unwrap(),
+        first.match_query("jeans").unwrap()
+    );
+
+    let mut more = fashion.clone();
+    more.push(ClassName::new("sky", "Kite"));
+    again.with_classes(more).unwrap();
+    assert_ne!(
+        std::fs::metadata(&files[0]).unwrap().modified().unwrap(),
+        written,
+        "a new name is embedded and kept"
+    );
+
+    let bytes = std::fs::read(&files[0]).unwrap();
+    std::fs::write(&files[0], &bytes[..bytes.len() / 2]).unwrap();
+    let err =
+        ClassMatcher::build_cached(encoder(&dir), options, fashion, cache.path()).unwrap_err();
+    assert!(matches!(err, WordsError::Cache { .. }), "{err}");
+}

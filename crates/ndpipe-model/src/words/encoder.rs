@@ -7,6 +7,7 @@ use candle_core::{D, DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config as BertConfig};
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 use super::WordsError;
@@ -47,12 +48,14 @@ pub struct TextEncoder {
     model: BertModel,
     tokenizer: Tokenizer,
     dim: usize,
+    fingerprint: String,
 }
 
 impl std::fmt::Debug for TextEncoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TextEncoder")
             .field("dim", &self.dim)
+            .field("fingerprint", &self.fingerprint)
             .finish_non_exhaustive()
     }
 }
@@ -69,15 +72,21 @@ impl TextEncoder {
                 dir: dir.to_path_buf(),
             });
         }
-        let config: BertConfig = read_json(&dir.join("config.json"))?;
+        let config_path = dir.join("config.json");
+        let config_bytes = read(&config_path)?;
+        let config: BertConfig = parse_json(&config_path, &config_bytes)?;
         check_pipeline(dir, config.hidden_size)?;
         let sentence: SentenceConfig = read_json(&dir.join("sentence_bert_config.json"))?;
         let max_tokens = sentence.max_seq_length.min(config.max_position_embeddings);
-        let tokenizer = load_tokenizer(&dir.join("tokenizer.json"), max_tokens)?;
-        let bytes = std::fs::read(&weights).map_err(|source| WordsError::Read {
-            path: weights.clone(),
-            source,
-        })?;
+        let tokenizer_path = dir.join("tokenizer.json");
+        let tokenizer_bytes = read(&tokenizer_path)?;
+        let tokenizer = load_tokenizer(&tokenizer_path, &tokenizer_bytes, max_tokens)?;
+        let bytes = read(&weights)?;
+        let mut hash = Sha256::new();
+        for part in [&config_bytes, &tokenizer_bytes, &bytes] {
+            hash.update((part.len() as u64).to_le_bytes());
+            hash.update(part);
+        }
         let weights_error = |source| WordsError::Weights {
             path: weights.clone(),
             source,
@@ -89,7 +98,14 @@ impl TextEncoder {
             model,
             tokenizer,
             dim: config.hidden_size,
+            fingerprint: hex::encode(hash.finalize()),
         })
+    }
+
+    /// The sha256 of the model's configuration, tokenizer and weights (hex): embeddings made
+    /// by models of different fingerprints do not mix.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
     }
 
     /// The length of an embedding.
@@ -142,12 +158,12 @@ impl TextEncoder {
 
 /// The tokenizer of `path`, padding each batch to its longest text (the file's own padding is
 /// to a fixed 128) and cutting texts at `max_tokens`, as sentence-transformers calls it.
-fn load_tokenizer(path: &Path, max_tokens: usize) -> Result<Tokenizer, WordsError> {
+fn load_tokenizer(path: &Path, bytes: &[u8], max_tokens: usize) -> Result<Tokenizer, WordsError> {
     let error = |source| WordsError::Tokenizer {
         path: path.to_path_buf(),
         source,
     };
-    let mut tokenizer = Tokenizer::from_file(path).map_err(error)?;
+    let mut tokenizer = Tokenizer::from_bytes(bytes).map_err(error)?;
     let padding = PaddingParams {
         strategy: PaddingStrategy::BatchLongest,
         ..tokenizer.get_padding().cloned().unwrap_or_default()
@@ -195,12 +211,19 @@ fn unsupported(path: PathBuf, reason: String) -> WordsError {
     WordsError::Unsupported { path, reason }
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, WordsError> {
-    let bytes = std::fs::read(path).map_err(|source| WordsError::Read {
+fn read(path: &Path) -> Result<Vec<u8>, WordsError> {
+    std::fs::read(path).map_err(|source| WordsError::Read {
         path: path.to_path_buf(),
         source,
-    })?;
-    serde_json::from_slice(&bytes).map_err(|source| WordsError::Json {
+    })
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, WordsError> {
+    parse_json(path, &read(path)?)
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T, WordsError> {
+    serde_json::from_slice(bytes).map_err(|source| WordsError::Json {
         path: path.to_path_buf(),
         source,
     })

@@ -25,6 +25,24 @@ pub enum WordsError {
         #[source]
         source: std::io::Error,
     },
+    /// A file could not be written.
+    #[error("writing {}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file of cached class-name embeddings is damaged or belongs to another model; delete
+    /// it and it is written anew.
+    #[error("the cached embeddings {}: {reason}", path.display())]
+    Cache {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// A JSON file of the model does not parse.
     #[error("{} is not valid", path.display())]
     Json {

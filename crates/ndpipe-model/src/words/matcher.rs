@@ -1,12 +1,13 @@
 //! [`ClassMatcher`]: a query in words to the classes it means, over every task's class names.
 
 use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::names::{ClassName, folded};
-use super::{TextEncoder, WordsError};
+use super::{TextEncoder, WordsError, cache};
 
 /// Longest query taken, in characters: a search names a thing, not a paragraph (and the model's
 /// cost grows with the length).
@@ -20,7 +21,8 @@ pub enum MatchKind {
     Exact,
     /// The query is one of the class name's comma-separated synonyms.
     Synonym,
-    /// The query's embedding is close to one of the class name's synonyms'.
+    /// The query's embedding is close to that of one of the class name's synonyms or of a
+    /// synonym's plural.
     Embedding,
 }
 
@@ -31,8 +33,8 @@ pub struct Match {
     pub task: String,
     /// The class name as labels carry it.
     pub class: String,
-    /// Cosine similarity of the query and the class's closest synonym; 1 for exact and synonym
-    /// matches.
+    /// Cosine similarity of the query and the class's closest synonym (or a synonym's plural);
+    /// 1 for exact and synonym matches.
     pub score: f32,
     /// How it matched.
     pub how: MatchKind,
@@ -41,7 +43,10 @@ pub struct Match {
 /// What a query maps to: the cut-off and the most classes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MatchOptions {
-    /// Least cosine similarity of an embedding match (-1..=1).
+    /// Least cosine similarity of an embedding match (-1..=1). The default, 0.6, is the 95th
+    /// percentile of the best class score of random strings of letters over ImageNet's and
+    /// Fashion-MNIST's classes (0.59, `ndpipe-bench words`), rounded up: about one such string
+    /// in 20 still maps to a class.
     pub min_score: f32,
     /// Most classes of one task a query maps to (at least 1): a task of 1,000 classes does not
     /// crowd out the best class of a task of 10.
@@ -51,7 +56,7 @@ pub struct MatchOptions {
 impl Default for MatchOptions {
     fn default() -> Self {
         MatchOptions {
-            min_score: 0.5,
+            min_score: 0.6,
             max_classes: 3,
         }
     }
@@ -85,27 +90,50 @@ pub struct ClassMatcher {
     task_count: usize,
     /// Folded class name or synonym -> the classes it names exactly, and how.
     names: HashMap<String, Vec<(usize, MatchKind)>>,
-    /// Each synonym's class and embedding.
+    /// Each embedded text's class and embedding (a synonym, or its plural).
     rows: Vec<(usize, Arc<[f32]>)>,
-    /// Folded synonym -> its embedding, for the next class list.
+    /// Embedded text -> its embedding, for the next class list.
     embedded: HashMap<String, Arc<[f32]>>,
+    /// The file the embeddings are kept in across restarts, if any.
+    cache: Option<PathBuf>,
 }
 
 impl ClassMatcher {
-    /// A matcher over `classes` (duplicates count once), embedding every synonym.
+    /// A matcher over `classes` (duplicates count once), embedding every synonym and its plural.
     pub fn build(
         encoder: Arc<TextEncoder>,
         options: MatchOptions,
         classes: Vec<ClassName>,
     ) -> Result<Self, WordsError> {
-        Self::build_with(encoder, options, classes, &HashMap::new())
+        Self::build_with(encoder, options, classes, &HashMap::new(), None)
+    }
+
+    /// [`ClassMatcher::build`] with the embeddings kept in a file in `cache_dir` (one per model,
+    /// about 8 MB for ImageNet's and Fashion-MNIST's classes): names found there are not run
+    /// through the model, and the file is rewritten when names were embedded. A damaged file is
+    /// an error ([`WordsError::Cache`]), not ignored.
+    pub fn build_cached(
+        encoder: Arc<TextEncoder>,
+        options: MatchOptions,
+        classes: Vec<ClassName>,
+        cache_dir: &Path,
+    ) -> Result<Self, WordsError> {
+        let path = cache::file_in(cache_dir, encoder.fingerprint());
+        let known = cache::read(&path, encoder.fingerprint(), encoder.dim())?;
+        Self::build_with(encoder, options, classes, &known, Some(path))
     }
 
     /// The matcher of a new class list (a task gained classes, or a task was added), with the
-    /// same encoder and options; only names this matcher has not embedded are run through the
-    /// model.
+    /// same encoder, options and cache file; only names this matcher has not embedded are run
+    /// through the model.
     pub fn with_classes(&self, classes: Vec<ClassName>) -> Result<Self, WordsError> {
-        Self::build_with(self.encoder.clone(), self.options, classes, &self.embedded)
+        Self::build_with(
+            self.encoder.clone(),
+            self.options,
+            classes,
+            &self.embedded,
+            self.cache.clone(),
+        )
     }
 
     /// The matcher with other options and the same classes (nothing is embedded again).
@@ -119,6 +147,7 @@ impl ClassMatcher {
             names: self.names.clone(),
             rows: self.rows.clone(),
             embedded: self.embedded.clone(),
+            cache: self.cache.clone(),
         })
     }
 
@@ -127,6 +156,7 @@ impl ClassMatcher {
         options: MatchOptions,
         classes: Vec<ClassName>,
         known: &HashMap<String, Arc<[f32]>>,
+        cache: Option<PathBuf>,
     ) -> Result<Self, WordsError> {
         options.check()?;
         let mut seen = HashSet::new();
@@ -135,23 +165,25 @@ impl ClassMatcher {
             .filter(|c| seen.insert(c.clone()))
             .collect();
         let mut names: HashMap<String, Vec<(usize, MatchKind)>> = HashMap::new();
-        let mut synonyms = Vec::new();
+        let mut texts = Vec::new();
         for (i, class) in classes.iter().enumerate() {
             names
                 .entry(folded(&class.class))
                 .or_default()
                 .push((i, MatchKind::Exact));
             for synonym in class.synonyms() {
-                let synonym = folded(synonym);
                 names
-                    .entry(synonym.clone())
+                    .entry(folded(synonym))
                     .or_default()
                     .push((i, MatchKind::Synonym));
-                synonyms.push((i, synonym));
             }
+            texts.extend(class.embedded_texts().map(|text| (i, text)));
         }
-        let embedded = embed_new(&encoder, known, synonyms.iter().map(|(_, s)| s.as_str()))?;
-        let rows = synonyms
+        let (embedded, fresh) = embed_new(&encoder, known, texts.iter().map(|(_, s)| s.as_str()))?;
+        if let Some(path) = cache.as_deref().filter(|_| fresh > 0) {
+            cache::write(path, encoder.fingerprint(), &embedded)?;
+        }
+        let rows = texts
             .iter()
             .map(|(i, s)| (*i, embedded[s].clone()))
             .collect();
@@ -168,12 +200,13 @@ impl ClassMatcher {
             names,
             rows,
             embedded,
+            cache,
         })
     }
 
     /// The classes a query means, best first, at most `max_classes` of each task: classes named
     /// exactly by the query, then those it names by a synonym (both case-insensitive, score 1),
-    /// then those whose closest synonym's embedding has a cosine similarity of at least
+    /// then those whose closest synonym (or plural) has a cosine similarity of at least
     /// `min_score` with the query's, by score. Empty when nothing is close enough; an error for
     /// an empty or overlong query.
     pub fn match_query(&self, query: &str) -> Result<Vec<Match>, WordsError> {
@@ -209,7 +242,8 @@ impl ClassMatcher {
             .collect())
     }
 
-    /// Every class with the cosine similarity of its closest synonym to `query`, best first.
+    /// Every class with the cosine similarity of its closest embedded text to `query`, best
+    /// first.
     fn closest(&self, query: &str) -> Result<Vec<(usize, f32)>, WordsError> {
         let q = self.encoder.embed(&[query])?.remove(0);
         let mut best = vec![f32::NEG_INFINITY; self.classes.len()];
@@ -248,12 +282,13 @@ impl ClassMatcher {
     }
 }
 
-/// The embeddings of `texts`, taken from `known` where there, the rest run through the model.
+/// The embeddings of `texts`, taken from `known` where there, the rest run through the model;
+/// and how many were run.
 fn embed_new<'a>(
     encoder: &TextEncoder,
     known: &HashMap<String, Arc<[f32]>>,
     texts: impl Iterator<Item = &'a str>,
-) -> Result<HashMap<String, Arc<[f32]>>, WordsError> {
+) -> Result<(HashMap<String, Arc<[f32]>>, usize), WordsError> {
     let mut out: HashMap<String, Arc<[f32]>> = HashMap::new();
     let mut pending = HashSet::new();
     let mut missing = Vec::new();
@@ -269,7 +304,7 @@ fn embed_new<'a>(
     for (text, v) in missing.iter().zip(encoder.embed(&missing)?) {
         out.insert(text.to_string(), v.into());
     }
-    Ok(out)
+    Ok((out, missing.len()))
 }
 
 /// The classes a query has picked so far: each once, at most `cap` of each task.

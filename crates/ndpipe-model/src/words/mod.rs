@@ -6,12 +6,14 @@
 //! with candle: WordPiece tokens, the BERT encoder, the mean of the token vectors, L2
 //! normalisation, as sentence-transformers runs it ([`TextEncoder`]).
 //!
-//! A [`ClassMatcher`] holds the classes of every task: it embeds each class name once (each
-//! comma-separated synonym of an ImageNet class, `tabby, tabby cat`, on its own; a class scores
-//! its best synonym), and answers a query with at most `max_classes` [`Match`]es of each task:
-//! exact class names first, then synonyms (both case-insensitive, score 1), then the classes
-//! whose cosine similarity to the query reaches `min_score`. [`ClassMatcher::with_classes`] builds the matcher
-//! of a new class list, embedding only names it has not seen.
+//! A [`ClassMatcher`] holds the classes of every task. It embeds each class name once: each
+//! comma-separated synonym of an ImageNet class (`tabby, tabby cat`) on its own, and the plural
+//! of each, since searches are often plural; a class scores its best one. It answers a query
+//! with at most `max_classes` [`Match`]es of each task: exact class names first, then synonyms
+//! (both case-insensitive, score 1), then the classes whose cosine similarity to the query
+//! reaches `min_score`. [`ClassMatcher::with_classes`] makes the matcher of a new class list,
+//! embedding only names it has not seen; [`ClassMatcher::build_cached`] keeps the embeddings in
+//! a file across restarts.
 //!
 //! ```no_run
 //! use ndpipe_model::words::{ClassMatcher, ClassName, MatchOptions, TextEncoder};
@@ -28,6 +30,7 @@
 //! # Ok::<(), ndpipe_model::words::WordsError>(())
 //! ```
 
+mod cache;
 mod encoder;
 mod error;
 mod matcher;

@@ -30,6 +30,33 @@ impl ClassName {
             .map(str::trim)
             .filter(|s| !s.is_empty())
     }
+
+    /// The texts the class's embedding rows are made of: each synonym and, where its last word
+    /// is a plain English noun, its plural. Class names are singular and searches are often
+    /// plural ("jeans", "sneakers"), and a rare singular can embed poorly: the tokenizer cuts
+    /// "Trouser" into `tr ##ouse ##r`, while "trousers" is one token.
+    pub(crate) fn embedded_texts(&self) -> impl Iterator<Item = String> {
+        self.synonyms()
+            .flat_map(|s| std::iter::once(folded(s)).chain(plural(s).map(|p| folded(&p))))
+    }
+}
+
+/// The plural of `text`'s last word by the regular English rules, when that word is all
+/// letters and does not already end in `s`.
+fn plural(text: &str) -> Option<String> {
+    let last = text.rsplit(' ').next()?;
+    let plain = !last.is_empty() && last.chars().all(|c| c.is_ascii_alphabetic());
+    if !plain || last.ends_with(['s', 'S']) {
+        return None;
+    }
+    let lower = last.to_ascii_lowercase();
+    let before_y = lower.len().checked_sub(2).map(|i| lower.as_bytes()[i]);
+    if lower.ends_with('y') && before_y.is_some_and(|b| !b"aeiou".contains(&b)) {
+        // The last word is ASCII, so its last byte is a whole character.
+        return Some(format!("{}ies", &text[..text.len() - 1]));
+    }
+    let es = lower.ends_with(['x', 'z']) || lower.ends_with("ch") || lower.ends_with("sh");
+    Some(format!("{text}{}", if es { "es" } else { "s" }))
 }
 
 /// The form names and queries are compared in: lower case, runs of white space as one space,
@@ -53,6 +80,30 @@ mod tests {
         assert_eq!(one.synonyms().collect::<Vec<_>>(), ["T-shirt/top"]);
         let odd = ClassName::new("t", " a,, b ,");
         assert_eq!(odd.synonyms().collect::<Vec<_>>(), ["a", "b"]);
+    }
+
+    #[test]
+    fn plurals_follow_the_regular_rules() {
+        let texts = |name: &str| {
+            ClassName::new("t", name)
+                .embedded_texts()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(texts("Trouser"), ["trouser", "trousers"]);
+        assert_eq!(texts("Ankle boot"), ["ankle boot", "ankle boots"]);
+        assert_eq!(texts("box, fox"), ["box", "boxes", "fox", "foxes"]);
+        assert_eq!(texts("butterfly"), ["butterfly", "butterflies"]);
+        assert_eq!(texts("monkey"), ["monkey", "monkeys"]);
+        assert_eq!(
+            texts("peach, brush"),
+            ["peach", "peaches", "brush", "brushes"]
+        );
+        assert_eq!(
+            texts("sunglasses, dark glasses"),
+            ["sunglasses", "dark glasses"]
+        );
+        assert_eq!(texts("T-shirt/top"), ["t-shirt/top"]);
+        assert_eq!(texts("y"), ["y", "ys"]);
     }
 
     #[test]
