@@ -174,9 +174,12 @@ mod tests {
                 .map(|c| c.class)
                 .collect::<Vec<_>>()
         };
-        assert_eq!(names("Tiger Cat"), ["tiger cat", "tabby, tabby cat"]);
-        assert_eq!(names("tabby cat"), ["tabby, tabby cat", "tiger cat"]);
-        assert_eq!(names("cat"), ["tiger cat", "tabby, tabby cat"]);
+        assert_eq!(names("Tiger Cat"), ["tiger cat"]);
+        assert_eq!(names("tabby cat"), ["tabby, tabby cat"]);
+        assert_eq!(names("TABBY"), ["tabby, tabby cat"]);
+        // Substrings: nearest in length first, then in class order.
+        assert_eq!(names("cat"), ["tabby, tabby cat", "tiger cat"]);
+        assert_eq!(names("big coffee mug"), ["coffee mug"]);
         assert_eq!(names("handbag"), ["Bag"]);
         assert!(names("kitty").is_empty());
         assert_eq!(substring_answer(&c, "cat", 1).len(), 1);

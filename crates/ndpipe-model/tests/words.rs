@@ -4,7 +4,7 @@
 #![cfg(feature = "words")]
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use ndpipe_model::words::{
@@ -55,7 +55,7 @@ fn words_dir(test: &str) -> Option<PathBuf> {
 }
 
 /// One encoder per test binary.
-fn encoder(dir: &PathBuf) -> Arc<TextEncoder> {
+fn encoder(dir: &Path) -> Arc<TextEncoder> {
     static ENCODER: OnceLock<Arc<TextEncoder>> = OnceLock::new();
     ENCODER
         .get_or_init(|| Arc::new(TextEncoder::load(dir).unwrap_or_else(|e| panic!("{e}"))))
@@ -63,7 +63,7 @@ fn encoder(dir: &PathBuf) -> Arc<TextEncoder> {
 }
 
 /// ImageNet's classes as task `general` and Fashion-MNIST's as task `fashion`.
-fn classes(dir: &PathBuf) -> Vec<ClassName> {
+fn classes(dir: &Path) -> Vec<ClassName> {
     let path = dir.parent().unwrap().join("imagenet_classes.txt");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let general = text.lines().map(|c| ClassName::new("general", c));
@@ -72,7 +72,7 @@ fn classes(dir: &PathBuf) -> Vec<ClassName> {
 }
 
 /// One matcher per test binary, with the default options.
-fn matcher(dir: &PathBuf) -> &'static ClassMatcher {
+fn matcher(dir: &Path) -> &'static ClassMatcher {
     static MATCHER: OnceLock<ClassMatcher> = OnceLock::new();
     MATCHER.get_or_init(|| {
         ClassMatcher::build(encoder(dir), MatchOptions::default(), classes(dir))
@@ -130,7 +130,7 @@ fn embeddings_match_sentence_transformers() {
 }
 
 /// The classes `query` maps to, as (task, class, how).
-fn answer(dir: &PathBuf, query: &str) -> Vec<(String, String, MatchKind)> {
+fn answer(dir: &Path, query: &str) -> Vec<(String, String, MatchKind)> {
     matcher(dir)
         .match_query(query)
         .unwrap_or_else(|e| panic!("{query}: {e}"))

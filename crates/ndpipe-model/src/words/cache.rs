@@ -11,7 +11,7 @@ use std::sync::Arc;
 use safetensors::SafeTensors;
 use safetensors::tensor::{Dtype, TensorView};
 
-use super::WordsError;
+use super::{Embedded, WordsError};
 
 /// Metadata key of the texts (a JSON array, in row order).
 const TEXTS_KEY: &str = "ndpipe.words.texts";
@@ -30,11 +30,7 @@ pub(crate) fn file_in(dir: &Path, fingerprint: &str) -> PathBuf {
 
 /// The embeddings in `path` (none when there is no file), checked against the model's
 /// `fingerprint` and width `dim`.
-pub(crate) fn read(
-    path: &Path,
-    fingerprint: &str,
-    dim: usize,
-) -> Result<HashMap<String, Arc<[f32]>>, WordsError> {
+pub(crate) fn read(path: &Path, fingerprint: &str, dim: usize) -> Result<Embedded, WordsError> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashMap::new()),
@@ -82,11 +78,7 @@ pub(crate) fn read(
 
 /// Replaces `path` with `embedded` (durably: a crash leaves the old file or the new one),
 /// creating its folder.
-pub(crate) fn write(
-    path: &Path,
-    fingerprint: &str,
-    embedded: &HashMap<String, Arc<[f32]>>,
-) -> Result<(), WordsError> {
+pub(crate) fn write(path: &Path, fingerprint: &str, embedded: &Embedded) -> Result<(), WordsError> {
     let bad = |reason: String| WordsError::Cache {
         path: path.to_path_buf(),
         reason,
@@ -123,7 +115,7 @@ pub(crate) fn write(
 mod tests {
     use super::*;
 
-    fn sample() -> HashMap<String, Arc<[f32]>> {
+    fn sample() -> Embedded {
         HashMap::from([
             (
                 "tabby".to_string(),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::names::{ClassName, folded};
-use super::{TextEncoder, WordsError, cache};
+use super::{Embedded, TextEncoder, WordsError, cache};
 
 /// Longest query taken, in characters: a search names a thing, not a paragraph (and the model's
 /// cost grows with the length).
@@ -93,7 +93,7 @@ pub struct ClassMatcher {
     /// Each embedded text's class and embedding (a synonym, or its plural).
     rows: Vec<(usize, Arc<[f32]>)>,
     /// Embedded text -> its embedding, for the next class list.
-    embedded: HashMap<String, Arc<[f32]>>,
+    embedded: Embedded,
     /// The file the embeddings are kept in across restarts, if any.
     cache: Option<PathBuf>,
 }
@@ -155,7 +155,7 @@ impl ClassMatcher {
         encoder: Arc<TextEncoder>,
         options: MatchOptions,
         classes: Vec<ClassName>,
-        known: &HashMap<String, Arc<[f32]>>,
+        known: &Embedded,
         cache: Option<PathBuf>,
     ) -> Result<Self, WordsError> {
         options.check()?;
@@ -286,10 +286,10 @@ impl ClassMatcher {
 /// and how many were run.
 fn embed_new<'a>(
     encoder: &TextEncoder,
-    known: &HashMap<String, Arc<[f32]>>,
+    known: &Embedded,
     texts: impl Iterator<Item = &'a str>,
-) -> Result<(HashMap<String, Arc<[f32]>>, usize), WordsError> {
-    let mut out: HashMap<String, Arc<[f32]>> = HashMap::new();
+) -> Result<(Embedded, usize), WordsError> {
+    let mut out: Embedded = HashMap::new();
     let mut pending = HashSet::new();
     let mut missing = Vec::new();
     for text in texts {

@@ -41,6 +41,9 @@ pub use error::WordsError;
 pub use matcher::{ClassMatcher, MAX_QUERY_CHARS, Match, MatchKind, MatchOptions};
 pub use names::ClassName;
 
+/// Embedded text -> its embedding (unit length).
+type Embedded = std::collections::HashMap<String, std::sync::Arc<[f32]>>;
+
 /// The folder of the words model under a model folder (`<model_dir>/words`), where
 /// `tools/setup.sh` puts it.
 pub const WORDS_SUBDIR: &str = "words";
