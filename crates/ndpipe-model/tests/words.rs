@@ -336,3 +336,11 @@ fn cached_embeddings_are_reused_and_damage_is_an_error() {
         ClassMatcher::build_cached(encoder(&dir), options, fashion, cache.path()).unwrap_err();
     assert!(matches!(err, WordsError::Cache { .. }), "{err}");
 }
+
+/// A store shares one matcher between its request handlers.
+#[test]
+fn the_matcher_can_be_shared_between_threads() {
+    fn shared<T: Send + Sync>() {}
+    shared::<ClassMatcher>();
+    shared::<TextEncoder>();
+}
