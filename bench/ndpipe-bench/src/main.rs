@@ -26,6 +26,8 @@ mod s3;
 mod scale;
 mod scaling;
 mod serve_process;
+mod words;
+mod words_eval;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -88,6 +90,10 @@ enum Which {
     /// copies of each photo) at a random moment of concurrent uploads, deletes and compactions,
     /// restart, and check every acknowledged write.
     Crash(faultbench::cli::CrashArgs),
+    /// Search in words: a written query list mapped onto ImageNet's and Fashion-MNIST's classes
+    /// by the words model against exact/substring matching and shuffled names; top-1, top-3,
+    /// load, build and query costs.
+    Words(words::WordsBench),
 }
 
 fn main() -> ExitCode {
@@ -127,6 +133,7 @@ async fn run(which: Which) -> Result<()> {
         Which::Replication(b) => replication::run(b).await,
         Which::Fuzz(b) => fuzz::run(b).await,
         Which::Scale(b) => scale::run(b).await,
+        Which::Words(b) => words::run(b).await,
         Which::Cache(b) => {
             let ndpipe = ndpipe_binary()?;
             tokio::task::spawn_blocking(move || cachebench::cli::run(b, ndpipe)).await?

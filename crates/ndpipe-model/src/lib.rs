@@ -19,6 +19,8 @@
 //! - [`RateCapped`]: a model capped at a throughput, to emulate a slower accelerator.
 //! - `session` (feature `ort`, on by default): [`OrtBackend`], the model run by ONNX Runtime loaded
 //!   from a shared library at run time, checked against its manifest at load.
+//! - `words` (feature `words`): search in words, a text-embedding model (all-MiniLM-L6-v2 on
+//!   candle) that maps free text onto class names (`words::ClassMatcher`).
 //!
 //! Sibling crates: `ndpipe-store` keeps the original photo and this tensor in volumes,
 //! `ndpipe-catalog` records labels, and the `ndpipe` binary wires them into servers.
@@ -52,6 +54,8 @@ mod rate_cap;
 #[cfg(feature = "ort")]
 pub mod session;
 pub mod tensor;
+#[cfg(feature = "words")]
+pub mod words;
 
 pub use accept::{Acceptance, Novelty, OTHER};
 #[cfg(feature = "testing")]

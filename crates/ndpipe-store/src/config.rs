@@ -114,6 +114,15 @@ pub struct Config {
     pub model_rate_limit: f64,
     /// Where inference runs: `cpu`, `cuda` or `tensorrt`.
     pub execution_provider: ExecutionProvider,
+    /// The words model's folder, which maps a search in words ("kitty") onto class names
+    /// (unset: `MODEL_DIR/words`, where `make setup` puts it). Without the model the store runs
+    /// on and searches by class name; a search in words is then an error.
+    pub words_model_dir: Option<PathBuf>,
+    /// Least cosine similarity of a class to a search in words (-1..=1); exact class names and
+    /// synonyms always match.
+    pub words_min_score: f32,
+    /// Most classes of each task one search in words maps to (at least 1).
+    pub words_max_classes: usize,
     /// Longest wait, in ms, for concurrent uploads to fill an online-labelling batch.
     pub label_wait_ms: u64,
     /// Copies of each photo on the cluster's nodes; 2 or more makes every node's client API a
@@ -164,6 +173,21 @@ impl Config {
             self.max_connections,
         )
     }
+
+    /// The words model's folder: `words_model_dir`, else `MODEL_DIR/words`.
+    pub fn words_model_dir(&self) -> PathBuf {
+        self.words_model_dir
+            .clone()
+            .unwrap_or_else(|| self.model_dir.join(ndpipe_model::words::WORDS_SUBDIR))
+    }
+
+    /// What a search in words maps to: `words_min_score` and `words_max_classes`.
+    pub fn words_options(&self) -> ndpipe_model::words::MatchOptions {
+        ndpipe_model::words::MatchOptions {
+            min_score: self.words_min_score,
+            max_classes: self.words_max_classes,
+        }
+    }
 }
 
 impl Default for Config {
@@ -208,6 +232,9 @@ impl Default for Config {
             max_batch: 32,
             model_rate_limit: 0.0,
             execution_provider: ExecutionProvider::Cpu,
+            words_model_dir: None,
+            words_min_score: ndpipe_model::words::MatchOptions::default().min_score,
+            words_max_classes: ndpipe_model::words::MatchOptions::default().max_classes,
             label_wait_ms: 5,
             fault_corrupt_chunks: 0,
             fault_fail_commits: 0,
@@ -334,5 +361,25 @@ mod tests {
         assert_eq!(with(&None, &tuner, None).replicas(), 1, "SQLite");
         assert_eq!(with(&pg, &tuner, Some(1)).replicas(), 1, "set");
         assert_eq!(with(&None, &None, Some(3)).replicas(), 3);
+    }
+
+    #[test]
+    fn the_words_model_defaults_to_the_model_dir() {
+        let c = Config {
+            model_dir: PathBuf::from("/m"),
+            ..Config::default()
+        };
+        assert_eq!(c.words_model_dir(), PathBuf::from("/m/words"));
+        let set = Config {
+            words_model_dir: Some(PathBuf::from("/w")),
+            words_max_classes: 5,
+            ..c
+        };
+        assert_eq!(set.words_model_dir(), PathBuf::from("/w"));
+        assert_eq!(set.words_options().max_classes, 5);
+        assert_eq!(
+            Config::default().words_options(),
+            ndpipe_model::words::MatchOptions::default()
+        );
     }
 }

@@ -137,6 +137,20 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_EXECUTION_PROVIDER")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) execution_provider: Option<ExecutionProvider>,
+    /// The words model's folder, which maps a search in words onto class names; without it a
+    /// search in words is an error [words_model_dir; default: MODEL_DIR/words].
+    #[arg(long, env = "NDPIPE_WORDS_MODEL_DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) words_model_dir: Option<PathBuf>,
+    /// Least cosine similarity of a class to a search in words, -1..=1 [words_min_score;
+    /// default: 0.6].
+    #[arg(long, env = "NDPIPE_WORDS_MIN_SCORE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) words_min_score: Option<f32>,
+    /// Most classes of each task one search in words maps to [words_max_classes; default: 3].
+    #[arg(long, env = "NDPIPE_WORDS_MAX_CLASSES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) words_max_classes: Option<usize>,
     /// Longest wait, in ms, for concurrent uploads to fill a labelling batch [label_wait_ms;
     /// default: 5].
     #[arg(long, env = "NDPIPE_LABEL_WAIT_MS")]
@@ -234,6 +248,20 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_TUNER_ORT_LIB")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) ort_lib: Option<PathBuf>,
+    /// The words model's folder, which maps a search in words onto class names
+    /// [words_model_dir; default: MODEL_DIR/words, else .cache/model/words].
+    #[arg(long, env = "NDPIPE_TUNER_WORDS_MODEL_DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) words_model_dir: Option<PathBuf>,
+    /// Least cosine similarity of a class to a search in words, -1..=1 [words_min_score;
+    /// default: 0.6].
+    #[arg(long, env = "NDPIPE_TUNER_WORDS_MIN_SCORE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) words_min_score: Option<f32>,
+    /// Most classes of each task one search in words maps to [words_max_classes; default: 3].
+    #[arg(long, env = "NDPIPE_TUNER_WORDS_MAX_CLASSES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) words_max_classes: Option<usize>,
     /// Largest backbone (ONNX file) `ndpipe models add` may upload, in bytes
     /// [max_backbone_bytes; default: 512 MiB].
     #[arg(long, env = "NDPIPE_MAX_BACKBONE_BYTES")]
