@@ -138,6 +138,9 @@ pub trait ReplicaCatalog: BlobCatalog + Send + Sync {
         id: PhotoId,
     ) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError>;
 
+    /// The versions active on photo `id`'s primary (one per task), in task order.
+    fn primary_active_versions(&self, id: PhotoId) -> Result<Vec<String>, CatalogError>;
+
     /// Photo `id`'s predictions by the versions active on its primary, one list per task in
     /// task order, best first (a task is left out before the photo is labelled for it): the
     /// labels any front door shows beside the photo.

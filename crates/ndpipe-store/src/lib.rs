@@ -70,6 +70,7 @@ mod server;
 mod storage;
 #[cfg(test)]
 mod testing;
+mod words;
 
 pub use config::{Config, DEFAULT_MAX_UPLOAD_BYTES, GatewayConfig};
 pub use error::Error;

@@ -26,6 +26,7 @@ use crate::membership::{self, Member, Readiness};
 use crate::node::PipeStoreNode;
 use crate::pipestore::PipeStore;
 use crate::storage::PhotoStore;
+use crate::words::Words;
 
 impl PipeStore {
     /// Binds `config.listen` (HTTP), `config.s3_listen` (S3) when set and, when a model is
@@ -128,6 +129,14 @@ impl PipeStore {
             ),
             None => None,
         };
+        let words = models.as_ref().map(|m| {
+            Words::start(
+                config.words_model_dir(),
+                config.data.join("words"),
+                config.words_options(),
+                &m.active().get(),
+            )
+        });
         let state = AppState::new(
             ingestor.clone(),
             store.clone(),
@@ -138,7 +147,7 @@ impl PipeStore {
         )
         .named(&name)
         .with_readiness(readiness.clone(), node.is_some())
-        .with_models(models.clone())
+        .with_models(models.clone(), words)
         .with_replication(replication.clone());
         if let Some(replication) = replication {
             tokio::spawn(replication.run_worker(stopped.clone()));

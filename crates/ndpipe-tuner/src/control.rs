@@ -170,6 +170,14 @@ impl Core {
         Ok(members)
     }
 
+    /// What can be known of a fine-tune before it starts: the request holds together, and the
+    /// nodes that would take part know its task and hold training photos of two classes of it.
+    pub(crate) async fn preflight(&self, req: &FinetuneRequest) -> Result<(), TunerError> {
+        req.check()?;
+        let members = self.members()?;
+        crate::finetune::survey_check(&members.nodes, req).await
+    }
+
     /// Checks `req`, then runs the fine-tuning job in the background.
     pub(crate) fn submit_finetune(
         self: &Arc<Self>,

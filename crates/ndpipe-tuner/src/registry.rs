@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ndpipe_catalog::{ModelRegistry, ModelVersion, TaskName};
+use ndpipe_catalog::{Catalog, CatalogError, ModelVersion, Task, TaskName};
 use ndpipe_model::HeadVersion;
 use ndpipe_proto::Serving;
 use ndpipe_util::fs::{file_stem, write_durably};
@@ -18,14 +18,14 @@ use crate::{Head, TunerError};
 /// it also turned `.` into `_`; the Tuner's ids (`ft-<ms>-<hex>`, and the PipeStores' pretrained
 /// `<name>-<hex>`) contain no `.`, so the heads of existing versions keep their file names.
 pub(crate) struct Registry {
-    models: Arc<dyn ModelRegistry>,
+    models: Arc<dyn Catalog>,
     heads: PathBuf,
 }
 
 impl Registry {
     /// The registry of `models` (the Tuner's `registry.sqlite`) with its head files in
     /// `dir/heads`, which is created if absent.
-    pub(crate) fn open(dir: &Path, models: Arc<dyn ModelRegistry>) -> Result<Self, TunerError> {
+    pub(crate) fn open(dir: &Path, models: Arc<dyn Catalog>) -> Result<Self, TunerError> {
         let heads = dir.join("heads");
         std::fs::create_dir_all(&heads).map_err(|source| TunerError::Io {
             path: heads.clone(),
@@ -70,10 +70,23 @@ impl Registry {
             .collect())
     }
 
-    /// Records a version (not active until deployed), unless it is known already.
+    /// Records a version (not active until deployed), unless it is known already, and its task
+    /// when the registry does not know it yet (a Tuner with a catalog of its own learns the
+    /// PipeStores' tasks from their jobs).
     pub(crate) fn record(&self, version: &ModelVersion) -> Result<(), TunerError> {
         if self.models.model(&version.id)?.is_some() {
             return Ok(());
+        }
+        if self.models.task(&version.task)?.is_none() {
+            let created = self.models.create_task(&Task {
+                name: version.task.clone(),
+                floor: None,
+                created_ms: ndpipe_util::time::now_ms(),
+            });
+            match created {
+                Ok(()) | Err(CatalogError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         self.models.register_model(&ModelVersion {
             active: false,

@@ -95,8 +95,11 @@ impl Tuner {
 
     /// Starts a fine-tuning job in the background and returns it as it starts. Fails at once
     /// with [`TunerError::Busy`] while another job runs, [`TunerError::InvalidArgument`] for a
-    /// bad request, [`TunerError::NoNodes`] (or `NoEligibleNodes`) when no node can take part.
-    pub fn submit_finetune(&self, req: FinetuneRequest) -> Result<JobView, TunerError> {
+    /// bad request, [`TunerError::NoNodes`] (or `NoEligibleNodes`) when no node can take part,
+    /// and, from the nodes' inventories, [`TunerError::UnknownTask`] or
+    /// [`TunerError::TooFewClasses`].
+    pub async fn submit_finetune(&self, req: FinetuneRequest) -> Result<JobView, TunerError> {
+        self.core.preflight(&req).await?;
         Ok(self.core.submit_finetune(req)?.0)
     }
 
@@ -119,6 +122,7 @@ impl Tuner {
     /// version and, when `req.deploy`, deploys it: a job run to its end. Fails with
     /// [`TunerError::Busy`] while another job runs.
     pub async fn finetune(&self, req: FinetuneRequest) -> Result<FinetuneReport, TunerError> {
+        self.core.preflight(&req).await?;
         let (_, outcome) = self.core.submit_finetune(req)?;
         outcome.await.map_err(ended)?
     }

@@ -864,9 +864,12 @@ async fn a_stalled_node_fails_the_job_by_name_and_the_next_job_runs() {
         load_balance: false,
         ..FinetuneRequest::default()
     });
-    let job = tuner.submit_finetune(req.clone()).unwrap();
+    let job = tuner.submit_finetune(req.clone()).await.unwrap();
     assert!(
-        matches!(tuner.submit_finetune(req.clone()), Err(TunerError::Busy)),
+        matches!(
+            tuner.submit_finetune(req.clone()).await,
+            Err(TunerError::Busy)
+        ),
         "one job at a time"
     );
     let end = tokio::time::timeout(Duration::from_secs(60), async {

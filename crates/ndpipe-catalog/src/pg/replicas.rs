@@ -351,6 +351,22 @@ impl ReplicaCatalog for PgCatalog {
         super::truths::truths_of(self, node, task)
     }
 
+    fn primary_active_versions(&self, id: PhotoId) -> Result<Vec<String>, CatalogError> {
+        let id = sql_id(id)?;
+        let op = "read the primary's active versions";
+        self.with(|conn| {
+            conn.query(
+                "SELECT a.model_id FROM photos p JOIN active_models a ON a.node = p.node
+                 WHERE p.id = $1 ORDER BY a.task",
+                &[&id],
+            )
+            .map_err(db(op))?
+            .iter()
+            .map(|r| r.try_get(0).map_err(db(op)))
+            .collect()
+        })
+    }
+
     fn cluster_active_predictions(
         &self,
         id: PhotoId,

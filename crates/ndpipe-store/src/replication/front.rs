@@ -49,6 +49,9 @@ impl FrontDoorConfig {
     }
 }
 
+/// A photo's labels by model version, and the versions active on its primary.
+pub(crate) type ClusterLabels = (Vec<(String, Vec<Prediction>)>, Vec<String>);
+
 /// The cluster as one store, seen from a front door.
 pub(crate) struct FrontDoor {
     /// The node this front door runs on (`None`: a gateway, which holds no copy).
@@ -190,17 +193,20 @@ impl FrontDoor {
         Ok(tokio::task::spawn_blocking(move || catalog.copies(id)).await??)
     }
 
-    /// Photo `id`'s labels by model version, from whichever node's row it is; `None` when it
-    /// is deleted or was never catalogued.
+    /// Photo `id`'s labels by model version, from whichever node's row it is, and the versions
+    /// active on its primary; `None` when it is deleted or was never catalogued.
     pub(crate) async fn labels_of(
         &self,
         id: u64,
-    ) -> Result<Option<Vec<(String, Vec<Prediction>)>>, ReplicationError> {
+    ) -> Result<Option<ClusterLabels>, ReplicationError> {
         let catalog = self.catalog.clone();
         Ok(
             tokio::task::spawn_blocking(move || match catalog.copies(id)? {
-                Some(_) => catalog.cluster_predictions(id).map(Some),
-                None => Ok(None),
+                Some(_) => Ok(Some((
+                    catalog.cluster_predictions(id)?,
+                    catalog.primary_active_versions(id)?,
+                ))),
+                None => Ok::<_, CatalogError>(None),
             })
             .await??,
         )

@@ -180,7 +180,7 @@ async fn finetune(
 ) -> Result<Response, Response> {
     let Json(req) =
         body.map_err(|e| error_response(StatusCode::BAD_REQUEST, "bad_body", &e.body_text()))?;
-    Ok(accepted(tuner.submit_finetune(req)?))
+    Ok(accepted(tuner.submit_finetune(req).await?))
 }
 
 async fn deploy(

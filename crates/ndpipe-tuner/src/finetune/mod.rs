@@ -165,6 +165,14 @@ pub(crate) async fn finetune(
     Ok(report)
 }
 
+/// Whether `nodes` can fine-tune `req`'s task: they know it, and their training photos span
+/// two classes of it at least (what the job's own survey finds first).
+pub(crate) async fn survey_check(nodes: &[Node], req: &FinetuneRequest) -> Result<(), TunerError> {
+    Survey::take(nodes, &req.task, req.val_split)
+        .await
+        .map(drop)
+}
+
 /// A job in flight: the event loop's state.
 struct Job<'a> {
     nodes: &'a [Node],

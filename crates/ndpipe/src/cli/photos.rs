@@ -47,10 +47,14 @@ enum Action {
         /// Photo id.
         id: u64,
     },
-    /// Find photos by predicted label (e.g. "tabby"), best score first, in every task.
+    /// Find photos by predicted label (e.g. "tabby"), best score first, in every task; or with
+    /// --words by what they show, in your own words ("kitty", "coffee cup").
     Search {
-        /// A class name, or one of its comma-separated synonyms.
+        /// A class name, or one of its comma-separated synonyms (with --words: any words).
         label: String,
+        /// Map the words onto the tasks' class names with the words model first.
+        #[arg(long, conflicts_with_all = ["task", "model"])]
+        words: bool,
         /// Only this task's labels (its active version).
         #[arg(long)]
         task: Option<String>,
@@ -107,9 +111,39 @@ pub(super) async fn run(args: PhotosArgs) -> Result<()> {
         }
         Action::Search {
             label,
+            words: true,
+            limit,
+            ..
+        } => {
+            let path = format!("/v1/search?q={}&limit={limit}", encode(&label));
+            let reply: Value = client.get_json(&path).await?;
+            for m in reply["matched"].as_array().into_iter().flatten() {
+                println!(
+                    "\"{label}\" -> {} ({}, {:.2}, {})",
+                    m["class"].as_str().unwrap_or(""),
+                    m["task"].as_str().unwrap_or(""),
+                    m["score"].as_f64().unwrap_or(0.0),
+                    m["how"].as_str().unwrap_or("")
+                );
+            }
+            for h in reply["hits"].as_array().into_iter().flatten() {
+                println!(
+                    "{:>10}  {:.3}  {}  ({})  on {}",
+                    h["id"].as_u64().unwrap_or(0),
+                    h["relevance"].as_f64().unwrap_or(0.0),
+                    h["label"].as_str().unwrap_or(""),
+                    h["task"].as_str().unwrap_or("?"),
+                    h["node"].as_str().unwrap_or("?")
+                );
+            }
+            Ok(())
+        }
+        Action::Search {
+            label,
             task,
             model,
             limit,
+            ..
         } => {
             let mut path = format!("/v1/search?label={}&limit={limit}", encode(&label));
             if let Some(t) = task {

@@ -126,7 +126,7 @@ async fn ground_truth_listing_paging_and_delete() {
     let meta = inst.json("/v1/photos/3/meta").await;
     assert_eq!(
         meta["ground_truth"],
-        serde_json::json!({"label": "relabelled", "split": "test"})
+        serde_json::json!({"task": "default", "label": "relabelled", "split": "test"})
     );
 }
 

@@ -52,7 +52,7 @@ mod rollout;
 mod rollout_balance;
 mod rollout_replicated;
 mod s3;
-mod tls;
 mod tasks;
 mod tasks_rollout;
+mod tls;
 mod tuner;

@@ -33,7 +33,11 @@ pub(crate) async fn job(inst: &Instance, path: &str, body: Value) -> Value {
         if job["phase"] == "done" || job["phase"] == "failed" {
             return job;
         }
-        assert!(Instant::now() < deadline, "the job hangs: {job}\n{}", inst.log());
+        assert!(
+            Instant::now() < deadline,
+            "the job hangs: {job}\n{}",
+            inst.log()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -77,8 +81,7 @@ pub(crate) fn task_labels<'a>(labels: &'a Value, task: &str) -> Option<&'a Vec<V
     labels
         .as_array()?
         .iter()
-        .find(|v| v["task"] == task && v["active"] == true)?
-        ["labels"]
+        .find(|v| v["task"] == task && v["active"] == true)?["labels"]
         .as_array()
 }
 
@@ -97,13 +100,26 @@ fn another_cat() -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn general_tags_survive_a_custom_task_and_every_upload_gets_both() {
     let inst = Instance::start_with_model(&[]);
-    assert_eq!(post(&inst, "/v1/tasks", json!({"name": "fashion"})).await.0, 201);
+    assert_eq!(
+        post(&inst, "/v1/tasks", json!({"name": "fashion"})).await.0,
+        201
+    );
     let (status, dup) = post(&inst, "/v1/tasks", json!({"name": "fashion"})).await;
     assert_eq!((status, dup["error"].as_str()), (409, Some("conflict")));
-    assert_eq!(post(&inst, "/v1/tasks", json!({"name": "Bad Name"})).await.0, 400);
+    assert_eq!(
+        post(&inst, "/v1/tasks", json!({"name": "Bad Name"}))
+            .await
+            .0,
+        400
+    );
     assert_eq!(inst.get("/v1/tasks/nope").await.0, 404);
-    let (status, refused) = inst.upload(sample("coffee.png"), "label=cup&task=nope").await;
-    assert_eq!((status, refused["error"].as_str()), (404, Some("unknown_task")));
+    let (status, refused) = inst
+        .upload(sample("coffee.png"), "?label=cup&task=nope")
+        .await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (404, Some("unknown_task"))
+    );
 
     import_for(&inst, "fashion", FASHION);
     let (_, cat) = inst.upload(sample("chelsea.png"), "").await;
@@ -120,8 +136,15 @@ async fn general_tags_survive_a_custom_task_and_every_upload_gets_both() {
     assert_eq!(done["phase"], "done", "{done}\n{}", inst.log());
     let report = &done["result"]["finetune"];
     assert_eq!(report["task"], "fashion");
-    assert!(report["gate"]["passed"] == true && report["deploy"].is_object(), "{report}");
-    assert_eq!(report["per_class"].as_array().unwrap().len(), 10, "{report}");
+    assert!(
+        report["gate"]["passed"] == true && report["deploy"].is_object(),
+        "{report}"
+    );
+    assert_eq!(
+        report["per_class"].as_array().unwrap().len(),
+        10,
+        "{report}"
+    );
 
     // The cat keeps its ImageNet label in the general task and is `other` in the clothing task.
     let labels = inst.json(&format!("/v1/photos/{cat}/labels")).await;
@@ -131,7 +154,10 @@ async fn general_tags_survive_a_custom_task_and_every_upload_gets_both() {
     let fashion = task_labels(&labels, "fashion").expect("fashion labels");
     assert_eq!(fashion[0]["label"], "other", "{labels}");
     let cup_labels = inst.json(&format!("/v1/photos/{cup}/labels")).await;
-    assert_eq!(task_labels(&cup_labels, "fashion").unwrap()[0]["label"], "other");
+    assert_eq!(
+        task_labels(&cup_labels, "fashion").unwrap()[0]["label"],
+        "other"
+    );
 
     // Search reads every task; a class of the clothing task never finds the cat.
     let tabby = inst.json("/v1/search?label=tabby").await;
@@ -143,7 +169,9 @@ async fn general_tags_survive_a_custom_task_and_every_upload_gets_both() {
             .any(|h| h["id"] == cat && h["task"] == "general"),
         "{tabby}"
     );
-    let trousers = inst.json("/v1/search?label=Trouser&task=fashion&limit=500").await;
+    let trousers = inst
+        .json("/v1/search?label=Trouser&task=fashion&limit=500")
+        .await;
     let hits = trousers["hits"].as_array().unwrap();
     assert!(!hits.is_empty() && hits.len() < FASHION / 4, "{trousers}");
     assert!(hits.iter().all(|h| h["id"] != cat && h["id"] != cup));
@@ -156,11 +184,16 @@ async fn general_tags_survive_a_custom_task_and_every_upload_gets_both() {
             task_labels(v, "general").is_some() && task_labels(v, "fashion").is_some()
         })
         .await;
-    assert!(task_labels(&labels, "general").unwrap()[0]["label"]
-        .as_str()
-        .unwrap()
-        .contains("cat"));
-    assert_eq!(task_labels(&labels, "fashion").unwrap()[0]["label"], "other");
+    assert!(
+        task_labels(&labels, "general").unwrap()[0]["label"]
+            .as_str()
+            .unwrap()
+            .contains("cat")
+    );
+    assert_eq!(
+        task_labels(&labels, "fashion").unwrap()[0]["label"],
+        "other"
+    );
 
     // The tasks list reports each task's share of `other`.
     let tasks = inst.json("/v1/tasks").await;
@@ -173,13 +206,19 @@ async fn general_tags_survive_a_custom_task_and_every_upload_gets_both() {
     assert!(fashion["other"].as_u64().unwrap() >= 3, "{fashion}");
     assert!(fashion["other_share"].as_f64().unwrap() < 0.2, "{fashion}");
     let (ok, out, err) = cli(&["tasks", "--server", &inst.url, "list"]);
-    assert!(ok && out.contains("fashion") && out.contains("general"), "{out}{err}");
+    assert!(
+        ok && out.contains("fashion") && out.contains("general"),
+        "{out}{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worse_fine_tune_stays_a_candidate_and_labels_come_from_ids_csv_and_accepts() {
     let inst = Instance::start_with_model(&[]);
-    assert_eq!(post(&inst, "/v1/tasks", json!({"name": "fashion"})).await.0, 201);
+    assert_eq!(
+        post(&inst, "/v1/tasks", json!({"name": "fashion"})).await.0,
+        201
+    );
     import_for(&inst, "fashion", FASHION);
     inst.wait_labelled(FASHION as u64).await;
     let good = job(
@@ -220,12 +259,18 @@ async fn a_worse_fine_tune_stays_a_candidate_and_labels_come_from_ids_csv_and_ac
     )
     .await;
     let forced = &forced["result"]["finetune"];
-    assert!(forced["gate"]["forced"] == true && forced["deploy"].is_object(), "{forced}");
+    assert!(
+        forced["gate"]["forced"] == true && forced["deploy"].is_object(),
+        "{forced}"
+    );
 
     // A task of two classes, labelled by ids and from a CSV file.
-    assert_eq!(post(&inst, "/v1/tasks", json!({"name": "tops"})).await.0, 201);
+    assert_eq!(
+        post(&inst, "/v1/tasks", json!({"name": "tops"})).await.0,
+        201
+    );
     let page = inst.json("/v1/photos?limit=1000").await;
-    let of = |class: &str| -> Vec<u64> {
+    let of_split = |class: &str, split: &str| -> Vec<u64> {
         page["photos"]
             .as_array()
             .unwrap()
@@ -233,29 +278,44 @@ async fn a_worse_fine_tune_stays_a_candidate_and_labels_come_from_ids_csv_and_ac
             .filter(|p| {
                 p["ground_truths"]
                     .as_array()
-                    .is_some_and(|g| g.iter().any(|t| t["label"] == class && t["split"] == "train"))
+                    .is_some_and(|g| g.iter().any(|t| t["label"] == class && t["split"] == split))
             })
             .map(|p| p["id"].as_u64().unwrap())
             .collect()
     };
-    let (shirts, sandals) = (of("Shirt"), of("Sandal"));
+    let of = |class: &str| of_split(class, "train");
+    let tops: Vec<u64> = [of("Shirt"), of("T-shirt/top"), of("Pullover")].concat();
+    let sandals: Vec<u64> = [of("Sandal"), of("Sneaker"), of("Ankle boot")].concat();
     let (status, one_class) = post(
         &inst,
         "/v1/tasks/tops/labels",
-        json!({"class": "shirt", "ids": shirts}),
+        json!({"class": "top", "ids": tops}),
     )
     .await;
     assert_eq!(status, 200, "{one_class}");
     let (status, refused) = post(&inst, "/v1/tuner/finetune", json!({"task": "tops"})).await;
-    assert_eq!((status, refused["error"].as_str()), (400, Some("too_few_classes")), "{refused}");
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (400, Some("too_few_classes")),
+        "{refused}"
+    );
     let tmp = tempfile::tempdir().unwrap();
     let csv = tmp.path().join("labels.csv");
     let lines: String = sandals.iter().map(|id| format!("{id},shoe\n")).collect();
     std::fs::write(&csv, format!("id,class\n{lines}")).unwrap();
     let (ok, out, err) = cli(&[
-        "label", "--server", &inst.url, "--task", "tops", "--csv", csv.to_str().unwrap(),
+        "label",
+        "--server",
+        &inst.url,
+        "--task",
+        "tops",
+        "--csv",
+        csv.to_str().unwrap(),
     ]);
-    assert!(ok && out.contains(&format!("labelled {}", sandals.len())), "{out}{err}");
+    assert!(
+        ok && out.contains(&format!("labelled {}", sandals.len())),
+        "{out}{err}"
+    );
     let tops = inst.json("/v1/tasks/tops").await;
     assert_eq!(tops["ground_truth"].as_array().unwrap().len(), 2, "{tops}");
     let done = job(
@@ -266,16 +326,51 @@ async fn a_worse_fine_tune_stays_a_candidate_and_labels_come_from_ids_csv_and_ac
     .await;
     assert_eq!(done["phase"], "done", "{done}");
 
-    // Accepting a prediction makes it ground truth; the general task takes no labels.
-    let unlabelled = of("Bag")[0];
-    let (status, accepted) = post(
-        &inst,
-        &format!("/v1/photos/{unlabelled}/labels/tops"),
-        json!({}),
-    )
+    // A cat is neither a top nor a shoe: `other`, which cannot be accepted as a class.
+    let (_, cat) = inst.upload(sample("chelsea.png"), "").await;
+    let cat = cat["id"].as_u64().unwrap();
+    inst.wait_for(&format!("/v1/photos/{cat}/labels"), 60, |v| {
+        task_labels(v, "tops").is_some()
+    })
     .await;
-    assert_eq!(status, 200, "{accepted}");
-    assert_eq!(accepted["task"], "tops");
+    let (status, refused) = post(&inst, &format!("/v1/photos/{cat}/labels/tops"), json!({})).await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (409, Some("no_prediction")),
+        "{refused}"
+    );
+    // Accepting a prediction makes it ground truth: a held-out shirt the task calls a top.
+    let mut accepted = None;
+    for tshirt in [of_split("Shirt", "test"), of_split("T-shirt/top", "test")].concat() {
+        let labels = inst.json(&format!("/v1/photos/{tshirt}/labels")).await;
+        if task_labels(&labels, "tops").is_some_and(|l| l[0]["label"] == "top") {
+            let (status, truth) = post(
+                &inst,
+                &format!("/v1/photos/{tshirt}/labels/tops"),
+                json!({}),
+            )
+            .await;
+            assert_eq!(status, 200, "{truth}");
+            accepted = Some((tshirt, truth));
+            break;
+        }
+    }
+    let (tshirt, truth) = accepted.expect("some held-out shirt is a top for the task");
+    assert_eq!(
+        (truth["task"].as_str(), truth["label"].as_str()),
+        (Some("tops"), Some("top"))
+    );
+    let meta = inst.json(&format!("/v1/photos/{tshirt}/meta")).await;
+    assert!(
+        meta["ground_truths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["task"] == "tops" && t["label"] == "top"),
+        "{meta}"
+    );
+    // A correction, and the general task takes no labels.
+    let unlabelled = of("Bag")[0];
     let (status, corrected) = post(
         &inst,
         &format!("/v1/photos/{unlabelled}/labels/tops"),
@@ -289,9 +384,20 @@ async fn a_worse_fine_tune_stays_a_candidate_and_labels_come_from_ids_csv_and_ac
         json!({"class": "tabby", "ids": [1]}),
     )
     .await;
-    assert_eq!((status, general["error"].as_str()), (400, Some("builtin_task")));
-    let (status, missing) = post(&inst, "/v1/tasks/nope/labels", json!({"class": "x", "ids": [1]})).await;
-    assert_eq!((status, missing["error"].as_str()), (404, Some("unknown_task")));
+    assert_eq!(
+        (status, general["error"].as_str()),
+        (400, Some("builtin_task"))
+    );
+    let (status, missing) = post(
+        &inst,
+        "/v1/tasks/nope/labels",
+        json!({"class": "x", "ids": [1]}),
+    )
+    .await;
+    assert_eq!(
+        (status, missing["error"].as_str()),
+        (404, Some("unknown_task"))
+    );
 }
 
 /// A store written by the build before tasks (`tests/fixtures/store-v1.tar.xz`: the cat, the
@@ -299,8 +405,8 @@ async fn a_worse_fine_tune_stays_a_candidate_and_labels_come_from_ids_csv_and_ac
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_from_before_tasks_keeps_its_labels_head_and_ground_truth() {
     let tmp = tempfile::tempdir().unwrap();
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/store-v1.tar.xz");
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-v1.tar.xz");
     let status = std::process::Command::new("tar")
         .arg("-xJf")
         .arg(&fixture)
@@ -313,7 +419,12 @@ async fn a_store_from_before_tasks_keeps_its_labels_head_and_ground_truth() {
     let data = tmp.path().join("data");
     let inst = Instance::launch_at(
         data,
-        &["--model-dir", model.to_str().unwrap(), "--intra-threads", "2"],
+        &[
+            "--model-dir",
+            model.to_str().unwrap(),
+            "--intra-threads",
+            "2",
+        ],
     );
     let tasks = inst.json("/v1/tasks").await;
     let named = |name: &str| {
@@ -326,24 +437,46 @@ async fn a_store_from_before_tasks_keeps_its_labels_head_and_ground_truth() {
             .unwrap_or_else(|| panic!("{tasks}"))
     };
     let default = named("default");
-    let head = default["active_version"]["id"].as_str().unwrap().to_string();
-    assert!(head.starts_with("ft-"), "the old active head is the default task's: {tasks}");
-    assert_eq!(default["ground_truth"].as_array().unwrap().len(), 10, "{default}");
-    let general = named("general");
-    assert!(general["active_version"]["id"]
+    let head = default["active_version"]["id"]
         .as_str()
         .unwrap()
-        .starts_with("efficientnet-lite0-"));
+        .to_string();
+    assert!(
+        head.starts_with("ft-"),
+        "the old active head is the default task's: {tasks}"
+    );
+    assert_eq!(
+        default["ground_truth"].as_array().unwrap().len(),
+        10,
+        "{default}"
+    );
+    let general = named("general");
+    assert!(
+        general["active_version"]["id"]
+            .as_str()
+            .unwrap()
+            .starts_with("efficientnet-lite0-")
+    );
 
     // The cat (photo 1) kept both version's labels: nothing was re-labelled.
     let labels = inst.json("/v1/photos/1/labels").await;
-    assert!(task_labels(&labels, "general").unwrap()[0]["label"]
-        .as_str()
-        .unwrap()
-        .contains("cat"), "{labels}");
+    assert!(
+        task_labels(&labels, "general").unwrap()[0]["label"]
+            .as_str()
+            .unwrap()
+            .contains("cat"),
+        "{labels}"
+    );
     assert!(task_labels(&labels, "default").is_some(), "{labels}");
     let tabby = inst.json("/v1/search?label=tabby").await;
-    assert!(tabby["hits"].as_array().unwrap().iter().any(|h| h["id"] == 1), "{tabby}");
+    assert!(
+        tabby["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["id"] == 1),
+        "{tabby}"
+    );
 
     // The Tuner's registry migrated too: a new fine-tune of the default task derives from
     // the old head.

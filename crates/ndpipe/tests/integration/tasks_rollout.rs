@@ -22,12 +22,21 @@ async fn a_rollout_carries_two_tasks_to_the_new_backbone() {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|p| p["ground_truths"].as_array().is_some_and(|g| g.iter().any(|t| t["label"] == class)))
+            .filter(|p| {
+                p["ground_truths"]
+                    .as_array()
+                    .is_some_and(|g| g.iter().any(|t| t["label"] == class))
+            })
             .map(|p| p["id"].as_u64().unwrap())
             .collect()
     };
     for (class, ids) in [("top", of("Shirt")), ("shoe", of("Sandal"))] {
-        let (status, reply) = post(&inst, "/v1/tasks/tops/labels", json!({"class": class, "ids": ids})).await;
+        let (status, reply) = post(
+            &inst,
+            "/v1/tasks/tops/labels",
+            json!({"class": class, "ids": ids}),
+        )
+        .await;
         assert_eq!(status, 200, "{reply}");
     }
     let mut old = Vec::new();
@@ -39,13 +48,25 @@ async fn a_rollout_carries_two_tasks_to_the_new_backbone() {
         )
         .await;
         assert_eq!(done["phase"], "done", "{done}\n{}", inst.log());
-        old.push(done["result"]["finetune"]["version"].as_str().unwrap().to_string());
+        old.push(
+            done["result"]["finetune"]["version"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
     }
 
     let tmp = tempfile::tempdir().unwrap();
     let second = second_backbone(tmp.path());
     let sha = sha256(&std::fs::read(&second).unwrap());
-    let (ok, _, err) = cli(&["models", "--server", &inst.url, "add", "--onnx", second.to_str().unwrap()]);
+    let (ok, _, err) = cli(&[
+        "models",
+        "--server",
+        &inst.url,
+        "add",
+        "--onnx",
+        second.to_str().unwrap(),
+    ]);
     assert!(ok, "{err}");
     let done = job(&inst, &format!("/v1/tuner/rollout/{sha}"), json!({})).await;
     assert_eq!(done["phase"], "done", "{done}\n{}", inst.log());
@@ -62,9 +83,15 @@ async fn a_rollout_carries_two_tasks_to_the_new_backbone() {
         .filter(|v| v["active"] == true)
         .collect();
     assert_eq!(active.len(), 3, "general and two tasks: {versions}");
-    assert!(active.iter().all(|v| v["backbone"] == sha.as_str()), "{versions}");
+    assert!(
+        active.iter().all(|v| v["backbone"] == sha.as_str()),
+        "{versions}"
+    );
     for task in &old {
-        assert!(active.iter().all(|v| v["id"] != task.as_str()), "{task} was replaced");
+        assert!(
+            active.iter().all(|v| v["id"] != task.as_str()),
+            "{task} was replaced"
+        );
     }
     // The node serves them, and every photo has labels of both tasks' new versions.
     let photo = of("Shirt")[0];

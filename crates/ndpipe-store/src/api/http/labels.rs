@@ -7,10 +7,13 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use ndpipe_catalog::{Catalog, CatalogError, ModelVersion, Prediction, TaskHit, TaskName};
+use ndpipe_model::words::Match;
 use serde::{Deserialize, Serialize};
 
 use crate::replication::FrontDoor;
+use crate::words::WordsFailure;
 
 use super::error::{ApiError, Counted, blocking, count, parse_id};
 use super::{AppState, page_limit};
@@ -45,7 +48,13 @@ pub(super) async fn get_labels(
     })
     .await?;
     match (&state.replication, exists) {
-        (_, true) => Ok(Json(by_version(labels, &versions))),
+        (_, true) => {
+            let active: Vec<String> = (versions.iter())
+                .filter(|v| v.active)
+                .map(|v| v.id.clone())
+                .collect();
+            Ok(Json(by_version(labels, &versions, &active)))
+        }
         (Some(replication), false) => {
             cluster_labels(&state, &state.catalog, replication.front(), id).await
         }
@@ -64,26 +73,27 @@ pub(super) async fn cluster_labels(
         .labels_of(id)
         .await
         .map_err(|e| count(state, e.into()))?;
-    let labels = found.ok_or_else(|| count(state, ApiError::photo_not_found(id)))?;
+    let (labels, active) = found.ok_or_else(|| count(state, ApiError::photo_not_found(id)))?;
     let catalog = catalog.clone();
     let versions = blocking(state, move || catalog.models()).await?;
-    Ok(Json(by_version(labels, &versions)))
+    Ok(Json(by_version(labels, &versions, &active)))
 }
 
+/// The labels of each version with its task, `active` when the photo's primary serves it.
 fn by_version(
     labels: Vec<(String, Vec<Prediction>)>,
     versions: &[ModelVersion],
+    active: &[String],
 ) -> Vec<VersionLabels> {
     labels
         .into_iter()
-        .map(|(model_version, labels)| {
-            let known = versions.iter().find(|v| v.id == model_version);
-            VersionLabels {
-                task: known.map(|v| v.task.clone()),
-                active: known.is_some_and(|v| v.active),
-                model_version,
-                labels,
-            }
+        .map(|(model_version, labels)| VersionLabels {
+            task: (versions.iter())
+                .find(|v| v.id == model_version)
+                .map(|v| v.task.clone()),
+            active: active.contains(&model_version),
+            model_version,
+            labels,
         })
         .collect()
 }
@@ -91,6 +101,8 @@ fn by_version(
 #[derive(Debug, Deserialize)]
 pub(super) struct SearchParams {
     label: Option<String>,
+    /// A search in words ("kitty"), mapped onto class names.
+    q: Option<String>,
     task: Option<String>,
     model: Option<String>,
     offset: Option<usize>,
@@ -99,11 +111,29 @@ pub(super) struct SearchParams {
 
 #[derive(Debug, Serialize)]
 pub(super) struct SearchReply {
-    /// The version searched, when one was (a `task` or `model` given).
+    /// The version searched, when one was (a `task` or `model` given, or one task only).
     model_version: Option<String>,
     /// Each hit names the node that holds the photo, its task and version.
     hits: Vec<TaskHit>,
     /// Pass as `offset` for the next page; absent on the last page.
+    next_offset: Option<usize>,
+}
+
+/// A hit of a search in words: the class the words matched, how well, and the relevance
+/// (the label's score times the match's).
+#[derive(Debug, Serialize)]
+pub(super) struct WordHit {
+    relevance: f32,
+    matched: Match,
+    #[serde(flatten)]
+    hit: TaskHit,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct WordsReply {
+    /// The classes the words mapped onto, best first.
+    matched: Vec<Match>,
+    hits: Vec<WordHit>,
     next_offset: Option<usize>,
 }
 
@@ -147,22 +177,13 @@ fn searched_versions(
 /// `GET /v1/search?label=&task=&model=&offset=&limit=`: photos labelled `label` by `model`, or
 /// by the active version of `task`, or (neither given) by every task's active version, best
 /// score first: on a shared catalog, the photos of every node, each with the node that holds
-/// it.
+/// it. `?q=` searches in words instead ([`words_search`]).
 pub(super) async fn search(
     State(state): State<AppState>,
     query: Result<Query<SearchParams>, QueryRejection>,
-) -> Result<Json<SearchReply>, ApiError> {
+) -> Result<Response, ApiError> {
     let Query(params) =
         query.map_err(|e| count(&state, ApiError::bad_request("bad_query", e.body_text())))?;
-    let label = params
-        .label
-        .filter(|l| !l.trim().is_empty())
-        .ok_or_else(|| {
-            count(
-                &state,
-                ApiError::bad_request("bad_query", "label is required"),
-            )
-        })?;
     let limit = page_limit(params.limit, 50).map_err(|e| count(&state, e))?;
     let offset = params.offset.unwrap_or(0);
     let end = offset.checked_add(limit).ok_or_else(|| {
@@ -171,6 +192,18 @@ pub(super) async fn search(
             ApiError::bad_request("bad_query", "offset + limit is too large"),
         )
     })?;
+    if let Some(q) = params.q.filter(|q| !q.trim().is_empty()) {
+        return Ok(Json(words_search(&state, q, (offset, limit)).await?).into_response());
+    }
+    let label = params
+        .label
+        .filter(|l| !l.trim().is_empty())
+        .ok_or_else(|| {
+            count(
+                &state,
+                ApiError::bad_request("bad_query", "label (a class name) or q (words) is required"),
+            )
+        })?;
     let task = params
         .task
         .as_deref()
@@ -186,22 +219,110 @@ pub(super) async fn search(
         Ok::<_, ApiError>((versions, hits))
     })
     .await?;
-    let model_version = single
+    let model_version = (single || versions.len() == 1)
         .then(|| versions.first().map(|v| v.id.clone()))
         .flatten();
     let next_offset = (hits.len() == limit).then_some(end);
+    own_hits(&state, &mut hits);
+    Ok(Json(SearchReply {
+        model_version,
+        hits,
+        next_offset,
+    })
+    .into_response())
+}
+
+/// Names this node's own hits and leaves out its photos deleted meanwhile.
+fn own_hits(state: &AppState, hits: &mut Vec<TaskHit>) {
     let node = &state.node;
-    for h in &mut hits {
+    for h in hits.iter_mut() {
         h.hit.node.get_or_insert_with(|| node.to_string());
     }
     hits.retain(|h| {
         h.hit.node.as_deref() != Some(node) || !state.ingestor.is_deleted(h.hit.hit.id)
     });
-    Ok(Json(SearchReply {
-        model_version,
-        hits,
+}
+
+/// A search in words: `q` mapped onto the class names of every task the node serves, then
+/// each matched class searched under its task's active version; hits by relevance.
+async fn words_search(
+    state: &AppState,
+    q: String,
+    (offset, limit): (usize, usize),
+) -> Result<WordsReply, ApiError> {
+    let (Some(words), Some(models)) = (state.words.clone(), state.models.clone()) else {
+        return Err(count(
+            state,
+            ApiError::new(
+                StatusCode::CONFLICT,
+                "no_model",
+                "this node runs no model: search in words maps onto its classes",
+            ),
+        ));
+    };
+    let catalog = state.catalog.clone();
+    let end = offset.saturating_add(limit);
+    let (matched, hits) = blocking(state, move || {
+        let model = models.active().get();
+        let matched = words.matches(q.trim(), &model).map_err(words_error)?;
+        let mut hits = Vec::new();
+        for m in &matched {
+            let Some(task) = model.task(&m.task) else {
+                continue;
+            };
+            for hit in catalog.search_cluster(&m.class, &task.version, 0, end)? {
+                hits.push(WordHit {
+                    relevance: hit.hit.score * m.score,
+                    matched: m.clone(),
+                    hit: TaskHit {
+                        task: task.task.clone(),
+                        model_version: task.version.clone(),
+                        hit,
+                    },
+                });
+            }
+        }
+        Ok::<_, ApiError>((matched, hits))
+    })
+    .await?;
+    let mut hits = hits;
+    hits.sort_by(|a, b| {
+        b.relevance
+            .total_cmp(&a.relevance)
+            .then(a.hit.hit.hit.id.cmp(&b.hit.hit.hit.id))
+    });
+    let mut seen = std::collections::HashSet::new();
+    hits.retain(|h| seen.insert(h.hit.hit.hit.id));
+    let mut page: Vec<WordHit> = hits.into_iter().skip(offset).take(limit).collect();
+    let mut own: Vec<TaskHit> = page.iter().map(|h| h.hit.clone()).collect();
+    own_hits(state, &mut own);
+    page.retain(|h| own.iter().any(|o| o.hit.hit.id == h.hit.hit.hit.id));
+    for (h, o) in page.iter_mut().zip(&own) {
+        h.hit.hit.node.clone_from(&o.hit.node);
+    }
+    let next_offset = (page.len() == limit).then_some(end);
+    Ok(WordsReply {
+        matched,
+        hits: page,
         next_offset,
-    }))
+    })
+}
+
+/// A words failure as the API answers it.
+fn words_error(e: WordsFailure) -> ApiError {
+    match e {
+        WordsFailure::Query(e) => ApiError::bad_request("bad_query", e.to_string()),
+        WordsFailure::Starting => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "words_starting",
+            e.to_string(),
+        ),
+        WordsFailure::Unavailable(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "words_unavailable",
+            e.to_string(),
+        ),
+    }
 }
 
 /// `GET /v1/models`: every model version, oldest first, with the active one marked.

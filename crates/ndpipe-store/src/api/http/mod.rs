@@ -42,6 +42,7 @@ use crate::membership::Readiness;
 use crate::metrics::StoreMetrics;
 use crate::replication::Replication;
 use crate::storage::PhotoStore;
+use crate::words::Words;
 pub(crate) use auth::{Guard, authorize};
 pub(crate) use error::ApiError;
 use error::Counted;
@@ -73,6 +74,8 @@ pub(crate) struct AppState {
     replication: Option<Arc<Replication>>,
     /// The node's models, when one is loaded (a task's new floor applies to them at once).
     models: Option<Arc<Models>>,
+    /// The matcher of searches in words, when a model is loaded.
+    words: Option<Arc<Words>>,
 }
 
 impl AppState {
@@ -97,12 +100,21 @@ impl AppState {
             model_loaded: false,
             replication: None,
             models: None,
+            words: None,
         }
     }
 
-    /// The same state, with the node's models.
-    pub(crate) fn with_models(self, models: Option<Arc<Models>>) -> Self {
-        AppState { models, ..self }
+    /// The same state, with the node's models and its matcher of searches in words.
+    pub(crate) fn with_models(
+        self,
+        models: Option<Arc<Models>>,
+        words: Option<Arc<Words>>,
+    ) -> Self {
+        AppState {
+            models,
+            words,
+            ..self
+        }
     }
 
     /// The same state, with uploads, reads and deletes through `replication` when given.
