@@ -176,6 +176,32 @@ async fn general_tags_survive_a_custom_task_and_every_upload_gets_both() {
     assert!(!hits.is_empty() && hits.len() < FASHION / 4, "{trousers}");
     assert!(hits.iter().all(|h| h["id"] != cat && h["id"] != cup));
 
+    // Search in words maps onto every task's classes: "kitty" finds the cat, "coffee cup" the
+    // espresso, "jeans" the clothing task's trousers; nonsense finds nothing.
+    let found = |reply: &Value, id: u64| {
+        reply["hits"]
+            .as_array()
+            .is_some_and(|h| h.iter().any(|h| h["id"] == id))
+    };
+    let kitty = inst.json("/v1/search?q=kitty").await;
+    assert!(found(&kitty, cat), "{kitty}");
+    let coffee = inst.json("/v1/search?q=coffee%20cup").await;
+    assert!(found(&coffee, cup), "{coffee}");
+    let jeans = inst.json("/v1/search?q=jeans&limit=500").await;
+    assert!(
+        (jeans["matched"].as_array().unwrap().iter())
+            .any(|m| m["task"] == "fashion" && m["class"] == "Trouser"),
+        "{jeans}"
+    );
+    assert!(!jeans["hits"].as_array().unwrap().is_empty(), "{jeans}");
+    let nonsense = inst.json("/v1/search?q=qwxz%20zzkj").await;
+    assert!(
+        nonsense["matched"].as_array().unwrap().is_empty() && nonsense["hits"].as_array().unwrap().is_empty(),
+        "{nonsense}"
+    );
+    let (ok, out, err) = cli(&["photos", "--server", &inst.url, "search", "--words", "kitty"]);
+    assert!(ok && out.contains(&format!("{cat} ")), "{out}{err}");
+
     // A photo uploaded after the deploy gets both tasks' labels.
     let (_, late) = inst.upload(another_cat(), "").await;
     let late = late["id"].as_u64().unwrap();
