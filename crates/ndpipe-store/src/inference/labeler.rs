@@ -379,9 +379,10 @@ pub(crate) fn write_outputs(
 
 #[cfg(test)]
 mod tests {
-    use ndpipe_model::InferenceBackend;
+    use ndpipe_model::{HeadWeights, InferenceBackend};
 
     use super::*;
+    use crate::inference::model::TaskModel;
     use crate::ingest::{IngestConfig, Ingestor};
     use crate::testing::{Setup, png, setup};
 
@@ -533,5 +534,80 @@ mod tests {
             .expect("the photos past the bound were never labelled");
         assert!(s.catalog.unlabelled("fake-v1").unwrap().is_empty());
         labeler.stop();
+    }
+
+    #[tokio::test]
+    async fn every_task_labels_a_batch_from_one_backbone_run() {
+        let s = setup();
+        let dim = s.fake.info().feature_dim;
+        let classes = vec!["shirt".to_string(), "shoe".to_string()];
+        let mut weights = vec![0.0; 2 * dim];
+        weights[0] = 1.0;
+        weights[dim + 1] = 1.0;
+        let head = HeadWeights::new(classes, dim, weights, vec![0.0, 0.0]).unwrap();
+        let model = ActiveModel::named(s.fake.clone(), "fake-v1").with_task(TaskModel {
+            task: "fashion".parse().unwrap(),
+            version: "fashion-v1".into(),
+            head: Some(Arc::new(head)),
+            floor: None,
+        });
+        let config = LabelerConfig {
+            max_batch: 8,
+            ..LabelerConfig::default()
+        };
+        let metrics = Arc::new(StoreMetrics::default());
+        let ingestor = Ingestor::new(
+            s.store.clone(),
+            s.features.clone(),
+            s.catalog.clone(),
+            metrics.clone(),
+            IngestConfig::default(),
+        );
+        let mut ids = Vec::new();
+        for i in 0..8u8 {
+            ids.push(ingestor.ingest(png(i), None).await.unwrap().id);
+        }
+        let labeler = Labeler::start(
+            SharedModel::new(model),
+            s.store.clone(),
+            s.features.clone(),
+            s.catalog.clone(),
+            metrics,
+            config,
+        )
+        .unwrap();
+        labeler.enqueue_stored(ids.clone());
+        let labelled = async {
+            while !ids
+                .iter()
+                .all(|id| s.catalog.predictions(*id).unwrap().len() == 2)
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        // A guard against hanging, not a speed target.
+        tokio::time::timeout(Duration::from_secs(120), labelled)
+            .await
+            .expect("the photos were never labelled by both tasks");
+        labeler.stop();
+        assert_eq!(
+            s.fake.batches(),
+            1,
+            "both tasks label the batch from one backbone run"
+        );
+        for id in &ids {
+            let versions: Vec<String> = s
+                .catalog
+                .predictions(*id)
+                .unwrap()
+                .into_iter()
+                .map(|(version, preds)| {
+                    assert!(!preds.is_empty());
+                    version
+                })
+                .collect();
+            assert!(versions.contains(&"fake-v1".to_string()), "{versions:?}");
+            assert!(versions.contains(&"fashion-v1".to_string()), "{versions:?}");
+        }
     }
 }

@@ -196,10 +196,13 @@ async fn general_tags_survive_a_custom_task_and_every_upload_gets_both() {
     assert!(!jeans["hits"].as_array().unwrap().is_empty(), "{jeans}");
     let nonsense = inst.json("/v1/search?q=qwxz%20zzkj").await;
     assert!(
-        nonsense["matched"].as_array().unwrap().is_empty() && nonsense["hits"].as_array().unwrap().is_empty(),
+        nonsense["matched"].as_array().unwrap().is_empty()
+            && nonsense["hits"].as_array().unwrap().is_empty(),
         "{nonsense}"
     );
-    let (ok, out, err) = cli(&["photos", "--server", &inst.url, "search", "--words", "kitty"]);
+    let (ok, out, err) = cli(&[
+        "photos", "--server", &inst.url, "search", "--words", "kitty",
+    ]);
     assert!(ok && out.contains(&format!("{cat} ")), "{out}{err}");
 
     // A photo uploaded after the deploy gets both tasks' labels.
