@@ -48,6 +48,7 @@ use std::collections::HashSet;
 pub use blob_copies::{BlobCatalog, BlobCounts, BlobHolders};
 pub use error::CatalogError;
 pub use keys::{AccessKeyRecord, Role};
+pub use label_terms::label_matches;
 pub use objects::{Bucket, ObjectBody, ObjectRecord};
 pub use pg::{OpenedCatalog, PgCatalog, PgOptions, PhotoIdBlocks, describe, is_postgres_url, open};
 pub use replicas::{FailOver, PhotoCopies, PlacementNode, ReplicaCatalog, ReplicationCounts};

@@ -155,6 +155,18 @@ impl ActiveModel {
         self.tasks.iter().find(|t| t.version == version)
     }
 
+    /// Whether `task`'s classifier (or [`OTHER`]) has a class a search for `label` finds.
+    pub(crate) fn has_class(&self, task: &TaskModel, label: &str) -> bool {
+        let matches = |class: &str| ndpipe_catalog::label_matches(class, label);
+        matches(OTHER)
+            || match &task.head {
+                Some(head) => head.classes().iter().any(|c| matches(c)),
+                None => (0..self.info().num_classes)
+                    .filter_map(|i| self.info().class_name(i))
+                    .any(matches),
+            }
+    }
+
     /// Every task's version, as the protocol reports them.
     pub(crate) fn serving(&self) -> Serving {
         self.tasks

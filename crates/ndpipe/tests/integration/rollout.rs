@@ -199,7 +199,7 @@ pub(crate) async fn watch_rollout(
 
 /// The general task's version a node's search serves (its active one).
 async fn searched_version(node: &Instance) -> String {
-    let found = node.json("/v1/search?label=anything&task=general").await;
+    let found = node.json("/v1/search?label=other&task=general").await;
     found["model_version"].as_str().unwrap().to_string()
 }
 

@@ -175,6 +175,13 @@ async fn general_tags_survive_a_custom_task_and_every_upload_gets_both() {
     let hits = trousers["hits"].as_array().unwrap();
     assert!(!hits.is_empty() && hits.len() < FASHION / 4, "{trousers}");
     assert!(hits.iter().all(|h| h["id"] != cat && h["id"] != cup));
+    // A class the task does not have is told apart from one without photos.
+    let (status, body) = inst.get("/v1/search?label=tabby&task=fashion").await;
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("unknown_class"))
+    );
 
     // Search in words maps onto every task's classes: "kitty" finds the cat, "coffee cup" the
     // espresso, "jeans" the clothing task's trousers; nonsense finds nothing.

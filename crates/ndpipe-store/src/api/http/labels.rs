@@ -213,12 +213,16 @@ pub(super) async fn search(
     let catalog = state.catalog.clone();
     let single = task.is_some() || params.model.is_some();
     let requested = params.model;
+    let class_check = (requested.is_none() && offset == 0).then(|| (label.clone(), task.clone()));
     let (versions, mut hits) = blocking(&state, move || {
         let versions = searched_versions(&*catalog, task, requested)?;
         let hits = catalog.search_versions(label.trim(), &versions, offset, limit)?;
         Ok::<_, ApiError>((versions, hits))
     })
     .await?;
+    if let Some((label, task)) = class_check.filter(|_| hits.is_empty()) {
+        known_class(&state, label.trim(), task.as_ref()).map_err(|e| count(&state, e))?;
+    }
     let model_version = (single || versions.len() == 1)
         .then(|| versions.first().map(|v| v.id.clone()))
         .flatten();
@@ -230,6 +234,32 @@ pub(super) async fn search(
         next_offset,
     })
     .into_response())
+}
+
+/// 404 `unknown_class` when no task this node serves (or `task` only) has a class a search for
+/// `label` finds, so a typo or a word is told apart from a class without photos.
+fn known_class(state: &AppState, label: &str, task: Option<&TaskName>) -> Result<(), ApiError> {
+    let Some(models) = &state.models else {
+        return Ok(());
+    };
+    let model = models.active().get();
+    let served: Vec<_> = model
+        .tasks
+        .iter()
+        .filter(|t| task.is_none_or(|name| t.task == *name))
+        .collect();
+    if served.is_empty() || served.iter().any(|t| model.has_class(t, label)) {
+        return Ok(());
+    }
+    let missing = match task {
+        Some(t) => format!("task {t} has no class {label:?}"),
+        None => format!("no task has a class {label:?}"),
+    };
+    Err(ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_class",
+        format!("{missing}; to search in words, pass q= instead of label="),
+    ))
 }
 
 /// Names this node's own hits and leaves out its photos deleted meanwhile.
