@@ -16,6 +16,15 @@ pub(crate) struct ErrorLabels {
     pub(crate) kind: String,
 }
 
+/// Label set of the per-task label counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TaskOutcome {
+    /// The task.
+    pub(crate) task: String,
+    /// `class` when the photo got one of the task's classes, `other` when none reached the floor.
+    pub(crate) outcome: String,
+}
+
 /// All store metrics, registered under the `ndpipe_store` prefix.
 pub(crate) struct StoreMetrics {
     registry: Registry,
@@ -35,6 +44,8 @@ pub(crate) struct StoreMetrics {
     pub(crate) photos: Gauge,
     /// Photos labelled by online inference.
     pub(crate) labelled: Counter,
+    /// Labels given at ingest, by task and outcome.
+    pub(crate) task_labels: Family<TaskOutcome, Counter>,
     /// Seconds from the durable write (the 201) to the labels being in the catalog.
     pub(crate) label_seconds: Histogram,
     /// Photo ids waiting in the online-labelling backlog.
@@ -54,6 +65,7 @@ impl Default for StoreMetrics {
         let ingest_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         let photos = Gauge::default();
         let labelled = Counter::default();
+        let task_labels = Family::<TaskOutcome, Counter>::default();
         let label_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         let label_backlog = Gauge::default();
         registry.register("uploads", "Photos accepted", uploads.clone());
@@ -72,6 +84,11 @@ impl Default for StoreMetrics {
         );
         registry.register("photos", "Live photos in the store", photos.clone());
         registry.register("labelled", "Photos labelled at ingest", labelled.clone());
+        registry.register(
+            "task_labels",
+            "Labels given at ingest by task, and whether the photo was a class of it or other",
+            task_labels.clone(),
+        );
         registry.register(
             "label_latency_seconds",
             "Seconds from the durable write of a photo to its labels",
@@ -95,6 +112,7 @@ impl Default for StoreMetrics {
             ingest_seconds,
             photos,
             labelled,
+            task_labels,
             label_seconds,
             label_backlog,
         }
@@ -106,6 +124,17 @@ impl StoreMetrics {
     pub(crate) fn error(&self, kind: &str) {
         self.errors
             .get_or_create(&ErrorLabels { kind: kind.into() })
+            .inc();
+    }
+
+    /// Counts one label of `task`: a class of it, or `other`.
+    pub(crate) fn task_label(&self, task: &str, other: bool) {
+        let outcome = if other { "other" } else { "class" };
+        self.task_labels
+            .get_or_create(&TaskOutcome {
+                task: task.into(),
+                outcome: outcome.into(),
+            })
             .inc();
     }
 

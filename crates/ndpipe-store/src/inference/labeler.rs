@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ndpipe_catalog::{PhotoCatalog, Prediction};
-use ndpipe_model::{ImageTensor, Outputs};
+use ndpipe_model::{ImageTensor, OTHER, Outputs};
 use ndpipe_util::sync::lock;
 use tokio::sync::oneshot;
 use tracing::warn;
@@ -303,6 +303,10 @@ impl Worker {
         let labelled = batch.len() as u64;
         for (i, r) in batch.into_iter().enumerate() {
             let labels = model.label(&outputs, i, k);
+            for (task, (_, predictions)) in model.tasks.iter().zip(&labels) {
+                let other = predictions.first().is_some_and(|p| p.label == OTHER);
+                self.metrics.task_label(task.task.as_str(), other);
+            }
             self.metrics
                 .label_seconds
                 .observe(r.enqueued.elapsed().as_secs_f64());

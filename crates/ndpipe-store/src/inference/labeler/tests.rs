@@ -191,7 +191,7 @@ async fn every_task_labels_a_batch_from_one_backbone_run() {
         s.store.clone(),
         s.features.clone(),
         s.catalog.clone(),
-        metrics,
+        metrics.clone(),
         config,
     )
     .unwrap();
@@ -228,4 +228,17 @@ async fn every_task_labels_a_batch_from_one_backbone_run() {
         assert!(versions.contains(&"fake-v1".to_string()), "{versions:?}");
         assert!(versions.contains(&"fashion-v1".to_string()), "{versions:?}");
     }
+    let counted = |task: &str| {
+        ["class", "other"]
+            .iter()
+            .map(|outcome| {
+                let labels = crate::metrics::TaskOutcome {
+                    task: task.into(),
+                    outcome: (*outcome).into(),
+                };
+                metrics.task_labels.get_or_create(&labels).get()
+            })
+            .sum::<u64>()
+    };
+    assert_eq!((counted("general"), counted("fashion")), (8, 8));
 }
