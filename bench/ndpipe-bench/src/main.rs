@@ -17,6 +17,7 @@ mod fuzz;
 mod infer;
 mod ingest;
 mod int8;
+mod other;
 mod replication;
 mod replication_s3;
 mod rollout;
@@ -94,6 +95,9 @@ enum Which {
     /// by the words model against exact/substring matching and shuffled names; top-1, top-3,
     /// load, build and query costs.
     Words(words::WordsBench),
+    /// Labels people can trust: in-task photos kept vs held-out classes and real photos sent
+    /// to `other`, under each label rule (none, floor, novelty, both), over seeds.
+    Other(other::OtherBench),
 }
 
 fn main() -> ExitCode {
@@ -134,6 +138,7 @@ async fn run(which: Which) -> Result<()> {
         Which::Fuzz(b) => fuzz::run(b).await,
         Which::Scale(b) => scale::run(b).await,
         Which::Words(b) => words::run(b).await,
+        Which::Other(b) => other::run(b).await,
         Which::Cache(b) => {
             let ndpipe = ndpipe_binary()?;
             tokio::task::spawn_blocking(move || cachebench::cli::run(b, ndpipe)).await?
