@@ -58,7 +58,11 @@ pub(crate) struct OtherBench {
     #[arg(long, env = "NDPIPE_FASHION_MNIST_DIR")]
     fashion_mnist_dir: Option<PathBuf>,
     /// The sample photos.
-    #[arg(long, env = "NDPIPE_SAMPLES_DIR", default_value = ".cache/model/samples")]
+    #[arg(
+        long,
+        env = "NDPIPE_SAMPLES_DIR",
+        default_value = ".cache/model/samples"
+    )]
     samples: PathBuf,
     /// More real photos (Debian's wallpapers, fetched by setup).
     #[arg(long, default_value = ".cache/wallpapers")]
