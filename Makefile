@@ -9,7 +9,7 @@ export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 PY_VENV := $(CURDIR)/target/py/venv
 PY_CRATE := python/spidercache/Cargo.toml
 
-.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep experiment-rollout experiment-balance experiment-bandwidth experiment-cost bench-scale bench-words
+.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep experiment-rollout experiment-balance experiment-bandwidth experiment-cost bench-scale bench-words bench-other
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -130,3 +130,7 @@ bench-scale: build-bench
 ## Search in words: 77 written queries over ImageNet's and Fashion-MNIST's classes, against controls.
 bench-words: build-bench
 	target/release/ndpipe-bench words --json $(CACHE)/bench-words.json
+
+## What a task's label rules keep and send to `other` (in-task, held-out classes, real photos).
+bench-other: build-bench
+	target/release/ndpipe-bench other --json $(CACHE)/bench-other.json
