@@ -3,7 +3,7 @@
 //!
 //! Route groups: [`photos`] (upload, read, list, delete, ground truth), [`labels`] (labels,
 //! search, models), [`jobs`] (re-labelling jobs), [`ops`] (health, metrics, compaction),
-//! [`keys`] (access keys); [`gateway`] is the photo routes of `ndpipe gateway`, a front door
+//! [`keys`] (access keys), [`similar`] (similar photos, cluster-wide); [`gateway`] is the photo routes of `ndpipe gateway`, a front door
 //! with no store of its own. [`auth`] gives every call the role it needs (bearer token or an
 //! access key's secret). Every error is a JSON body
 //! (`{"error": kind, "message": ...}`) and is counted by kind ([`error`]): handlers answer
@@ -19,6 +19,7 @@ mod keys;
 mod labels;
 mod ops;
 mod photos;
+mod similar;
 
 use std::sync::Arc;
 
@@ -39,6 +40,7 @@ use crate::keys::KeyStore;
 use crate::membership::Readiness;
 use crate::metrics::StoreMetrics;
 use crate::replication::Replication;
+use crate::similar::SimilarFront;
 use crate::storage::PhotoStore;
 pub(crate) use auth::{Guard, authorize};
 pub(crate) use error::ApiError;
@@ -69,6 +71,8 @@ pub(crate) struct AppState {
     /// The cluster as one store, when photos are replicated: uploads, reads and deletes go
     /// through it.
     replication: Option<Arc<Replication>>,
+    /// Similarity queries (`None` without a model).
+    similar: Option<Arc<SimilarFront>>,
 }
 
 impl AppState {
@@ -92,7 +96,13 @@ impl AppState {
             readiness: Arc::new(Readiness::default()),
             model_loaded: false,
             replication: None,
+            similar: None,
         }
+    }
+
+    /// The same state, answering similarity queries through `similar`.
+    pub(crate) fn with_similar(self, similar: Option<Arc<SimilarFront>>) -> Self {
+        AppState { similar, ..self }
     }
 
     /// The same state, with uploads, reads and deletes through `replication` when given.
@@ -156,7 +166,11 @@ pub(crate) fn router(
         .route("/v1/jobs/{id}", get(jobs::get_job))
         .route("/healthz", get(ops::health))
         .route("/readyz", get(ops::ready))
-        .route("/metrics", get(ops::metrics::<AppState>));
+        .route("/metrics", get(ops::metrics::<AppState>))
+        .merge(similar::routes(
+            state.similar.clone(),
+            state.metrics.clone(),
+        ));
     finish(writes.merge(reads), state, max_upload_bytes)
 }
 
