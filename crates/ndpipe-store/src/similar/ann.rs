@@ -229,6 +229,15 @@ impl AnnIndex {
     }
 }
 
+impl std::fmt::Debug for AnnIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnnIndex")
+            .field("dim", &self.dim)
+            .field("len", &self.keys.len())
+            .finish()
+    }
+}
+
 fn utf8(path: &Path) -> Result<&str, AnnError> {
     path.to_str()
         .ok_or_else(|| AnnError::Usearch(format!("{} is not a UTF-8 path", path.display())))

@@ -23,6 +23,8 @@ mod node;
 mod peers;
 mod persist;
 mod worker;
+#[cfg(test)]
+mod tests;
 
 use std::path::PathBuf;
 
