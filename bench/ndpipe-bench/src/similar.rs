@@ -86,7 +86,10 @@ pub(crate) async fn run(args: SimilarBench) -> Result<()> {
 }
 
 fn run_blocking(args: &SimilarBench) -> Result<()> {
-    ensure!(args.k > 0 && args.queries > 0, "k and queries must be at least 1");
+    ensure!(
+        args.k > 0 && args.queries > 0,
+        "k and queries must be at least 1"
+    );
     let (real, dim) = real_vectors(args)?;
     let vectors = expand(&real, dim, args.photos);
     let normalised: Vec<f32> = vectors.chunks_exact(dim).flat_map(unit).collect();
@@ -188,7 +191,12 @@ fn exact(normalised: &[f32], dim: usize, q: usize, k: usize) -> Vec<usize> {
 }
 
 fn unit(v: &[f32]) -> Vec<f32> {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
+    let norm = v
+        .iter()
+        .map(|x| x * x)
+        .sum::<f32>()
+        .sqrt()
+        .max(f32::MIN_POSITIVE);
     v.iter().map(|x| x / norm).collect()
 }
 
@@ -245,7 +253,10 @@ fn real_vectors(args: &SimilarBench) -> Result<(Vec<f32>, usize)> {
     for i in 0..args.fashion.min(test.len()) {
         photos.push(fashion_mnist::png(test.image(i))?);
     }
-    eprintln!("running the backbone over {} photos (cached afterwards)", photos.len());
+    eprintln!(
+        "running the backbone over {} photos (cached afterwards)",
+        photos.len()
+    );
     let mut out = Vec::with_capacity(photos.len() * dim);
     for batch in photos.chunks(32) {
         let tensors = batch
@@ -272,7 +283,11 @@ fn read_cache(path: &Path) -> Result<Option<(Vec<f32>, usize)>> {
         .chunks_exact(4)
         .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
         .collect();
-    ensure!(dim > 0 && values.len() % dim == 0, "{} is damaged", path.display());
+    ensure!(
+        dim > 0 && values.len() % dim == 0,
+        "{} is damaged",
+        path.display()
+    );
     Ok(Some((values, dim)))
 }
 
@@ -287,7 +302,11 @@ fn write_cache(path: &Path, values: &[f32], dim: usize) -> Result<()> {
 
 /// Mean and (min..max) of one column over the rounds of `scalar`.
 fn spread(rounds: &[Round], scalar: &str, f: impl Fn(&Round) -> f64) -> (f64, f64, f64) {
-    let v: Vec<f64> = rounds.iter().filter(|r| r.scalar == scalar).map(f).collect();
+    let v: Vec<f64> = rounds
+        .iter()
+        .filter(|r| r.scalar == scalar)
+        .map(f)
+        .collect();
     let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
     let min = v.iter().copied().fold(f64::INFINITY, f64::min);
     let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -298,7 +317,12 @@ fn print_table(args: &SimilarBench, real: usize, dim: usize, rounds: &[Round]) {
     println!(
         "similar: {} photos ({real} real EfficientNet-Lite0 vectors, the rest perturbed mixes), \
          {dim}-d, k = {}, {} queries x {} rounds, M = {}, ef_construction = {}, ef = {}",
-        args.photos, args.k, args.queries, args.rounds, args.connectivity, args.expansion_add,
+        args.photos,
+        args.k,
+        args.queries,
+        args.rounds,
+        args.connectivity,
+        args.expansion_add,
         args.expansion_search
     );
     println!(
@@ -322,5 +346,7 @@ fn print_table(args: &SimilarBench, real: usize, dim: usize, rounds: &[Round]) {
             spread(rounds, scalar, |r| r.index_bytes as f64).0 / f64::from(1 << 20),
         );
     }
-    println!("(p50 x: the exact search's p50 over the index's, in the same rounds; targets: recall >= 0.95, p99 <= 50 ms)");
+    println!(
+        "(p50 x: the exact search's p50 over the index's, in the same rounds; targets: recall >= 0.95, p99 <= 50 ms)"
+    );
 }

@@ -24,8 +24,8 @@ use crate::keys::KeyStore;
 use crate::metrics::StoreMetrics;
 use crate::pipestore::{cluster_secret, tls, token};
 use crate::replication::{FrontDoor, FrontDoorConfig};
-use crate::similar::{SimilarError, SimilarFront, front_settings};
 use crate::server::{S3Listen, bind, local_addr, start_s3};
+use crate::similar::{SimilarError, SimilarFront, front_settings};
 
 /// The name a gateway's catalog handle goes by (it owns no photos, jobs or ids).
 const CATALOG_NODE: &str = "gateway";

@@ -306,8 +306,7 @@ impl Running {
         if let Some(membership) = self.membership {
             keep(membership.await.map_err(Error::from));
         }
-        let (jobs, ingestor, store, similar) =
-            (self.jobs, self.ingestor, self.store, self.similar);
+        let (jobs, ingestor, store, similar) = (self.jobs, self.ingestor, self.store, self.similar);
         keep(
             tokio::task::spawn_blocking(move || {
                 jobs.shutdown();

@@ -112,10 +112,12 @@ impl SimilarRpc for SimilarService {
             if !store.contains(id)? {
                 return Err(SimilarError::NotFound(id));
             }
-            index.features_of(id)?.ok_or_else(|| SimilarError::NotLabelled {
-                id,
-                backbone: index.active_backbone(),
-            })
+            index
+                .features_of(id)?
+                .ok_or_else(|| SimilarError::NotLabelled {
+                    id,
+                    backbone: index.active_backbone(),
+                })
         })
         .await
         .map_err(|e| status(e.into()))?
@@ -131,11 +133,7 @@ impl SimilarRpc for SimilarService {
         request: Request<pb::SimilarEmbedRequest>,
     ) -> Result<Response<pb::SimilarFeatures>, Status> {
         let photo = request.into_inner().photo;
-        let (backbone, features) = self
-            .embedder
-            .embed(photo.into())
-            .await
-            .map_err(status)?;
+        let (backbone, features) = self.embedder.embed(photo.into()).await.map_err(status)?;
         Ok(Response::new(pb::SimilarFeatures { backbone, features }))
     }
 }

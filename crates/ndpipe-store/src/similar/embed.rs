@@ -24,7 +24,10 @@ impl Embedder {
 
     /// The backbone version and the features of the photo `bytes`; a body that is not an
     /// acceptable image is [`SimilarError::Rejected`] as an upload would be.
-    pub(crate) async fn embed(&self, bytes: bytes::Bytes) -> Result<(String, Vec<f32>), SimilarError> {
+    pub(crate) async fn embed(
+        &self,
+        bytes: bytes::Bytes,
+    ) -> Result<(String, Vec<f32>), SimilarError> {
         let this = self.clone();
         tokio::task::spawn_blocking(move || this.embed_blocking(&bytes)).await?
     }

@@ -97,7 +97,12 @@ impl SimilarFront {
         settings: FrontSettings,
         metrics: SimilarMetrics,
         local: Option<Local>,
-        cluster: Option<(Arc<dyn ReplicaCatalog>, Option<ClusterSecret>, Option<Tls>, usize)>,
+        cluster: Option<(
+            Arc<dyn ReplicaCatalog>,
+            Option<ClusterSecret>,
+            Option<Tls>,
+            usize,
+        )>,
     ) -> Self {
         SimilarFront {
             settings,
@@ -127,7 +132,9 @@ impl SimilarFront {
         let started = Instant::now();
         let deadline = started + self.settings.timeout;
         let (backbone, query) = self.photo_features(id, deadline).await?;
-        let answer = self.fan_out(&backbone, query, k, Some(id), deadline).await?;
+        let answer = self
+            .fan_out(&backbone, query, k, Some(id), deadline)
+            .await?;
         self.metrics.query("photo", started.elapsed().as_secs_f64());
         Ok(answer)
     }
@@ -142,7 +149,8 @@ impl SimilarFront {
         let deadline = started + self.settings.timeout;
         let (backbone, query) = self.embed(bytes, deadline).await?;
         let answer = self.fan_out(&backbone, query, k, None, deadline).await?;
-        self.metrics.query("upload", started.elapsed().as_secs_f64());
+        self.metrics
+            .query("upload", started.elapsed().as_secs_f64());
         Ok(answer)
     }
 
@@ -329,7 +337,11 @@ impl SimilarFront {
             .await?
         })
         .await;
-        (local.name.clone(), true, searched.map_err(|e| e.to_string()))
+        (
+            local.name.clone(),
+            true,
+            searched.map_err(|e| e.to_string()),
+        )
     }
 
     /// A remote node's hits, within the deadline.
@@ -381,7 +393,11 @@ fn hits_of(reply: pb::SimilarSearchReply) -> Result<NodeHits, String> {
             if r.ids.len() == r.scores.len() {
                 Ok(r.ids.into_iter().zip(r.scores).collect())
             } else {
-                Err(format!("{} ids with {} scores", r.ids.len(), r.scores.len()))
+                Err(format!(
+                    "{} ids with {} scores",
+                    r.ids.len(),
+                    r.scores.len()
+                ))
             }
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -424,7 +440,15 @@ fn merge(
             let better = best.get(&id).is_none_or(|h| score > h.score);
             if better {
                 let (node, available) = (node.clone(), live);
-                best.insert(id, Hit { id, score, node, available });
+                best.insert(
+                    id,
+                    Hit {
+                        id,
+                        score,
+                        node,
+                        available,
+                    },
+                );
             }
         }
     }
@@ -480,8 +504,16 @@ mod tests {
             "bb",
             3,
             vec![
-                ("a".into(), true, hits("bb", false, vec![(1, 0.9), (2, 0.5)])),
-                ("b".into(), true, hits("bb", true, vec![(1, 0.9), (3, 0.7), (4, 0.1)])),
+                (
+                    "a".into(),
+                    true,
+                    hits("bb", false, vec![(1, 0.9), (2, 0.5)]),
+                ),
+                (
+                    "b".into(),
+                    true,
+                    hits("bb", true, vec![(1, 0.9), (3, 0.7), (4, 0.1)]),
+                ),
                 ("c".into(), true, Err("timeout".into())),
                 ("d".into(), true, hits("other", false, vec![(9, 1.0)])),
             ],
@@ -490,13 +522,21 @@ mod tests {
         assert_eq!(ids, vec![1, 3, 2]);
         assert!(answer.partial);
         assert_eq!(answer.building, vec!["b".to_string()]);
-        let silent: Vec<&str> = answer.not_answered.iter().map(|m| m.node.as_str()).collect();
+        let silent: Vec<&str> = answer
+            .not_answered
+            .iter()
+            .map(|m| m.node.as_str())
+            .collect();
         assert_eq!(silent, vec!["c", "d"]);
     }
 
     #[test]
     fn an_answer_of_every_node_is_complete() {
-        let answer = merge("bb", 10, vec![("a".into(), true, hits("bb", false, vec![(1, 0.9)]))]);
+        let answer = merge(
+            "bb",
+            10,
+            vec![("a".into(), true, hits("bb", false, vec![(1, 0.9)]))],
+        );
         assert!(!answer.partial);
         assert_eq!(answer.hits.len(), 1);
         assert_eq!(answer.hits[0].node, "a");

@@ -149,7 +149,11 @@ impl SimilarIndex {
     /// or not held here). Blocks.
     pub(crate) fn features_of(&self, id: u64) -> Result<Option<(String, Vec<f32>)>, SimilarError> {
         let backbone = self.active_backbone();
-        Ok(self.shared.features.get(&backbone, id)?.map(|f| (backbone, f)))
+        Ok(self
+            .shared
+            .features
+            .get(&backbone, id)?
+            .map(|f| (backbone, f)))
     }
 
     /// Searches `queries`. An index of another backbone than the queries' answers

@@ -22,9 +22,9 @@ pub(crate) mod metrics;
 mod node;
 mod peers;
 mod persist;
-mod worker;
 #[cfg(test)]
 mod tests;
+mod worker;
 
 use std::path::PathBuf;
 
@@ -78,7 +78,9 @@ pub(crate) enum SimilarError {
     #[error("photo {0} does not exist")]
     NotFound(u64),
     /// The photo has no features under the active backbone yet.
-    #[error("photo {id} has no features under backbone {backbone} yet (it is not labelled yet); try again once it is")]
+    #[error(
+        "photo {id} has no features under backbone {backbone} yet (it is not labelled yet); try again once it is"
+    )]
     NotLabelled { id: u64, backbone: String },
     /// No model is loaded here, so no features can be computed or searched.
     #[error("no model is loaded on this node, so it computes and indexes no features")]

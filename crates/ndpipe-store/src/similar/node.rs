@@ -62,17 +62,21 @@ impl NodeSimilar {
                     max_pixels: config.max_pixels,
                     ..ndpipe_model::PreprocessConfig::default()
                 });
-                let index = SimilarIndex::start(features, model.clone(), settings, metrics.clone())?;
+                let index =
+                    SimilarIndex::start(features, model.clone(), settings, metrics.clone())?;
                 (Some(index), Some(Embedder::new(model, preprocessor)))
             }
             None => (None, None),
         };
-        let local = index.clone().zip(embedder.clone()).map(|(index, embedder)| Local {
-            name: name.into(),
-            index,
-            embedder,
-            store,
-        });
+        let local = index
+            .clone()
+            .zip(embedder.clone())
+            .map(|(index, embedder)| Local {
+                name: name.into(),
+                index,
+                embedder,
+                store,
+            });
         let front = (local.is_some() || cluster.is_some()).then(|| {
             Arc::new(SimilarFront::new(
                 front_settings,

@@ -80,10 +80,11 @@ impl IndexDir {
         let index_file = format!("{stem}.{generation}.usearch");
         let keys_file = format!("{stem}.{generation}.keys");
         let index_path = self.dir.join(&index_file);
-        ann.save(&index_path).map_err(|source| SimilarError::Index {
-            backbone: backbone.into(),
-            source,
-        })?;
+        ann.save(&index_path)
+            .map_err(|source| SimilarError::Index {
+                backbone: backbone.into(),
+                source,
+            })?;
         File::open(&index_path)
             .and_then(|f| f.sync_all())
             .map_err(io("sync the index file", &index_path))?;

@@ -7,11 +7,11 @@ use std::time::Duration;
 use ndpipe_model::FakeBackend;
 use rand::{Rng, SeedableRng};
 
+use super::SimilarError;
 use super::ann::{AnnIndex, AnnOptions};
 use super::index::{IndexSettings, Queries, SimilarIndex};
 use super::metrics::SimilarMetrics;
 use super::persist::IndexDir;
-use super::SimilarError;
 use crate::inference::ActiveModel;
 use crate::inference::model::SharedModel;
 use crate::storage::{DEFAULT_FEATURE_CACHE_BYTES, FeatureStore};
@@ -60,9 +60,13 @@ impl Node {
             save_interval: Duration::from_secs(3600),
             options: AnnOptions::default(),
         };
-        let index =
-            SimilarIndex::start(self.open.clone().unwrap(), model, settings, SimilarMetrics::default())
-                .unwrap();
+        let index = SimilarIndex::start(
+            self.open.clone().unwrap(),
+            model,
+            settings,
+            SimilarMetrics::default(),
+        )
+        .unwrap();
         index.settle();
         index
     }
@@ -75,7 +79,13 @@ impl Node {
 /// A vector pointing mostly along axis `id % DIM`.
 fn vector(id: u64) -> Vec<f32> {
     (0..DIM)
-        .map(|i| if i == (id as usize) % DIM { 1.0 } else { 0.01 * (id as f32 + i as f32).sin().abs() })
+        .map(|i| {
+            if i == (id as usize) % DIM {
+                1.0
+            } else {
+                0.01 * (id as f32 + i as f32).sin().abs()
+            }
+        })
         .collect()
 }
 
@@ -117,18 +127,28 @@ fn follows_the_feature_store_adds_and_removes() {
     put(node.features(), "another-backbone", [99]);
     index.settle();
     assert!(!index.indexed().contains(&5));
-    assert!(!index.indexed().contains(&99), "only the active backbone is indexed");
+    assert!(
+        !index.indexed().contains(&99),
+        "only the active backbone is indexed"
+    );
     let high = Queries {
         min_score: 0.99,
         ..query(BB, &q, &[])
     };
-    assert!(index.search(&high).unwrap().hits[0].iter().all(|(_, s)| *s >= 0.99));
+    assert!(
+        index.search(&high).unwrap().hits[0]
+            .iter()
+            .all(|(_, s)| *s >= 0.99)
+    );
     assert!(matches!(
         index.search(&query("other", &q, &[])),
         Err(SimilarError::OtherBackbone { .. })
     ));
     assert!(matches!(
-        index.search(&Queries { dim: 3, ..query(BB, &q, &[]) }),
+        index.search(&Queries {
+            dim: 3,
+            ..query(BB, &q, &[])
+        }),
         Err(SimilarError::BadQuery(_))
     ));
 }
@@ -147,10 +167,17 @@ fn a_damaged_index_file_is_rebuilt_from_the_feature_store() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
     std::fs::write(&file, bytes).unwrap();
-    assert!(node.index_dir().open(BB, DIM, AnnOptions::default()).is_err());
+    assert!(
+        node.index_dir()
+            .open(BB, DIM, AnnOptions::default())
+            .is_err()
+    );
     let index = node.start(10);
     assert_eq!(index.indexed(), (1..=30).collect::<Vec<_>>());
-    assert_eq!(index.search(&query(BB, &vector(7), &[])).unwrap().hits[0][0].0, 7);
+    assert_eq!(
+        index.search(&query(BB, &vector(7), &[])).unwrap().hits[0][0].0,
+        7
+    );
 }
 
 #[test]
@@ -165,7 +192,11 @@ fn an_index_of_another_backbone_is_rebuilt() {
     let other = "fake-16x11";
     let dir = node.index_dir();
     std::fs::copy(dir.manifest_path(BB), dir.manifest_path(other)).unwrap();
-    assert!(dir.open(other, DIM, AnnOptions::default()).unwrap_err().contains(BB));
+    assert!(
+        dir.open(other, DIM, AnnOptions::default())
+            .unwrap_err()
+            .contains(BB)
+    );
     put(node.features(), other, 100..=105);
     let index = node.start(11);
     assert_eq!(index.indexed(), (100..=105).collect::<Vec<_>>());
@@ -198,7 +229,11 @@ fn feature_like(n: usize, seed: u64) -> Vec<Vec<f32>> {
     let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
     let dim = 256;
     let centres: Vec<Vec<f32>> = (0..40)
-        .map(|_| (0..dim).map(|_| rng.random::<f32>().powi(3) * 4.0).collect())
+        .map(|_| {
+            (0..dim)
+                .map(|_| rng.random::<f32>().powi(3) * 4.0)
+                .collect()
+        })
         .collect();
     (0..n)
         .map(|_| {
@@ -227,9 +262,16 @@ fn recall_at_10_against_exact_search_is_at_least_095() {
     }
     let mut found = 0;
     let queries = 100;
-    for q in vectors.iter().step_by(vectors.len() / queries).take(queries) {
-        let mut exact: Vec<(usize, f32)> =
-            vectors.iter().enumerate().map(|(i, v)| (i, cosine(q, v))).collect();
+    for q in vectors
+        .iter()
+        .step_by(vectors.len() / queries)
+        .take(queries)
+    {
+        let mut exact: Vec<(usize, f32)> = vectors
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i, cosine(q, v)))
+            .collect();
         exact.sort_by(|a, b| b.1.total_cmp(&a.1));
         let truth: Vec<u64> = exact.iter().take(10).map(|(i, _)| *i as u64).collect();
         let got = ann.search(q, 10).unwrap();

@@ -100,9 +100,7 @@ impl Worker {
     fn follow_backbone(&mut self) {
         let model = self.shared.model.get();
         let info = model.info();
-        let current = lock(&self.shared.live)
-            .as_ref()
-            .map(|l| l.backbone.clone());
+        let current = lock(&self.shared.live).as_ref().map(|l| l.backbone.clone());
         if current.as_deref() == Some(info.backbone_version.as_str()) {
             return;
         }

@@ -30,10 +30,7 @@ async fn call(inst: &Instance, path: &str, body: Option<Vec<u8>>) -> (u16, Value
         Some(b) => client.post(url).body(b),
         None => client.get(url),
     };
-    let resp = req
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    let resp = req.send().await.unwrap_or_else(|e| panic!("{path}: {e}"));
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(Value::Null))
 }
@@ -82,7 +79,10 @@ fn edited_cat() -> Vec<u8> {
     let mut out = Vec::new();
     smaller
         .to_rgb8()
-        .write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Jpeg)
+        .write_to(
+            &mut std::io::Cursor::new(&mut out),
+            image::ImageFormat::Jpeg,
+        )
         .unwrap();
     out
 }
@@ -116,15 +116,32 @@ async fn similar_photos_on_one_store_survive_kill9_and_a_damaged_index() {
     let answer = settled(&inst, &path, None, &others).await;
     assert_eq!(ids(&answer)[0], cat, "{answer}");
     assert_eq!(answer["hits"][0]["node"], "pipestore-data", "{answer}");
-    let posted = settled(&inst, "/v1/similar?k=10", Some(&sample("chelsea.png")), &photos).await;
+    let posted = settled(
+        &inst,
+        "/v1/similar?k=10",
+        Some(&sample("chelsea.png")),
+        &photos,
+    )
+    .await;
     assert_eq!(ids(&posted)[0], cat, "{posted}");
-    assert!(posted["hits"][0]["score"].as_f64().unwrap() > 0.99, "{posted}");
+    assert!(
+        posted["hits"][0]["score"].as_f64().unwrap() > 0.99,
+        "{posted}"
+    );
 
     // Errors: unknown photo, bad k, a body that is no image.
     let (status, body) = call(&inst, "/v1/photos/999999/similar", None).await;
-    assert_eq!((status, body["error"].as_str()), (404, Some("not_found")), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("not_found")),
+        "{body}"
+    );
     let (status, body) = call(&inst, &format!("/v1/photos/{cat}/similar?k=0"), None).await;
-    assert_eq!((status, body["error"].as_str()), (400, Some("bad_query")), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("bad_query")),
+        "{body}"
+    );
     let (status, body) = call(&inst, "/v1/similar", Some(b"not an image".to_vec())).await;
     assert_eq!(status, 415, "{body}");
 
@@ -170,7 +187,13 @@ async fn similar_photos_on_one_store_survive_kill9_and_a_damaged_index() {
         .map(|p| p["id"].as_u64().unwrap())
         .collect();
     assert!(!kept.contains(photos.last().unwrap()));
-    settled(&inst, "/v1/similar?k=1000", Some(&sample("chelsea.png")), &kept).await;
+    settled(
+        &inst,
+        "/v1/similar?k=1000",
+        Some(&sample("chelsea.png")),
+        &kept,
+    )
+    .await;
 
     // A damaged index file is found at the next start and rebuilt.
     inst.signal("TERM");
@@ -186,7 +209,13 @@ async fn similar_photos_on_one_store_survive_kill9_and_a_damaged_index() {
     bytes[mid] ^= 0x5a;
     std::fs::write(&file, bytes).unwrap();
     inst.restart();
-    settled(&inst, "/v1/similar?k=1000", Some(&sample("chelsea.png")), &kept).await;
+    settled(
+        &inst,
+        "/v1/similar?k=1000",
+        Some(&sample("chelsea.png")),
+        &kept,
+    )
+    .await;
     assert!(
         inst.log().contains("checksum does not match"),
         "{}",
@@ -201,7 +230,11 @@ async fn a_photo_not_labelled_yet_is_409() {
     upload(&inst, sample("coffee.png")).await;
     let waiting = upload(&inst, sample("chelsea.png")).await;
     let (status, body) = call(&inst, &format!("/v1/photos/{waiting}/similar"), None).await;
-    assert_eq!((status, body["error"].as_str()), (409, Some("not_labelled")), "{body}");
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("not_labelled")),
+        "{body}"
+    );
 }
 
 /// The database is made and dropped outside the async runtime (its client blocks).
@@ -260,7 +293,10 @@ async fn cluster_on(url: &str) {
         assert_eq!(silent[0]["node"], names[1], "{answer}");
         assert_eq!(silent[0]["reason"], "timeout", "{answer}");
         let got: BTreeSet<u64> = ids(&answer).into_iter().collect();
-        assert_eq!(got, photos, "two copies: each photo has a live one\n{answer}");
+        assert_eq!(
+            got, photos,
+            "two copies: each photo has a live one\n{answer}"
+        );
     }
     nodes[1].signal("CONT");
 

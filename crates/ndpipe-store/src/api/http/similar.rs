@@ -84,7 +84,11 @@ async fn by_upload(
     let (front, k) = prepare(&state, query)?;
     let body = body.map_err(|e| {
         let e = if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", e.body_text())
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                e.body_text(),
+            )
         } else {
             ApiError::bad_request("bad_body", e.body_text())
         };
@@ -114,7 +118,9 @@ impl From<SimilarError> for ApiError {
                 message,
             ),
             SimilarError::NotFound(id) => ApiError::photo_not_found(id),
-            e @ SimilarError::NotLabelled { .. } => status(StatusCode::CONFLICT, "not_labelled", &e),
+            e @ SimilarError::NotLabelled { .. } => {
+                status(StatusCode::CONFLICT, "not_labelled", &e)
+            }
             e @ SimilarError::OtherBackbone { .. } => {
                 status(StatusCode::CONFLICT, "other_backbone", &e)
             }
