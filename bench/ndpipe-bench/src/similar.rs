@@ -284,7 +284,7 @@ fn read_cache(path: &Path) -> Result<Option<(Vec<f32>, usize)>> {
         .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
         .collect();
     ensure!(
-        dim > 0 && values.len() % dim == 0,
+        dim > 0 && values.len().is_multiple_of(dim),
         "{} is damaged",
         path.display()
     );

@@ -25,7 +25,7 @@ use crate::metrics::StoreMetrics;
 use crate::pipestore::{cluster_secret, tls, token};
 use crate::replication::{FrontDoor, FrontDoorConfig};
 use crate::server::{S3Listen, bind, local_addr, start_s3};
-use crate::similar::{SimilarError, SimilarFront, front_settings};
+use crate::similar::{ClusterAccess, SimilarError, SimilarFront, front_settings};
 
 /// The name a gateway's catalog handle goes by (it owns no photos, jobs or ids).
 const CATALOG_NODE: &str = "gateway";
@@ -96,12 +96,12 @@ impl Gateway {
             })?,
             metrics.similar.clone(),
             None,
-            Some((
-                pg.clone(),
-                secret.clone(),
-                tls.clone(),
-                config.max_upload_bytes.saturating_add(1 << 20),
-            )),
+            Some(ClusterAccess {
+                catalog: pg.clone(),
+                secret: secret.clone(),
+                tls: tls.clone(),
+                max_message: config.max_upload_bytes.saturating_add(1 << 20),
+            }),
         );
         let front = FrontDoor::new(
             None,

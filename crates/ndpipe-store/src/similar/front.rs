@@ -40,6 +40,16 @@ pub(crate) struct Local {
     pub(crate) store: Arc<PhotoStore>,
 }
 
+/// How a front door reaches the nodes of a replicated cluster.
+pub(crate) struct ClusterAccess {
+    /// The replica map: the nodes, their leases and each photo's holders.
+    pub(crate) catalog: Arc<dyn ReplicaCatalog>,
+    pub(crate) secret: Option<ClusterSecret>,
+    pub(crate) tls: Option<Tls>,
+    /// Largest message to a node: a query photo and some room.
+    pub(crate) max_message: usize,
+}
+
 /// The other nodes of a replicated cluster, and how to reach them.
 struct Cluster {
     catalog: Arc<dyn ReplicaCatalog>,
@@ -97,20 +107,15 @@ impl SimilarFront {
         settings: FrontSettings,
         metrics: SimilarMetrics,
         local: Option<Local>,
-        cluster: Option<(
-            Arc<dyn ReplicaCatalog>,
-            Option<ClusterSecret>,
-            Option<Tls>,
-            usize,
-        )>,
+        cluster: Option<ClusterAccess>,
     ) -> Self {
         SimilarFront {
             settings,
             metrics,
             local,
-            cluster: cluster.map(|(catalog, secret, tls, max_message)| Cluster {
-                catalog,
-                peers: SimilarPeers::new(secret, tls, max_message),
+            cluster: cluster.map(|c| Cluster {
+                catalog: c.catalog,
+                peers: SimilarPeers::new(c.secret, c.tls, c.max_message),
             }),
         }
     }

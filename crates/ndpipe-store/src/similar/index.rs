@@ -265,7 +265,7 @@ impl Drop for SimilarIndex {
 
 /// Refuses a batch whose shape does not add up.
 fn check(q: &Queries<'_>) -> Result<(), SimilarError> {
-    if q.dim == 0 || q.vectors.is_empty() || q.vectors.len() % q.dim != 0 {
+    if q.dim == 0 || q.vectors.is_empty() || !q.vectors.len().is_multiple_of(q.dim) {
         return Err(SimilarError::BadQuery(format!(
             "{} values are no whole number of {}-d queries",
             q.vectors.len(),

@@ -31,7 +31,7 @@ use std::path::PathBuf;
 use ndpipe_model::{ModelError, PreprocessError};
 
 pub(crate) use embed::Embedder;
-pub(crate) use front::{Answer, FrontSettings, SimilarFront};
+pub(crate) use front::{Answer, ClusterAccess, FrontSettings, SimilarFront};
 pub(crate) use index::{IndexSettings, NodeHits, Queries, SimilarIndex};
 pub(crate) use node::{NodeSimilar, front_settings};
 

@@ -9,7 +9,7 @@ use ndpipe_model::Preprocessor;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
 
 use super::ann::{AnnOptions, Scalar};
-use super::front::Local;
+use super::front::{ClusterAccess, Local};
 use super::metrics::SimilarMetrics;
 use super::{Embedder, FrontSettings, IndexSettings, SimilarError, SimilarFront, SimilarIndex};
 use crate::config::Config;
@@ -36,7 +36,7 @@ pub(crate) struct NodeSimilar {
 }
 
 /// The cluster a replicated node asks: its replica map, secret and TLS.
-pub(crate) type ClusterAccess = (Arc<dyn ReplicaCatalog>, Option<ClusterSecret>, Option<Tls>);
+pub(crate) type ClusterParts = (Arc<dyn ReplicaCatalog>, Option<ClusterSecret>, Option<Tls>);
 
 impl NodeSimilar {
     /// Starts node `name`'s index of `features` under `model`'s backbone (when a model is
@@ -47,7 +47,7 @@ impl NodeSimilar {
         (store, features): (Arc<PhotoStore>, Arc<FeatureStore>),
         model: Option<SharedModel>,
         metrics: SimilarMetrics,
-        cluster: Option<ClusterAccess>,
+        cluster: Option<ClusterParts>,
     ) -> Result<NodeSimilar, SimilarError> {
         let settings = index_settings(config)?;
         let front_settings = front_settings(
@@ -82,7 +82,12 @@ impl NodeSimilar {
                 front_settings,
                 metrics,
                 local,
-                cluster.map(|(catalog, secret, tls)| (catalog, secret, tls, max_message)),
+                cluster.map(|(catalog, secret, tls)| ClusterAccess {
+                    catalog,
+                    secret,
+                    tls,
+                    max_message,
+                }),
             ))
         });
         Ok(NodeSimilar {
