@@ -61,6 +61,9 @@ pub(crate) struct SimilarBench {
     /// HNSW ef, as `similar_expansion_search`.
     #[arg(long, default_value_t = 64)]
     expansion_search: usize,
+    /// Scalar kinds to measure, comma-separated (f16, f32).
+    #[arg(long, value_delimiter = ',', default_values = ["f16", "f32"])]
+    scalars: Vec<String>,
     /// Write the figures as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -93,9 +96,18 @@ fn run_blocking(args: &SimilarBench) -> Result<()> {
     let (real, dim) = real_vectors(args)?;
     let vectors = expand(&real, dim, args.photos);
     let normalised: Vec<f32> = vectors.chunks_exact(dim).flat_map(unit).collect();
+    let scalars = args
+        .scalars
+        .iter()
+        .map(|s| match s.as_str() {
+            "f16" => Ok(Scalar::F16),
+            "f32" => Ok(Scalar::F32),
+            other => anyhow::bail!("unknown scalar kind {other}: give f16 or f32"),
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut rounds = Vec::new();
     for round in 1..=args.rounds {
-        for scalar in [Scalar::F16, Scalar::F32] {
+        for &scalar in &scalars {
             let r = one_round(args, &vectors, &normalised, dim, scalar, round)?;
             eprintln!("{r:?}");
             rounds.push(r);
@@ -333,6 +345,9 @@ fn print_table(args: &SimilarBench, real: usize, dim: usize, rounds: &[Round]) {
         format!("{m:.digits$} ({lo:.digits$}..{hi:.digits$})")
     };
     for scalar in ["f16", "f32"] {
+        if !rounds.iter().any(|r| r.scalar == scalar) {
+            continue;
+        }
         let p50 = spread(rounds, scalar, |r| r.p50_ms);
         let exact50 = spread(rounds, scalar, |r| r.exact_p50_ms);
         println!(

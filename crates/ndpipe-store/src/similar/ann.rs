@@ -52,7 +52,7 @@ impl Default for AnnOptions {
             connectivity: 16,
             expansion_add: 128,
             expansion_search: 64,
-            scalar: Scalar::F16,
+            scalar: Scalar::F32,
         }
     }
 }
