@@ -3,9 +3,8 @@
 //! computed here or by a live PipeStore), then every live node's k best within one deadline,
 //! merged by score with duplicate ids (copies) dropped. Nodes that did not answer in time, or
 //! answered an error, are named and the answer is marked partial; it never waits past the
-//! deadline.
+//! deadline. A batch of queries (`neighbours.rs`) goes out the same way, one call per node.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,11 +12,12 @@ use futures::future::join_all;
 use ndpipe_catalog::{PlacementNode, ReplicaCatalog};
 use ndpipe_proto::pb;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
-use serde::Serialize;
 
+use super::hedge::first_answer;
+use super::merge::{Answer, Merged, NodeAnswer, hits_of, merge};
 use super::metrics::SimilarMetrics;
 use super::peers::{SimilarPeers, client_error};
-use super::{Embedder, NodeHits, Queries, SimilarError, SimilarIndex};
+use super::{Embedder, Queries, SimilarError, SimilarIndex};
 use crate::storage::PhotoStore;
 
 /// Settings of a front door's queries.
@@ -64,41 +64,6 @@ pub(crate) struct SimilarFront {
     cluster: Option<Cluster>,
 }
 
-/// The answer to a similarity query.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Answer {
-    /// The backbone the query vector and the hits' scores come from.
-    pub(crate) backbone: String,
-    pub(crate) k: usize,
-    /// Up to k photos, most similar first, each id once.
-    pub(crate) hits: Vec<Hit>,
-    /// Whether some node did not answer, or answered from an index still being built.
-    pub(crate) partial: bool,
-    /// The nodes that did not answer, and why.
-    pub(crate) not_answered: Vec<Missing>,
-    /// The nodes whose index was still being built.
-    pub(crate) building: Vec<String>,
-}
-
-/// One similar photo.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Hit {
-    pub(crate) id: u64,
-    /// Cosine similarity of the features, 1 for the same direction.
-    pub(crate) score: f32,
-    /// The node that answered with it.
-    pub(crate) node: String,
-    /// Whether that node has a live lease (always on a single node).
-    pub(crate) available: bool,
-}
-
-/// A node that did not answer.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Missing {
-    pub(crate) node: String,
-    pub(crate) reason: String,
-}
-
 impl SimilarFront {
     /// A front door answering from `local` (a PipeStore) and, on a replicated cluster, from
     /// every node `catalog` registers, called with `secret` over `tls` with query photos up
@@ -120,6 +85,21 @@ impl SimilarFront {
         }
     }
 
+    /// This node's part, on a PipeStore with a model.
+    pub(super) fn local(&self) -> Option<&Local> {
+        self.local.as_ref()
+    }
+
+    /// The deadline of one query, or of one batch.
+    pub(super) fn timeout(&self) -> Duration {
+        self.settings.timeout
+    }
+
+    /// The query counts and latencies.
+    pub(super) fn metrics(&self) -> &SimilarMetrics {
+        &self.metrics
+    }
+
     /// `k`, else the default, checked against `1..=max_k`.
     pub(crate) fn k(&self, k: Option<usize>) -> Result<usize, SimilarError> {
         let k = k.unwrap_or(self.settings.default_k);
@@ -137,11 +117,11 @@ impl SimilarFront {
         let started = Instant::now();
         let deadline = started + self.settings.timeout;
         let (backbone, query) = self.photo_features(id, deadline).await?;
-        let answer = self
-            .fan_out(&backbone, query, k, Some(id), deadline)
+        let merged = self
+            .fan_out(&Asks::one(&backbone, &query, k, &[id], deadline))
             .await?;
         self.metrics.query("photo", started.elapsed().as_secs_f64());
-        Ok(answer)
+        Ok(merged.into_answer(&backbone, k))
     }
 
     /// The photos most similar to the posted photo `bytes` (not stored).
@@ -153,10 +133,12 @@ impl SimilarFront {
         let started = Instant::now();
         let deadline = started + self.settings.timeout;
         let (backbone, query) = self.embed(bytes, deadline).await?;
-        let answer = self.fan_out(&backbone, query, k, None, deadline).await?;
+        let merged = self
+            .fan_out(&Asks::one(&backbone, &query, k, &[], deadline))
+            .await?;
         self.metrics
             .query("upload", started.elapsed().as_secs_f64());
-        Ok(answer)
+        Ok(merged.into_answer(&backbone, k))
     }
 
     /// Photo `id`'s stored features under the active backbone: this node's, else a holder's.
@@ -190,7 +172,8 @@ impl SimilarFront {
         }
     }
 
-    /// Photo `id`'s stored features from a holder other than this node, live ones first.
+    /// Photo `id`'s stored features from a live holder other than this node (the next holder
+    /// asked when one fails or is slow); a 409 from a holder is the answer.
     async fn holder_features(
         &self,
         cluster: &Cluster,
@@ -204,28 +187,37 @@ impl SimilarFront {
         .await?
         .map_err(|e| SimilarError::Unavailable(format!("the catalog: {e}")))?
         .ok_or(SimilarError::NotFound(id))?;
-        let mut tried = Vec::new();
-        for node in self.nodes(cluster, deadline).await? {
-            if !copies.holders.contains(&node.name) || self.is_here(&node.name) || !node.live {
-                continue;
-            }
-            let left = remaining(deadline)?;
-            match cluster.peers.features(&node.url, id, left).await {
-                Ok(f) => return Ok((f.backbone, f.features)),
-                Err(status) => match client_error(&status) {
-                    Some(e @ SimilarError::Remote { status: 409, .. }) => return Err(e),
-                    _ => tried.push(format!("{}: {}", node.name, status.message())),
-                },
-            }
-        }
-        if tried.is_empty() {
-            tried.push("no live node holds a copy".into());
-        }
-        Err(SimilarError::Unavailable(tried.join("; ")))
+        let holders: Vec<PlacementNode> = self
+            .nodes(cluster, deadline)
+            .await?
+            .into_iter()
+            .filter(|n| copies.holders.contains(&n.name) && !self.is_here(&n.name) && n.live)
+            .collect();
+        let left = remaining(deadline)?;
+        let ask = |node: &PlacementNode| {
+            let url = node.url.clone();
+            async move { cluster.peers.features(&url, id, left).await }
+        };
+        let not_labelled = |status: &tonic::Status| match client_error(status) {
+            Some(e @ SimilarError::Remote { status: 409, .. }) => Some(e),
+            _ => None,
+        };
+        let found = within(deadline, async {
+            first_answer(
+                holders,
+                self.stagger(),
+                ask,
+                not_labelled,
+                "no live node holds a copy",
+            )
+            .await
+        })
+        .await?;
+        Ok((found.backbone, found.features))
     }
 
-    /// The features of a query photo: computed here, else by the first live PipeStore that
-    /// answers (a gateway's case).
+    /// The features of a query photo: computed here, else by a live PipeStore (a gateway's
+    /// case; the next one asked when one fails or is slow).
     async fn embed(
         &self,
         bytes: bytes::Bytes,
@@ -237,24 +229,34 @@ impl SimilarFront {
         let Some(cluster) = &self.cluster else {
             return Err(SimilarError::NoModel);
         };
-        let mut tried = Vec::new();
-        for node in self.nodes(cluster, deadline).await? {
-            if !node.live {
-                continue;
-            }
-            let left = remaining(deadline)?;
-            match cluster.peers.embed(&node.url, bytes.to_vec(), left).await {
-                Ok(f) => return Ok((f.backbone, f.features)),
-                Err(status) => match client_error(&status) {
-                    Some(e) => return Err(e),
-                    None => tried.push(format!("{}: {}", node.name, status.message())),
-                },
-            }
-        }
-        if tried.is_empty() {
-            tried.push("no PipeStore is live".into());
-        }
-        Err(SimilarError::Unavailable(tried.join("; ")))
+        let live: Vec<PlacementNode> = self
+            .nodes(cluster, deadline)
+            .await?
+            .into_iter()
+            .filter(|n| n.live)
+            .collect();
+        let left = remaining(deadline)?;
+        let ask = |node: &PlacementNode| {
+            let (url, photo) = (node.url.clone(), bytes.to_vec());
+            async move { cluster.peers.embed(&url, photo, left).await }
+        };
+        let found = within(deadline, async {
+            first_answer(
+                live,
+                self.stagger(),
+                ask,
+                client_error,
+                "no PipeStore is live",
+            )
+            .await
+        })
+        .await?;
+        Ok((found.backbone, found.features))
+    }
+
+    /// How long the nodes asked for a query's features may be silent before the next is asked.
+    fn stagger(&self) -> Duration {
+        self.settings.timeout / 4
     }
 
     /// Every registered node, read from the catalog within the deadline.
@@ -275,36 +277,22 @@ impl SimilarFront {
         self.local.as_ref().is_some_and(|l| l.name == node)
     }
 
-    /// Every live node's hits for `query`, merged.
-    async fn fan_out(
-        &self,
-        backbone: &str,
-        query: Vec<f32>,
-        k: usize,
-        exclude: Option<u64>,
-        deadline: Instant,
-    ) -> Result<Answer, SimilarError> {
+    /// Every live node's hits for a batch of queries, merged query by query.
+    pub(super) async fn fan_out(&self, asks: &Asks<'_>) -> Result<Merged, SimilarError> {
         let nodes = match &self.cluster {
-            Some(cluster) => self.nodes(cluster, deadline).await?,
+            Some(cluster) => self.nodes(cluster, asks.deadline).await?,
             None => Vec::new(),
-        };
-        let asks = Asks {
-            backbone,
-            query: &query,
-            k,
-            exclude,
-            deadline,
         };
         let mut calls = Vec::new();
         if let Some(local) = &self.local {
-            calls.push(self.ask_local(local, &asks));
+            calls.push(self.ask_local(local, asks));
         }
-        let mut answers: Vec<(String, bool, Result<NodeHits, String>)> = Vec::new();
+        let mut answers: Vec<NodeAnswer> = Vec::new();
         let remote = nodes.iter().filter(|n| !self.is_here(&n.name));
         let mut remote_calls = Vec::new();
         for node in remote {
             if node.live {
-                remote_calls.push(self.ask_remote(node, &asks));
+                remote_calls.push(self.ask_remote(node, asks));
             } else {
                 answers.push((node.name.clone(), false, Err("no live lease".into())));
             }
@@ -312,30 +300,26 @@ impl SimilarFront {
         let (local, remote) = futures::join!(join_all(calls), join_all(remote_calls));
         answers.extend(local);
         answers.extend(remote);
-        Ok(merge(backbone, k, answers))
+        Ok(merge(asks.backbone, asks.k, asks.count(), answers))
     }
 
     /// This node's own hits, on a blocking thread, within the deadline.
-    async fn ask_local(
-        &self,
-        local: &Local,
-        asks: &Asks<'_>,
-    ) -> (String, bool, Result<NodeHits, String>) {
+    async fn ask_local(&self, local: &Local, asks: &Asks<'_>) -> NodeAnswer {
         let index = local.index.clone();
-        let (backbone, query, k, exclude) = (
+        let (backbone, queries, exclude) = (
             asks.backbone.to_string(),
-            asks.query.to_vec(),
-            asks.k,
-            asks.exclude.into_iter().collect::<Vec<_>>(),
+            asks.queries.to_vec(),
+            asks.exclude.to_vec(),
         );
+        let (dim, k, min_score) = (asks.dim, asks.k, asks.min_score);
         let searched = within(asks.deadline, async move {
             tokio::task::spawn_blocking(move || {
                 index.search(&Queries {
                     backbone: &backbone,
-                    vectors: &query,
-                    dim: query.len(),
+                    vectors: &queries,
+                    dim,
                     k,
-                    min_score: f32::MIN,
+                    min_score,
                     exclude: &exclude,
                 })
             })
@@ -350,26 +334,26 @@ impl SimilarFront {
     }
 
     /// A remote node's hits, within the deadline.
-    async fn ask_remote(
-        &self,
-        node: &PlacementNode,
-        asks: &Asks<'_>,
-    ) -> (String, bool, Result<NodeHits, String>) {
+    async fn ask_remote(&self, node: &PlacementNode, asks: &Asks<'_>) -> NodeAnswer {
         let Some(cluster) = &self.cluster else {
             return (node.name.clone(), node.live, Err("no cluster".into()));
         };
         let req = pb::SimilarSearchRequest {
             backbone: asks.backbone.into(),
-            dim: u32::try_from(asks.query.len()).unwrap_or(u32::MAX),
-            queries: asks.query.to_vec(),
+            dim: u32::try_from(asks.dim).unwrap_or(u32::MAX),
+            queries: asks.queries.to_vec(),
             k: u32::try_from(asks.k).unwrap_or(u32::MAX),
-            min_score: f32::MIN,
-            exclude: asks.exclude.into_iter().collect(),
+            min_score: asks.min_score,
+            exclude: asks.exclude.to_vec(),
         };
         let answer = match remaining(asks.deadline) {
             Ok(left) => match cluster.peers.search(&node.url, req, left).await {
                 Ok(reply) => hits_of(reply),
-                Err(status) if status.code() == tonic::Code::DeadlineExceeded => {
+                // The client's own deadline (tonic's "Timeout expired") or the server's.
+                Err(status)
+                    if status.code() == tonic::Code::DeadlineExceeded
+                        || Instant::now() >= asks.deadline =>
+                {
                     Err("timeout".into())
                 }
                 Err(status) => Err(status.message().to_string()),
@@ -380,95 +364,45 @@ impl SimilarFront {
     }
 }
 
-/// What every node is asked.
-struct Asks<'a> {
-    backbone: &'a str,
-    query: &'a [f32],
-    k: usize,
-    exclude: Option<u64>,
-    deadline: Instant,
+/// What every node is asked: a batch of queries.
+pub(super) struct Asks<'a> {
+    /// The backbone that computed the queries.
+    pub(super) backbone: &'a str,
+    pub(super) dim: usize,
+    /// Row-major, `dim` values per query.
+    pub(super) queries: &'a [f32],
+    /// Hits per query, at most.
+    pub(super) k: usize,
+    /// Hits below this cosine similarity are left out.
+    pub(super) min_score: f32,
+    /// Empty, or one photo id per query left out of its hits.
+    pub(super) exclude: &'a [u64],
+    pub(super) deadline: Instant,
 }
 
-/// A node's reply to one query as [`NodeHits`]; a reply that does not add up is an error.
-fn hits_of(reply: pb::SimilarSearchReply) -> Result<NodeHits, String> {
-    let hits = reply
-        .results
-        .into_iter()
-        .map(|r| {
-            if r.ids.len() == r.scores.len() {
-                Ok(r.ids.into_iter().zip(r.scores).collect())
-            } else {
-                Err(format!(
-                    "{} ids with {} scores",
-                    r.ids.len(),
-                    r.scores.len()
-                ))
-            }
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(NodeHits {
-        backbone: reply.backbone,
-        building: reply.building,
-        hits,
-    })
-}
-
-/// The nodes' answers as one: each id once with its best score, the best k, the nodes that
-/// did not answer or answered from an index being built.
-fn merge(
-    backbone: &str,
-    k: usize,
-    answers: Vec<(String, bool, Result<NodeHits, String>)>,
-) -> Answer {
-    let mut best: HashMap<u64, Hit> = HashMap::new();
-    let mut not_answered = Vec::new();
-    let mut building = Vec::new();
-    for (node, live, answer) in answers {
-        let hits = match answer {
-            Ok(h) if h.backbone != backbone => {
-                not_answered.push(Missing {
-                    node,
-                    reason: format!("its index is of backbone {}", h.backbone),
-                });
-                continue;
-            }
-            Ok(h) => h,
-            Err(reason) => {
-                not_answered.push(Missing { node, reason });
-                continue;
-            }
-        };
-        if hits.building {
-            building.push(node.clone());
-        }
-        for (id, score) in hits.hits.into_iter().flatten() {
-            let better = best.get(&id).is_none_or(|h| score > h.score);
-            if better {
-                let (node, available) = (node.clone(), live);
-                best.insert(
-                    id,
-                    Hit {
-                        id,
-                        score,
-                        node,
-                        available,
-                    },
-                );
-            }
+impl<'a> Asks<'a> {
+    /// One query with every hit (no least score), `exclude` empty or its photo.
+    fn one(
+        backbone: &'a str,
+        query: &'a [f32],
+        k: usize,
+        exclude: &'a [u64],
+        deadline: Instant,
+    ) -> Self {
+        Asks {
+            backbone,
+            dim: query.len(),
+            queries: query,
+            k,
+            min_score: f32::MIN,
+            exclude,
+            deadline,
         }
     }
-    let mut hits: Vec<Hit> = best.into_values().collect();
-    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
-    hits.truncate(k);
-    not_answered.sort_by(|a, b| a.node.cmp(&b.node));
-    building.sort();
-    Answer {
-        backbone: backbone.into(),
-        k,
-        hits,
-        partial: !not_answered.is_empty() || !building.is_empty(),
-        not_answered,
-        building,
+
+    /// Queries in the batch.
+    fn count(&self) -> usize {
+        self.queries.len().checked_div(self.dim).unwrap_or(0)
     }
 }
 
@@ -489,61 +423,4 @@ async fn within<T>(
     tokio::time::timeout(left, work)
         .await
         .map_err(|_| SimilarError::Unavailable("the query's deadline passed".into()))?
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn hits(backbone: &str, building: bool, hits: Vec<(u64, f32)>) -> Result<NodeHits, String> {
-        Ok(NodeHits {
-            backbone: backbone.into(),
-            building,
-            hits: vec![hits],
-        })
-    }
-
-    #[test]
-    fn merge_keeps_each_id_once_by_its_best_score_and_names_the_silent_nodes() {
-        let answer = merge(
-            "bb",
-            3,
-            vec![
-                (
-                    "a".into(),
-                    true,
-                    hits("bb", false, vec![(1, 0.9), (2, 0.5)]),
-                ),
-                (
-                    "b".into(),
-                    true,
-                    hits("bb", true, vec![(1, 0.9), (3, 0.7), (4, 0.1)]),
-                ),
-                ("c".into(), true, Err("timeout".into())),
-                ("d".into(), true, hits("other", false, vec![(9, 1.0)])),
-            ],
-        );
-        let ids: Vec<u64> = answer.hits.iter().map(|h| h.id).collect();
-        assert_eq!(ids, vec![1, 3, 2]);
-        assert!(answer.partial);
-        assert_eq!(answer.building, vec!["b".to_string()]);
-        let silent: Vec<&str> = answer
-            .not_answered
-            .iter()
-            .map(|m| m.node.as_str())
-            .collect();
-        assert_eq!(silent, vec!["c", "d"]);
-    }
-
-    #[test]
-    fn an_answer_of_every_node_is_complete() {
-        let answer = merge(
-            "bb",
-            10,
-            vec![("a".into(), true, hits("bb", false, vec![(1, 0.9)]))],
-        );
-        assert!(!answer.partial);
-        assert_eq!(answer.hits.len(), 1);
-        assert_eq!(answer.hits[0].node, "a");
-    }
 }

@@ -7,11 +7,11 @@
 
 use std::path::PathBuf;
 use std::sync::mpsc::{Sender, channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ndpipe_util::sync::lock;
+use ndpipe_util::sync::{lock, read};
 use tracing::warn;
 
 use super::SimilarError;
@@ -47,8 +47,11 @@ pub(super) struct Live {
 
 /// What the worker and the queries share.
 pub(super) struct Shared {
-    /// `None` before the worker opened the active backbone's index.
-    pub(super) live: Mutex<Option<Live>>,
+    /// `None` before the worker opened the active backbone's index. Queries and saves read;
+    /// the worker writes one photo at a time.
+    pub(super) live: RwLock<Option<Live>>,
+    /// One query at a time: the graph keeps one search context.
+    pub(super) searching: Mutex<()>,
     pub(super) features: Arc<FeatureStore>,
     pub(super) model: SharedModel,
     pub(super) dir: IndexDir,
@@ -83,6 +86,9 @@ pub(crate) struct Queries<'a> {
     pub(crate) exclude: &'a [u64],
 }
 
+/// A photo's id and its stored features under a backbone (`None`: it has none).
+pub(crate) type StoredFeatures = (u64, Option<Vec<f32>>);
+
 /// A node's similarity index and its worker.
 pub(crate) struct SimilarIndex {
     shared: Arc<Shared>,
@@ -114,7 +120,8 @@ impl SimilarIndex {
     ) -> Result<Arc<Self>, SimilarError> {
         let (tx, rx) = channel();
         let shared = Arc::new(Shared {
-            live: Mutex::new(None),
+            live: RwLock::new(None),
+            searching: Mutex::new(()),
             dir: IndexDir::new(settings.dir.clone()),
             features: features.clone(),
             model,
@@ -156,13 +163,29 @@ impl SimilarIndex {
             .map(|f| (backbone, f)))
     }
 
+    /// The active backbone and, for each of `ids`, its stored features under it (`None`: not
+    /// labelled yet, or not held here); one backbone for all, even if it changes meanwhile.
+    /// Blocks.
+    pub(crate) fn features_of_many(
+        &self,
+        ids: &[u64],
+    ) -> Result<(String, Vec<StoredFeatures>), SimilarError> {
+        let backbone = self.active_backbone();
+        let found = ids
+            .iter()
+            .map(|&id| Ok((id, self.shared.features.get(&backbone, id)?)))
+            .collect::<Result<Vec<_>, SimilarError>>()?;
+        Ok((backbone, found))
+    }
+
     /// Searches `queries`. An index of another backbone than the queries' answers
     /// [`SimilarError::OtherBackbone`], unless the node has switched to theirs and is building
     /// its index (then no hits, `building`).
     pub(crate) fn search(&self, queries: &Queries<'_>) -> Result<NodeHits, SimilarError> {
         check(queries)?;
         let n = queries.vectors.len() / queries.dim;
-        let live = lock(&self.shared.live);
+        let live = read(&self.shared.live);
+        let _one = lock(&self.shared.searching);
         let ready = live.as_ref().filter(|l| l.backbone == queries.backbone);
         let Some(live) = ready else {
             let serving = self.active_backbone();
@@ -224,7 +247,7 @@ impl SimilarIndex {
     /// Photos in the index now (tests).
     #[cfg(test)]
     pub(crate) fn indexed(&self) -> Vec<u64> {
-        let live = lock(&self.shared.live);
+        let live = read(&self.shared.live);
         let mut ids: Vec<u64> = live
             .as_ref()
             .map(|l| l.ann.keys().iter().copied().collect())

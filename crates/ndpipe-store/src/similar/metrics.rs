@@ -10,8 +10,8 @@ use prometheus_client::registry::Registry;
 /// Label set of the query counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct QueryLabels {
-    /// `photo` (a stored photo's features), `upload` (a posted photo) or `node` (a batch from
-    /// a front door).
+    /// `photo` (a stored photo's features), `upload` (a posted photo), `neighbours` (a batch
+    /// of this node's photos, for semantic duplicates) or `node` (a batch from a front door).
     pub(crate) kind: String,
 }
 

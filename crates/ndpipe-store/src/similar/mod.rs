@@ -9,7 +9,12 @@
 //! - [`embed`]: a query photo's features, preprocessed as an upload is and run through the
 //!   backbone, never stored;
 //! - [`front`]: a front door's query: the query vector (a stored photo's, or a posted photo's),
-//!   the fan-out to every live node with a deadline, and the merge of their answers;
+//!   the fan-out of a batch of queries to every live node with a deadline;
+//! - [`merge`]: the nodes' answers as one, query by query, and the nodes that did not answer;
+//! - [`hedge`]: asking one node of several (the holders of a photo, the live PipeStores), the
+//!   next one when a node fails or is silent;
+//! - [`neighbours`]: the batch API for semantic duplicates: this node's photos' neighbours
+//!   above a cosine similarity, cluster-wide;
 //! - [`peers`]: the `Similar` gRPC calls to other nodes;
 //! - [`node`]: a PipeStore's parts, built from its configuration;
 //! - [`metrics`]: query counts and latency, the index's size.
@@ -17,8 +22,11 @@
 pub(crate) mod ann;
 mod embed;
 mod front;
+mod hedge;
 pub(crate) mod index;
+pub(crate) mod merge;
 pub(crate) mod metrics;
+pub(crate) mod neighbours;
 mod node;
 mod peers;
 mod persist;
@@ -31,8 +39,10 @@ use std::path::PathBuf;
 use ndpipe_model::{ModelError, PreprocessError};
 
 pub(crate) use embed::Embedder;
-pub(crate) use front::{Answer, ClusterAccess, FrontSettings, SimilarFront};
+pub(crate) use front::{ClusterAccess, FrontSettings, SimilarFront};
 pub(crate) use index::{IndexSettings, NodeHits, Queries, SimilarIndex};
+pub(crate) use merge::Answer;
+pub(crate) use neighbours::Neighbours;
 pub(crate) use node::{NodeSimilar, front_settings};
 
 use crate::storage::StoreError;

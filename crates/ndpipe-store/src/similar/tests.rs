@@ -1,5 +1,6 @@
 //! The node's index against its feature store: changes followed, saved and reopened, damaged
-//! or foreign files rebuilt, a crash reconciled, and recall against exact search.
+//! or foreign files rebuilt, a crash reconciled, recall against exact search, and the batch
+//! of neighbours above a least score (semantic duplicates).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,14 +8,15 @@ use std::time::Duration;
 use ndpipe_model::FakeBackend;
 use rand::{Rng, SeedableRng};
 
-use super::SimilarError;
 use super::ann::{AnnIndex, AnnOptions};
+use super::front::Local;
 use super::index::{IndexSettings, Queries, SimilarIndex};
 use super::metrics::SimilarMetrics;
 use super::persist::IndexDir;
+use super::{Embedder, SimilarError, SimilarFront, front_settings};
 use crate::inference::ActiveModel;
 use crate::inference::model::SharedModel;
-use crate::storage::{DEFAULT_FEATURE_CACHE_BYTES, FeatureStore};
+use crate::storage::{DEFAULT_FEATURE_CACHE_BYTES, FeatureStore, PhotoStore, StoreConfig};
 
 const DIM: usize = 16;
 
@@ -50,11 +52,7 @@ impl Node {
 
     /// The index of a model with `classes` classes (its backbone is `fake-16x<classes>`).
     fn start(&self, classes: usize) -> Arc<SimilarIndex> {
-        let model = SharedModel::new(ActiveModel {
-            backend: Arc::new(FakeBackend::new(DIM, classes)),
-            version: "fake".into(),
-            head: None,
-        });
+        let model = model(classes);
         let settings = IndexSettings {
             dir: self.dir.path().join("index"),
             save_interval: Duration::from_secs(3600),
@@ -74,6 +72,15 @@ impl Node {
     fn index_dir(&self) -> IndexDir {
         IndexDir::new(self.dir.path().join("index"))
     }
+}
+
+/// A fake model with `classes` classes (its backbone is `fake-16x<classes>`).
+fn model(classes: usize) -> SharedModel {
+    SharedModel::new(ActiveModel {
+        backend: Arc::new(FakeBackend::new(DIM, classes)),
+        version: "fake".into(),
+        head: None,
+    })
 }
 
 /// A vector pointing mostly along axis `id % DIM`.
@@ -279,4 +286,62 @@ fn recall_at_10_against_exact_search_is_at_least_095() {
     }
     let recall = found as f64 / (queries * 10) as f64;
     assert!(recall >= 0.95, "recall@10 {recall}");
+}
+
+/// The front door of a single PipeStore named `n1` over `index`.
+fn single_front(node: &Node, index: Arc<SimilarIndex>) -> SimilarFront {
+    let (store, _) =
+        PhotoStore::open(&node.dir.path().join("store"), &StoreConfig::default()).unwrap();
+    let preprocessor = ndpipe_model::Preprocessor::new(ndpipe_model::PreprocessConfig::default());
+    SimilarFront::new(
+        front_settings(60_000, 10, 1000).unwrap(),
+        SimilarMetrics::default(),
+        Some(Local {
+            name: "n1".into(),
+            index,
+            embedder: Embedder::new(model(10), preprocessor),
+            store: Arc::new(store),
+        }),
+        None,
+    )
+}
+
+#[tokio::test]
+async fn neighbours_of_a_batch_are_the_photos_above_the_least_score() {
+    let node = Node::new();
+    // Ten photos along each of the 16 axes: each photo's neighbours above 0.9 are the other
+    // nine of its axis. 160 photos make three batches.
+    put(node.features(), BB, 1..=160);
+    let index = node.start(10);
+    let front = single_front(&node, index);
+    let mut asked: Vec<u64> = (1..=160).collect();
+    asked.push(999);
+    let found = front.neighbours(&asked, 0.9, 20).await.unwrap();
+    assert_eq!(found.backbone, BB);
+    assert_eq!(found.without_features, vec![999]);
+    assert!(!found.partial());
+    assert_eq!(found.photos.len(), 160);
+    for (photo, id) in found.photos.iter().zip(1..=160u64) {
+        assert_eq!(photo.id, id);
+        let mut got: Vec<u64> = photo.hits.iter().map(|h| h.id).collect();
+        got.sort_unstable();
+        let want: Vec<u64> = (1..=160)
+            .filter(|o| *o != id && o % DIM as u64 == id % DIM as u64)
+            .collect();
+        assert_eq!(got, want, "photo {id}: {:?}", photo.hits);
+        assert!(
+            photo
+                .hits
+                .iter()
+                .all(|h| h.score >= 0.9 && h.node == "n1" && h.available)
+        );
+    }
+    assert!(matches!(
+        front.neighbours(&[1], 1.5, 10).await,
+        Err(SimilarError::BadQuery(_))
+    ));
+    assert!(matches!(
+        front.neighbours(&[1], 0.9, 0).await,
+        Err(SimilarError::BadQuery(_))
+    ));
 }

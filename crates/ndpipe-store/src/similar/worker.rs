@@ -12,7 +12,7 @@ use std::sync::mpsc::Sender;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use ndpipe_util::sync::lock;
+use ndpipe_util::sync::{read, write};
 use tracing::{info, warn};
 
 use super::SimilarError;
@@ -100,7 +100,7 @@ impl Worker {
     fn follow_backbone(&mut self) {
         let model = self.shared.model.get();
         let info = model.info();
-        let current = lock(&self.shared.live).as_ref().map(|l| l.backbone.clone());
+        let current = read(&self.shared.live).as_ref().map(|l| l.backbone.clone());
         if current.as_deref() == Some(info.backbone_version.as_str()) {
             return;
         }
@@ -141,7 +141,7 @@ impl Worker {
         self.todo.sort_unstable();
         info!(%backbone, indexed = ann.len(), removed = extras.len(), missing = self.todo.len(), "similarity index open");
         let building = !self.todo.is_empty();
-        *lock(&self.shared.live) = Some(Live {
+        *write(&self.shared.live) = Some(Live {
             backbone: backbone.into(),
             ann,
             building,
@@ -159,30 +159,25 @@ impl Worker {
         }
         let at = self.todo.len().saturating_sub(CHUNK);
         let chunk = self.todo.split_off(at);
-        let backbone = match lock(&self.shared.live).as_ref() {
-            Some(l) => l.backbone.clone(),
-            None => return,
+        let Some(backbone) = self.backbone() else {
+            return;
         };
-        let rows = self.read(&backbone, &chunk);
-        {
-            let mut live = lock(&self.shared.live);
-            let Some(live) = live.as_mut().filter(|l| l.backbone == backbone) else {
-                return;
-            };
-            for (id, features) in rows {
-                if let Some(f) = features
-                    && !live.ann.contains(id)
-                {
+        for (id, features) in self.read(&backbone, &chunk) {
+            let Some(f) = features else { continue };
+            let current = self.with_live(&backbone, |live| {
+                if !live.ann.contains(id) {
                     upsert(live, id, &f);
                 }
-            }
-            live.dirty = true;
-            if self.todo.is_empty() {
-                live.building = false;
-                info!(backbone = %live.backbone, indexed = live.ann.len(), "similarity index built");
+            });
+            if !current {
+                return;
             }
         }
         if self.todo.is_empty() {
+            self.with_live(&backbone, |live| {
+                live.building = false;
+                info!(backbone = %live.backbone, indexed = live.ann.len(), "similarity index built");
+            });
             self.shared.metrics.set_building(false);
             self.save(true);
         }
@@ -191,31 +186,45 @@ impl Worker {
 
     /// Applies a change: every id takes what the store now holds under the graph's backbone.
     fn apply(&mut self, backbone: Option<&str>, ids: &[u64]) {
-        let current = match lock(&self.shared.live).as_ref() {
-            Some(l) => l.backbone.clone(),
-            None => return,
+        let Some(current) = self.backbone() else {
+            return;
         };
         if backbone.is_some_and(|b| b != current) {
             return;
         }
-        let rows = self.read(&current, ids);
-        let mut guard = lock(&self.shared.live);
-        let Some(live) = guard.as_mut().filter(|l| l.backbone == current) else {
-            return;
-        };
-        for (id, features) in rows {
-            match features {
+        for (id, features) in self.read(&current, ids) {
+            let applied = self.with_live(&current, |live| match features {
                 Some(f) => upsert(live, id, &f),
                 None => {
                     if let Err(e) = live.ann.remove(id) {
                         warn!(photo = id, error = %e, "cannot remove a photo from the similarity index");
                     }
+                    live.dirty = true;
                 }
+            });
+            if !applied {
+                return;
             }
-            live.dirty = true;
         }
-        drop(guard);
         self.publish_size();
+    }
+
+    /// The backbone of the live graph, if there is one.
+    fn backbone(&self) -> Option<String> {
+        read(&self.shared.live).as_ref().map(|l| l.backbone.clone())
+    }
+
+    /// Runs `change` on the live graph under the write lock, if it is still of `backbone`;
+    /// whether it was.
+    fn with_live(&self, backbone: &str, change: impl FnOnce(&mut Live)) -> bool {
+        let mut live = write(&self.shared.live);
+        match live.as_mut().filter(|l| l.backbone == backbone) {
+            Some(live) => {
+                change(live);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The stored features of `ids` under `backbone` (`None`: none, or unreadable).
@@ -236,7 +245,7 @@ impl Worker {
         if !now && self.last_save.elapsed() < self.shared.settings.save_interval {
             return;
         }
-        let live = lock(&self.shared.live);
+        let live = read(&self.shared.live);
         let Some(l) = live.as_ref().filter(|l| l.dirty) else {
             return;
         };
@@ -249,7 +258,7 @@ impl Worker {
         self.last_save = Instant::now();
         match saved {
             Ok(bytes) => {
-                if let Some(l) = lock(&self.shared.live)
+                if let Some(l) = write(&self.shared.live)
                     .as_mut()
                     .filter(|l| l.backbone == backbone)
                 {
@@ -265,7 +274,7 @@ impl Worker {
 
     /// Shows the graph's size in the metrics.
     fn publish_size(&self) {
-        if let Some(l) = lock(&self.shared.live).as_ref() {
+        if let Some(l) = read(&self.shared.live).as_ref() {
             self.shared.metrics.set_photos(l.ann.len());
         }
     }
@@ -285,6 +294,7 @@ fn new_index(
 /// Adds or replaces photo `id` in the live graph; a failure is logged (the next start's
 /// reconcile adds it).
 fn upsert(live: &mut Live, id: u64, features: &[f32]) {
+    live.dirty = true;
     if let Err(e) = live.ann.upsert(id, features) {
         warn!(photo = id, error = %e, "cannot add a photo to the similarity index");
     }

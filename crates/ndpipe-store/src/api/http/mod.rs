@@ -170,6 +170,10 @@ pub(crate) fn router(
         .merge(similar::routes(
             state.similar.clone(),
             state.metrics.clone(),
+        ))
+        .merge(similar::neighbour_routes(
+            state.similar.clone(),
+            state.metrics.clone(),
         ));
     finish(writes.merge(reads), state, max_upload_bytes)
 }

@@ -1,21 +1,26 @@
 //! Similar photos, on every front door (`ndpipe serve`, each PipeStore, `ndpipe gateway`):
 //! `GET /v1/photos/{id}/similar?k=` (the stored photo's features as the query, the photo left
-//! out) and `POST /v1/similar?k=` (the body is a query photo, never stored). Both need the
-//! `read` role. The answer names each hit's score and node, and the nodes that did not answer.
+//! out) and `POST /v1/similar?k=` (the body is a query photo, never stored); on a PipeStore,
+//! `POST /v1/similar/neighbours` (a batch of this node's photos: their neighbours above a
+//! cosine similarity, cluster-wide; the API for semantic duplicates). All need the `read`
+//! role. The answer names each hit's score and node, and the nodes that did not answer.
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::error::{ApiError, Counted, count, internal, parse_id};
 use crate::metrics::StoreMetrics;
-use crate::similar::{Answer, SimilarError, SimilarFront};
+use crate::similar::{Answer, Neighbours, SimilarError, SimilarFront};
+
+/// Photos one `POST /v1/similar/neighbours` may ask about: a larger set is asked in pages.
+pub(crate) const MAX_NEIGHBOUR_IDS: usize = 1024;
 
 /// What the similarity routes work with (`None`: a node that indexes nothing, having no model).
 #[derive(Clone)]
@@ -35,6 +40,16 @@ pub(super) fn routes<S>(front: Option<Arc<SimilarFront>>, metrics: Arc<StoreMetr
     Router::new()
         .route("/v1/photos/{id}/similar", get(by_photo))
         .route("/v1/similar", post(by_upload))
+        .with_state(SimilarState { front, metrics })
+}
+
+/// The neighbours route of a PipeStore over `front`, errors counted in `metrics`.
+pub(super) fn neighbour_routes<S>(
+    front: Option<Arc<SimilarFront>>,
+    metrics: Arc<StoreMetrics>,
+) -> Router<S> {
+    Router::new()
+        .route("/v1/similar/neighbours", post(neighbours))
         .with_state(SimilarState { front, metrics })
 }
 
@@ -99,6 +114,58 @@ async fn by_upload(
         .await
         .map(Json)
         .map_err(|e| count(&state, e.into()))
+}
+
+/// The body of `POST /v1/similar/neighbours`.
+#[derive(Debug, Deserialize)]
+struct NeighboursBody {
+    /// Photos of this node, at most [`MAX_NEIGHBOUR_IDS`].
+    ids: Vec<u64>,
+    /// The least cosine similarity of a neighbour, in -1..=1.
+    min_score: f32,
+    /// Neighbours per photo, at most (default and limit: `similar_default_k`, `similar_max_k`).
+    k: Option<usize>,
+}
+
+/// The answer of `POST /v1/similar/neighbours`.
+#[derive(Debug, Serialize)]
+struct NeighboursReply {
+    #[serde(flatten)]
+    neighbours: Neighbours,
+    /// Whether some node did not answer, or answered from an index being built.
+    partial: bool,
+}
+
+/// `POST /v1/similar/neighbours` (`{"ids": [...], "min_score": 0.95, "k": 10}`): for each
+/// photo of this node, the cluster's photos at or above `min_score`; photos without features
+/// here are listed apart. 400 for a bad body or more than [`MAX_NEIGHBOUR_IDS`] ids.
+async fn neighbours(
+    State(state): State<SimilarState>,
+    body: Result<Json<NeighboursBody>, JsonRejection>,
+) -> Result<Json<NeighboursReply>, ApiError> {
+    let front = state
+        .front
+        .as_deref()
+        .ok_or_else(|| count(&state, SimilarError::NoModel.into()))?;
+    let Json(body) =
+        body.map_err(|e| count(&state, ApiError::bad_request("bad_body", e.body_text())))?;
+    if body.ids.len() > MAX_NEIGHBOUR_IDS {
+        let e = SimilarError::BadQuery(format!(
+            "{} ids: ask for at most {MAX_NEIGHBOUR_IDS} at a time",
+            body.ids.len()
+        ));
+        return Err(count(&state, e.into()));
+    }
+    let k = front.k(body.k).map_err(|e| count(&state, e.into()))?;
+    let neighbours = front
+        .neighbours(&body.ids, body.min_score, k)
+        .await
+        .map_err(|e| count(&state, e.into()))?;
+    let partial = neighbours.partial();
+    Ok(Json(NeighboursReply {
+        neighbours,
+        partial,
+    }))
 }
 
 impl From<SimilarError> for ApiError {
