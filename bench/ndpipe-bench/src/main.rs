@@ -27,6 +27,7 @@ mod s3;
 mod scale;
 mod scaling;
 mod serve_process;
+mod similar;
 mod words;
 mod words_eval;
 
@@ -77,6 +78,9 @@ enum Which {
     /// Scale: one node filled to N photos; ingest rate, search and listing p99, disk per photo
     /// and RSS at every step, then a fine-tune from stored features and its re-labelling.
     Scale(scale::ScaleBench),
+    /// Similar photos: the node's HNSW index against exact cosine search over 10^5 real and
+    /// perturbed EfficientNet-Lite0 vectors: recall@10, query p50/p99, build time, bytes.
+    Similar(similar::SimilarBench),
     /// Drift: classes arrive in stages; stale vs fine-tuned accuracy at each stage.
     Drift(drift::DriftBench),
     /// SpiderCache and its peers on a real training run reading a PipeStore (or a replay).
@@ -139,6 +143,7 @@ async fn run(which: Which) -> Result<()> {
         Which::Scale(b) => scale::run(b).await,
         Which::Words(b) => words::run(b).await,
         Which::Other(b) => other::run(b).await,
+        Which::Similar(b) => similar::run(b).await,
         Which::Cache(b) => {
             let ndpipe = ndpipe_binary()?;
             tokio::task::spawn_blocking(move || cachebench::cli::run(b, ndpipe)).await?

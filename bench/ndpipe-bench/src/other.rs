@@ -165,8 +165,7 @@ pub(crate) async fn run(args: OtherBench) -> Result<()> {
         let mut rng = Pcg64Mcg::seed_from_u64(seed);
         let mut scored = Scored::default();
         let mut uploaded = 0;
-        for class in 0..CLASSES.len() {
-            let name = CLASSES[class];
+        for (class, &name) in CLASSES.iter().enumerate() {
             if held_out.contains(&class) {
                 for png in pick(&test, class, args.held_out_per_class, &mut rng)? {
                     scored.held_out.push(upload(&node, png, None).await?);

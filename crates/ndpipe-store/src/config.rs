@@ -144,6 +144,26 @@ pub struct Config {
     pub rebalance_page_photos: u32,
     /// Deadline of each call to another node for a copy, in ms.
     pub peer_timeout_ms: u64,
+    /// Where each backbone's similarity index is saved (default: `DATA/index`).
+    pub similar_index_dir: Option<PathBuf>,
+    /// How often a changed similarity index is saved, in ms (and at a clean stop; after a
+    /// crash the index is reconciled with the feature store at start).
+    pub similar_save_interval_ms: u64,
+    /// Deadline of a similarity query, in ms: nodes that have not answered by then are named
+    /// in a partial answer.
+    pub similar_timeout_ms: u64,
+    /// Similar photos answered when the query names no `k`.
+    pub similar_default_k: usize,
+    /// Largest `k` a similarity query may ask for.
+    pub similar_max_k: usize,
+    /// Graph degree (HNSW M) of the similarity index: more finds more true neighbours, at
+    /// more memory and build time.
+    pub similar_connectivity: usize,
+    /// Beam width while adding to the similarity index (HNSW ef_construction).
+    pub similar_expansion_add: usize,
+    /// Beam width while searching the similarity index (HNSW ef): more finds more true
+    /// neighbours, more slowly.
+    pub similar_expansion_search: usize,
     /// Testing only: damage the first N feature chunks sent to the Tuner (their checksum then
     /// fails and the Tuner must fetch them again).
     pub fault_corrupt_chunks: u32,
@@ -244,6 +264,14 @@ impl Default for Config {
             rebalance_moves_per_round: 32,
             rebalance_page_photos: 256,
             peer_timeout_ms: 30_000,
+            similar_index_dir: None,
+            similar_save_interval_ms: 60_000,
+            similar_timeout_ms: 2_000,
+            similar_default_k: 10,
+            similar_max_k: 1000,
+            similar_connectivity: 16,
+            similar_expansion_add: 128,
+            similar_expansion_search: 64,
         }
     }
 }
@@ -301,6 +329,13 @@ pub struct GatewayConfig {
     pub max_uploads_per_client: usize,
     /// Deadline of each call to a PipeStore (an upload's ingest and copies included), in ms.
     pub peer_timeout_ms: u64,
+    /// Deadline of a similarity query, in ms: PipeStores that have not answered by then are
+    /// named in a partial answer.
+    pub similar_timeout_ms: u64,
+    /// Similar photos answered when the query names no `k`.
+    pub similar_default_k: usize,
+    /// Largest `k` a similarity query may ask for.
+    pub similar_max_k: usize,
 }
 
 impl GatewayConfig {
@@ -338,6 +373,9 @@ impl Default for GatewayConfig {
             max_upload_bytes: store.max_upload_bytes,
             max_uploads_per_client: store.max_uploads_per_client,
             peer_timeout_ms: store.peer_timeout_ms,
+            similar_timeout_ms: store.similar_timeout_ms,
+            similar_default_k: store.similar_default_k,
+            similar_max_k: store.similar_max_k,
         }
     }
 }

@@ -9,7 +9,8 @@
 //! [`Error`]. [`KeyStore`] manages a data directory's
 //! access keys without a server. The building blocks a benchmark needs are
 //! public too: the [`PhotoStore`] ([`StoreConfig`], [`NewPhoto`], [`RecoveryReport`],
-//! [`CompactionReport`], [`StoreError`]), the [`FeatureStore`], and a full re-labelling with a
+//! [`CompactionReport`], [`StoreError`]), the [`FeatureStore`], the similarity index's graph
+//! ([`AnnIndex`], [`AnnOptions`], [`Scalar`], [`AnnError`]), and a full re-labelling with a
 //! [`Relabeler`] ([`ActiveModel`], [`RelabelOptions`], [`Pending`], [`RelabelReport`], [`InferenceError`]).
 //! Everything else is internal.
 //!
@@ -45,6 +46,8 @@
 //!   photo store (group commit with fsync before any acknowledgement, tombstones, compaction,
 //!   crash recovery that cuts torn tails and rebuilds the index from the volumes) and the
 //!   feature store;
+//! - `similar`: similar photos: each node's ANN index over the stored features of its active
+//!   backbone, and the front door's query fanned out to every live node;
 //! - `metrics`: the Prometheus metrics served on `/metrics`.
 //!
 //! The byte layout of the volumes is documented in `docs/volume-format.md`.
@@ -67,6 +70,7 @@ mod node;
 mod pipestore;
 mod replication;
 mod server;
+mod similar;
 mod storage;
 #[cfg(test)]
 mod testing;
@@ -81,6 +85,7 @@ pub use inference::{
 pub use keys::{ADMIN_ACCESS_KEY, KeyError, KeyInfo, KeyStore, NewKey};
 pub use pipestore::PipeStore;
 pub use server::Running;
+pub use similar::ann::{AnnError, AnnIndex, AnnOptions, Scalar};
 pub use storage::{
     CompactionReport, DEFAULT_FEATURE_CACHE_BYTES, FeatureStore, NewPhoto, PhotoIds, PhotoStore,
     RecoveryReport, StoreConfig, StoreError,

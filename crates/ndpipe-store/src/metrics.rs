@@ -8,6 +8,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::replication::ReplicationMetrics;
+use crate::similar::metrics::SimilarMetrics;
 
 /// Label set of the error counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -52,6 +53,8 @@ pub(crate) struct StoreMetrics {
     pub(crate) label_backlog: Gauge,
     /// Replication's copies, repairs and the cluster's copy counts.
     pub(crate) replication: ReplicationMetrics,
+    /// Similarity queries and this node's index.
+    pub(crate) similar: SimilarMetrics,
 }
 
 impl Default for StoreMetrics {
@@ -101,7 +104,10 @@ impl Default for StoreMetrics {
         );
         let replication = ReplicationMetrics::default();
         replication.register(&mut registry);
+        let similar = SimilarMetrics::default();
+        similar.register(&mut registry);
         StoreMetrics {
+            similar,
             registry,
             replication,
             uploads,

@@ -22,6 +22,7 @@ use crate::keys::KeyStore;
 use crate::metrics::StoreMetrics;
 use crate::node::PipeStoreNode;
 use crate::replication::{FrontDoorConfig, RepairConfig, Replication, ReplicationParts};
+use crate::similar::{NodeSimilar, SimilarError};
 use crate::storage::{Blobs, FeatureStore, PhotoIds, PhotoStore, StoreConfig, StoreError};
 
 /// A PipeStore, opened and ready to serve: its photo and feature stores, catalog, model,
@@ -42,6 +43,8 @@ pub struct PipeStore {
     pub(crate) replication: Option<Arc<Replication>>,
     /// The plain S3 objects' files held here (`DATA/objects`).
     pub(crate) blobs: Arc<Blobs>,
+    /// Similar photos: this node's index and its front door's queries.
+    pub(crate) similar: NodeSimilar,
 }
 
 impl PipeStore {
@@ -100,6 +103,18 @@ impl PipeStore {
             Some(backend) => Some(open_models(&config, backend, catalog.clone()).await?),
             None => None,
         };
+        let similar = NodeSimilar::open(
+            &config,
+            &name,
+            (store.clone(), features.clone()),
+            models.as_ref().map(|m| m.active().clone()),
+            metrics.similar.clone(),
+            replica_map
+                .clone()
+                .filter(|_| config.replicas() > 1)
+                .map(|map| (map, cluster_secret.clone(), tls.clone())),
+        )
+        .map_err(similar_error)?;
         let loader = backbone_loader(&config)?;
         let labeler_config = LabelerConfig {
             max_batch: config.max_batch,
@@ -231,6 +246,7 @@ impl PipeStore {
             keys,
             replication,
             blobs,
+            similar,
         })
     }
 
@@ -293,6 +309,18 @@ async fn load_model(config: &Config) -> Result<Arc<dyn InferenceBackend>, Error>
     tokio::task::spawn_blocking(move || loader.load(&at))
         .await?
         .map_err(|source| Error::Model { dir, source })
+}
+
+/// A similarity setting out of range as a configuration error, anything else as a start-up
+/// failure.
+fn similar_error(e: SimilarError) -> Error {
+    match e {
+        SimilarError::Config { setting, reason } => Error::Config { setting, reason },
+        e => Error::Startup {
+            step: "starting the similarity index",
+            source: Box::new(e),
+        },
+    }
 }
 
 /// Refuses rebalancing limits of 0, which would stop rebalancing.

@@ -18,6 +18,7 @@ use crate::api::grpc::PipeStoreService;
 use crate::api::http::{self, AppState};
 use crate::api::replication::ReplicationService;
 use crate::api::s3;
+use crate::api::similar::SimilarService;
 use crate::error::Error;
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
@@ -25,6 +26,7 @@ use crate::keys::KeyStore;
 use crate::membership::{self, Member, Readiness};
 use crate::node::PipeStoreNode;
 use crate::pipestore::PipeStore;
+use crate::similar::NodeSimilar;
 use crate::storage::PhotoStore;
 use crate::words::Words;
 
@@ -59,6 +61,7 @@ impl PipeStore {
             keys,
             replication,
             blobs,
+            similar,
         } = self;
         let (shutdown, stopped) = watch::channel(false);
         let mut grpc = None;
@@ -78,6 +81,15 @@ impl PipeStore {
                     routes = routes.add_service(ReplicationService::server(
                         replication.clone(),
                         cluster_secret.clone(),
+                    ));
+                }
+                if let (Some(index), Some(embedder)) = (&similar.index, &similar.embedder) {
+                    routes = routes.add_service(SimilarService::server(
+                        index.clone(),
+                        embedder.clone(),
+                        store.clone(),
+                        metrics.similar.clone(),
+                        (cluster_secret.clone(), similar.max_message),
                     ));
                 }
                 let server = transport::server(tls.as_ref()).map_err(|e| Error::Config {
@@ -148,7 +160,8 @@ impl PipeStore {
         .named(&name)
         .with_readiness(readiness.clone(), node.is_some())
         .with_models(models.clone(), words)
-        .with_replication(replication.clone());
+        .with_replication(replication.clone())
+        .with_similar(similar.front.clone());
         if let Some(replication) = replication {
             tokio::spawn(replication.run_worker(stopped.clone()));
             info!("replication worker started (repair, scrub, free-space reports)");
@@ -198,6 +211,7 @@ impl PipeStore {
             jobs,
             ingestor,
             store,
+            similar,
             replicas: config.replicas(),
         };
         if let Some(tuner) = config.tuner {
@@ -225,6 +239,8 @@ pub struct Running {
     jobs: Arc<Jobs>,
     ingestor: Arc<Ingestor>,
     store: Arc<PhotoStore>,
+    /// Similar photos: the index is saved at stop.
+    similar: NodeSimilar,
     /// Copies of each photo (`config.replicas()`), told to the Tuner.
     replicas: u32,
 }
@@ -276,7 +292,7 @@ impl Running {
 
     /// Stops accepting requests, drains those in flight and joins the HTTP and gRPC servers and
     /// the membership loop; then stops the running job at its next batch (it resumes at the
-    /// next start), online labelling and the store writer. Every step runs even when one
+    /// next start), online labelling, the similarity index (saved) and the store writer. Every step runs even when one
     /// fails; the first failure is returned.
     pub async fn stop(self) -> Result<(), Error> {
         let _ = self.shutdown.send(true);
@@ -301,11 +317,12 @@ impl Running {
         if let Some(membership) = self.membership {
             keep(membership.await.map_err(Error::from));
         }
-        let (jobs, ingestor, store) = (self.jobs, self.ingestor, self.store);
+        let (jobs, ingestor, store, similar) = (self.jobs, self.ingestor, self.store, self.similar);
         keep(
             tokio::task::spawn_blocking(move || {
                 jobs.shutdown();
                 ingestor.stop_labeler();
+                similar.stop();
                 store.close();
             })
             .await

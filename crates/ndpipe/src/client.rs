@@ -208,6 +208,20 @@ impl Client {
         Self::json(resp, path).await
     }
 
+    /// POST raw bytes (a photo), expecting JSON back.
+    pub async fn post_bytes_json<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        bytes: Vec<u8>,
+    ) -> Result<T> {
+        let resp = self
+            .authed(self.http.post(self.url(path)).body(bytes))
+            .send()
+            .await
+            .with_context(|| format!("POST {path}"))?;
+        Self::json(resp, path).await
+    }
+
     /// POST without a body, expecting JSON back.
     pub async fn post_json<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
         let resp = self

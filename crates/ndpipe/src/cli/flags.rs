@@ -58,6 +58,12 @@ pub(crate) struct PipeStoreFlags {
     #[command(flatten)]
     #[serde(flatten)]
     pub(crate) peers: PeerFlags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) similar: SimilarFlags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) similar_index: SimilarIndexFlags,
     /// Largest accepted image in pixels, checked before decoding [max_pixels; default: 64 Mpx].
     #[arg(long, env = "NDPIPE_MAX_PIXELS")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -336,6 +342,9 @@ pub(crate) struct GatewayFlags {
     #[arg(long, env = "NDPIPE_PEER_TIMEOUT_MS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) peer_timeout_ms: Option<u64>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) similar: SimilarFlags,
 }
 
 /// Flags of the servers that take photos from clients (PipeStores and gateways): who may
@@ -409,6 +418,54 @@ pub(crate) struct PeerFlags {
     #[arg(long, env = "NDPIPE_MAX_CONNECTIONS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_connections: Option<usize>,
+}
+
+/// Flags of every front door on similarity queries; the same keys in `[pipestore]` and
+/// `[gateway]`.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+pub(crate) struct SimilarFlags {
+    /// Deadline of a similarity query, in ms; nodes that have not answered by then are named
+    /// in a partial answer [similar_timeout_ms; default: 2000].
+    #[arg(long, env = "NDPIPE_SIMILAR_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_timeout_ms: Option<u64>,
+    /// Similar photos answered when a query names no k [similar_default_k; default: 10].
+    #[arg(long, env = "NDPIPE_SIMILAR_DEFAULT_K")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_default_k: Option<usize>,
+    /// Largest k a similarity query may ask for [similar_max_k; default: 1000].
+    #[arg(long, env = "NDPIPE_SIMILAR_MAX_K")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_max_k: Option<usize>,
+}
+
+/// Flags of a PipeStore's similarity index: keys of `[pipestore]`.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+pub(crate) struct SimilarIndexFlags {
+    /// Where each backbone's similarity index is saved [similar_index_dir; default:
+    /// DATA/index].
+    #[arg(long, env = "NDPIPE_SIMILAR_INDEX_DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_index_dir: Option<PathBuf>,
+    /// How often a changed similarity index is saved, in ms, and at a clean stop
+    /// [similar_save_interval_ms; default: 60000].
+    #[arg(long, env = "NDPIPE_SIMILAR_SAVE_INTERVAL_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_save_interval_ms: Option<u64>,
+    /// Graph degree (HNSW M) of the similarity index [similar_connectivity; default: 16].
+    #[arg(long, env = "NDPIPE_SIMILAR_CONNECTIVITY")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_connectivity: Option<usize>,
+    /// Beam width while adding to the similarity index (HNSW ef_construction)
+    /// [similar_expansion_add; default: 128].
+    #[arg(long, env = "NDPIPE_SIMILAR_EXPANSION_ADD")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_expansion_add: Option<usize>,
+    /// Beam width while searching the similarity index (HNSW ef) [similar_expansion_search;
+    /// default: 64].
+    #[arg(long, env = "NDPIPE_SIMILAR_EXPANSION_SEARCH")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_expansion_search: Option<usize>,
 }
 
 #[cfg(test)]

@@ -65,6 +65,20 @@ enum Action {
         #[arg(long, default_value_t = 20)]
         limit: usize,
     },
+    /// Find the photos most similar to a stored photo (itself left out), or to a photo file
+    /// (not stored), across the cluster: id, score (cosine similarity) and node, most similar
+    /// first.
+    Similar {
+        /// Photo id (or give --file).
+        #[arg(required_unless_present = "file", conflicts_with = "file")]
+        id: Option<u64>,
+        /// A photo file to search with instead of a stored photo.
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// How many results (default: the server's similar_default_k).
+        #[arg(long)]
+        k: Option<usize>,
+    },
     /// Delete a photo.
     Delete {
         /// Photo id.
@@ -167,6 +181,7 @@ pub(super) async fn run(args: PhotosArgs) -> Result<()> {
             }
             Ok(())
         }
+        Action::Similar { id, file, k } => similar(&client, id, file, k).await,
         Action::Delete { id } => {
             client.delete(&format!("/v1/photos/{id}")).await?;
             println!("deleted photo {id}");
@@ -207,6 +222,59 @@ async fn list(client: &Client, mut after: Option<u64>, limit: usize) -> Result<(
             Some(n) if !photos.is_empty() => after = Some(n),
             _ => break,
         }
+    }
+    Ok(())
+}
+
+/// Prints the photos most similar to stored photo `id`, or to the photo in `file`.
+async fn similar(
+    client: &Client,
+    id: Option<u64>,
+    file: Option<PathBuf>,
+    k: Option<usize>,
+) -> Result<()> {
+    let query = k.map(|k| format!("?k={k}")).unwrap_or_default();
+    let reply: Value = match (id, file) {
+        (_, Some(file)) => {
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            client
+                .post_bytes_json(&format!("/v1/similar{query}"), bytes)
+                .await?
+        }
+        (Some(id), None) => {
+            client
+                .get_json(&format!("/v1/photos/{id}/similar{query}"))
+                .await?
+        }
+        (None, None) => anyhow::bail!("give a photo id or --file"),
+    };
+    println!("{:>10}  {:>7}  node", "id", "score");
+    for h in reply["hits"].as_array().into_iter().flatten() {
+        let available = if h["available"].as_bool().unwrap_or(false) {
+            ""
+        } else {
+            "  (not available)"
+        };
+        println!(
+            "{:>10}  {:>7.4}  {}{available}",
+            h["id"].as_u64().unwrap_or(0),
+            h["score"].as_f64().unwrap_or(0.0),
+            h["node"].as_str().unwrap_or("?"),
+        );
+    }
+    for m in reply["not_answered"].as_array().into_iter().flatten() {
+        eprintln!(
+            "partial: {} did not answer ({})",
+            m["node"].as_str().unwrap_or("?"),
+            m["reason"].as_str().unwrap_or("")
+        );
+    }
+    for node in reply["building"].as_array().into_iter().flatten() {
+        eprintln!(
+            "partial: {} is still building its index",
+            node.as_str().unwrap_or("?")
+        );
     }
     Ok(())
 }

@@ -28,6 +28,10 @@
 //! - `gateway`: a gateway in front of three PipeStores with two copies of each photo:
 //!   placement, reads and deletes through it, its token, a PipeStore killed behind it; a
 //!   repair job that cannot finish fails.
+//! - `similar`: similar photos with the real model: one store (an edited copy finds its
+//!   original, kill -9 and a damaged index file), and three PipeStores with a gateway (every
+//!   front door finds every node's photos; a stopped or killed node makes a partial answer
+//!   within the deadline).
 //! - `gateway_s3`: S3 through that gateway (boto3): photos, sidecars and multipart uploads
 //!   from every front door, plain objects on two nodes, repaired, deleted and mended.
 
@@ -52,6 +56,7 @@ mod rollout;
 mod rollout_balance;
 mod rollout_replicated;
 mod s3;
+mod similar;
 mod tasks;
 mod tasks_rollout;
 mod tls;

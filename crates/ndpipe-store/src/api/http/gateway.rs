@@ -1,5 +1,5 @@
 //! The client API of `ndpipe gateway`: the photo routes of a PipeStore's front door (upload,
-//! read, metadata, labels, listing, delete, cluster status) over a [`FrontDoor`] that holds no photo,
+//! read, metadata, labels, listing, delete, cluster status, similar photos) over a [`FrontDoor`] that holds no photo,
 //! with the probes and metrics. The answers are a replicated PipeStore's, from the same
 //! helpers (`photos.rs`).
 
@@ -22,6 +22,7 @@ use super::photos::{self, MetaReply, Page, PageParams, UploadParams, UploadReply
 use super::{finish, limited_upload, ops};
 use crate::metrics::StoreMetrics;
 use crate::replication::{ClusterStatus, FrontDoor};
+use crate::similar::SimilarFront;
 
 /// What a gateway's handlers work with.
 #[derive(Clone)]
@@ -29,19 +30,23 @@ pub(crate) struct GatewayState {
     front: Arc<FrontDoor>,
     catalog: Arc<dyn Catalog>,
     metrics: Arc<StoreMetrics>,
+    similar: Arc<SimilarFront>,
 }
 
 impl GatewayState {
-    /// The state of a gateway in front of `front`, answering bucket and key from `catalog`.
+    /// The state of a gateway in front of `front`, answering bucket and key from `catalog` and
+    /// similarity queries through `similar`.
     pub(crate) fn new(
         front: Arc<FrontDoor>,
         catalog: Arc<dyn Catalog>,
         metrics: Arc<StoreMetrics>,
+        similar: Arc<SimilarFront>,
     ) -> Self {
         GatewayState {
             front,
             catalog,
             metrics,
+            similar,
         }
     }
 }
@@ -70,7 +75,11 @@ pub(crate) fn gateway_router(
         .route("/v1/cluster", get(cluster))
         .route("/healthz", get(health))
         .route("/readyz", get(ready))
-        .route("/metrics", get(ops::metrics::<GatewayState>));
+        .route("/metrics", get(ops::metrics::<GatewayState>))
+        .merge(super::similar::routes(
+            Some(state.similar.clone()),
+            state.metrics.clone(),
+        ));
     finish(routes, state, max_upload_bytes)
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Route groups: [`photos`] (upload, read, list, delete, ground truth), [`labels`] (labels,
 //! search, models), [`jobs`] (re-labelling jobs), [`ops`] (health, metrics, compaction),
-//! [`keys`] (access keys); [`gateway`] is the photo routes of `ndpipe gateway`, a front door
+//! [`keys`] (access keys), [`similar`] (similar photos, cluster-wide); [`gateway`] is the photo routes of `ndpipe gateway`, a front door
 //! with no store of its own. [`auth`] gives every call the role it needs (bearer token or an
 //! access key's secret). Every error is a JSON body
 //! (`{"error": kind, "message": ...}`) and is counted by kind ([`error`]): handlers answer
@@ -19,6 +19,7 @@ mod keys;
 mod labels;
 mod ops;
 mod photos;
+mod similar;
 mod tasks;
 
 use std::sync::Arc;
@@ -41,6 +42,7 @@ use crate::keys::KeyStore;
 use crate::membership::Readiness;
 use crate::metrics::StoreMetrics;
 use crate::replication::Replication;
+use crate::similar::SimilarFront;
 use crate::storage::PhotoStore;
 use crate::words::Words;
 pub(crate) use auth::{Guard, authorize};
@@ -76,6 +78,8 @@ pub(crate) struct AppState {
     models: Option<Arc<Models>>,
     /// The matcher of searches in words, when a model is loaded.
     words: Option<Arc<Words>>,
+    /// Similarity queries (`None` without a model).
+    similar: Option<Arc<SimilarFront>>,
 }
 
 impl AppState {
@@ -101,6 +105,7 @@ impl AppState {
             replication: None,
             models: None,
             words: None,
+            similar: None,
         }
     }
 
@@ -115,6 +120,11 @@ impl AppState {
             words,
             ..self
         }
+    }
+
+    /// The same state, answering similarity queries through `similar`.
+    pub(crate) fn with_similar(self, similar: Option<Arc<SimilarFront>>) -> Self {
+        AppState { similar, ..self }
     }
 
     /// The same state, with uploads, reads and deletes through `replication` when given.
@@ -187,7 +197,15 @@ pub(crate) fn router(
         .route("/v1/jobs/{id}", get(jobs::get_job))
         .route("/healthz", get(ops::health))
         .route("/readyz", get(ops::ready))
-        .route("/metrics", get(ops::metrics::<AppState>));
+        .route("/metrics", get(ops::metrics::<AppState>))
+        .merge(similar::routes(
+            state.similar.clone(),
+            state.metrics.clone(),
+        ))
+        .merge(similar::neighbour_routes(
+            state.similar.clone(),
+            state.metrics.clone(),
+        ));
     finish(writes.merge(reads), state, max_upload_bytes)
 }
 
