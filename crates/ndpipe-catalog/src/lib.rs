@@ -12,9 +12,10 @@
 //!   and HTTP API);
 //! - [`ModelRegistry`]: model versions and which one serves (PipeStores and the Tuner);
 //! - [`JobLog`]: long-running jobs and their resumable state;
-//! - [`Catalog`]: all five, as one PipeStore uses them;
+//! - [`Catalog`]: all six, as one PipeStore uses them;
 //! - [`ObjectCatalog`]: buckets and objects of the S3 API, each object a photo or a plain blob;
 //! - [`AccessKeys`]: the access keys of a PipeStore's APIs, with their roles;
+//! - [`DuplicateCatalog`]: perceptual hashes of photos and sets of photos with the same bytes;
 //! - [`NodeRegistry`]: the PipeStores registered with a Tuner and their leases (the Tuner's
 //!   registry; not part of [`Catalog`]);
 //! - [`ReplicaCatalog`]: which nodes hold a copy of each photo, deleted photos' tombstones, and
@@ -27,6 +28,7 @@
 #![deny(missing_docs)]
 
 mod blob_copies;
+mod duplicates;
 mod error;
 mod keys;
 mod label_terms;
@@ -43,6 +45,7 @@ mod types;
 use std::collections::HashSet;
 
 pub use blob_copies::{BlobCatalog, BlobCounts, BlobHolders};
+pub use duplicates::DuplicateCatalog;
 pub use error::CatalogError;
 pub use keys::{AccessKeyRecord, Role};
 pub use objects::{Bucket, ObjectBody, ObjectRecord};
@@ -86,6 +89,10 @@ pub trait PhotoCatalog: Send + Sync {
 
     /// Number of photos.
     fn count_photos(&self) -> Result<u64, CatalogError>;
+
+    /// Photos whose original has the hex SHA-256 `sha256`, oldest first: every node's in a
+    /// catalog that nodes share. One lookup of the `photos_sha256` index.
+    fn photos_with_sha256(&self, sha256: &str) -> Result<Vec<PhotoRecord>, CatalogError>;
 
     /// Sets or clears a photo's ground truth. Fails with [`CatalogError::NotFound`] for an
     /// unknown photo.
@@ -281,7 +288,13 @@ pub trait AccessKeys: Send + Sync {
 }
 
 /// Everything a PipeStore keeps in its catalog: photos, the model registry, the job log, the
-/// S3 objects and the access keys.
-pub trait Catalog: PhotoCatalog + ModelRegistry + JobLog + ObjectCatalog + AccessKeys {}
+/// S3 objects, the access keys and what duplicate finding keeps.
+pub trait Catalog:
+    PhotoCatalog + ModelRegistry + JobLog + ObjectCatalog + AccessKeys + DuplicateCatalog
+{
+}
 
-impl<T: PhotoCatalog + ModelRegistry + JobLog + ObjectCatalog + AccessKeys> Catalog for T {}
+impl<T: PhotoCatalog + ModelRegistry + JobLog + ObjectCatalog + AccessKeys + DuplicateCatalog>
+    Catalog for T
+{
+}

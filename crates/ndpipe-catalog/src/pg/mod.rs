@@ -21,6 +21,8 @@
 //! - `schema`: the numbered migrations and `schema_migrations`;
 //! - `photos`: [`PhotoCatalog`](crate::PhotoCatalog);
 //! - `search`: label search by the label index, of one node or of the cluster;
+//! - `duplicates`: [`DuplicateCatalog`](crate::DuplicateCatalog), perceptual hashes and
+//!   exact-duplicate sets of the whole cluster;
 //! - `models`: [`ModelRegistry`](crate::ModelRegistry);
 //! - `jobs`: [`JobLog`](crate::JobLog);
 //! - `nodes`: [`NodeRegistry`](crate::NodeRegistry), the cluster's PipeStores and their leases;
@@ -36,6 +38,7 @@
 
 mod blob_copies;
 mod connect;
+mod duplicates;
 mod error;
 mod ids;
 mod jobs;

@@ -14,9 +14,9 @@ use crate::{
     SearchHit, Split,
 };
 
-const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
+pub(super) const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
                              p.created_ms, g.label, g.split";
-const PHOTO_FROM: &str = "photos p LEFT JOIN ground_truth g ON g.photo_id = p.id";
+pub(super) const PHOTO_FROM: &str = "photos p LEFT JOIN ground_truth g ON g.photo_id = p.id";
 
 pub(super) fn photo_from_row(row: &Row) -> Result<PhotoRecord, CatalogError> {
     let int = |i: usize| row.try_get::<_, i64>(i).map_err(db("read photo"));
@@ -234,6 +234,10 @@ impl PhotoCatalog for PgCatalog {
             .map(photo_from_row)
             .transpose()
         })
+    }
+
+    fn photos_with_sha256(&self, sha256: &str) -> Result<Vec<PhotoRecord>, CatalogError> {
+        self.with(|conn| super::duplicates::photos_with_sha256(conn, sha256))
     }
 
     fn existing_photo_ids(&self, ids: &[PhotoId]) -> Result<HashSet<PhotoId>, CatalogError> {

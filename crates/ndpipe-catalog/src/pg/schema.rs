@@ -177,6 +177,15 @@ CREATE TABLE blob_copies (
 CREATE INDEX blob_copies_node ON blob_copies (node, blob);
 CREATE INDEX objects_blob ON objects (blob) WHERE blob IS NOT NULL;
 "#,
+    // Duplicate finding: one perceptual hash per photo, by the algorithm named (a photo whose
+    // hash is by another algorithm is hashed again); written by the node that holds the photo.
+    r#"
+CREATE TABLE photo_near_hashes (
+    photo_id   BIGINT PRIMARY KEY REFERENCES photos (id) ON DELETE CASCADE,
+    algorithm  TEXT   NOT NULL,
+    hash       BIGINT NOT NULL
+);
+"#,
 ];
 
 /// Applies the migrations this database lacks, all in one transaction, under an advisory lock

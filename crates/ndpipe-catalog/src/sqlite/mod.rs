@@ -7,8 +7,11 @@
 //! - `jobs`: the job log ([`JobLog`](crate::JobLog));
 //! - `objects`: buckets and objects of the S3 API ([`ObjectCatalog`](crate::ObjectCatalog));
 //! - `keys`: access keys ([`AccessKeys`](crate::AccessKeys));
+//! - `duplicates`: perceptual hashes and exact-duplicate sets
+//!   ([`DuplicateCatalog`](crate::DuplicateCatalog));
 //! - `nodes`: the Tuner's node registry ([`NodeRegistry`](crate::NodeRegistry)).
 
+mod duplicates;
 mod jobs;
 mod keys;
 mod models;
@@ -182,7 +185,10 @@ mod tests {
         };
         {
             let conn = Connection::open(&path).unwrap();
-            let before = schema::MIGRATIONS.len() - 1;
+            let before = schema::MIGRATIONS
+                .iter()
+                .position(|m| m.contains("CREATE TABLE photo_labels"))
+                .unwrap();
             conn.execute_batch(&format!(
                 "DROP TABLE photo_labels; PRAGMA user_version = {before};"
             ))

@@ -11,10 +11,10 @@ use crate::{
     SearchHit, Split,
 };
 
-const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
+pub(super) const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
                              p.created_ms, g.label, g.split";
 
-fn photo_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PhotoRecord> {
+pub(super) fn photo_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PhotoRecord> {
     let label: Option<String> = row.get(7)?;
     let split: Option<String> = row.get(8)?;
     let ground_truth = match (label, split) {
@@ -198,6 +198,10 @@ impl PhotoCatalog for SqliteCatalog {
             rows.collect::<Result<Vec<_>, _>>()
                 .map_err(CatalogError::db("list photos"))
         })
+    }
+
+    fn photos_with_sha256(&self, sha256: &str) -> Result<Vec<PhotoRecord>, CatalogError> {
+        self.with(|conn| super::duplicates::photos_with_sha256(conn, sha256))
     }
 
     fn labelled(&self, split: Split) -> Result<Vec<(PhotoId, String)>, CatalogError> {

@@ -124,4 +124,13 @@ INSERT OR IGNORE INTO photo_labels (model_version, kind, term, score, photo_id, 
            score, photo_id, rank
     FROM after_separator;
 "#,
+    // Duplicate finding: one perceptual hash per photo, by the algorithm named (a photo whose
+    // hash is by another algorithm is hashed again).
+    r#"
+CREATE TABLE IF NOT EXISTS photo_near_hashes (
+    photo_id   INTEGER PRIMARY KEY REFERENCES photos(id) ON DELETE CASCADE,
+    algorithm  TEXT    NOT NULL,
+    hash       INTEGER NOT NULL
+);
+"#,
 ];
