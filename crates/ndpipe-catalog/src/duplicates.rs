@@ -8,11 +8,12 @@ use crate::{CatalogError, PhotoId, PhotoRecord};
 /// node hashes its own photos and every read answers for the whole cluster. Every method is one
 /// transaction.
 pub trait DuplicateCatalog: Send + Sync {
-    /// Up to `limit` of this node's photos that have no hash by `algorithm` (none at all, or
-    /// one by another algorithm), in id order.
+    /// Up to `limit` of this node's photos after `after` that have no hash by `algorithm`
+    /// (none at all, or one by another algorithm), in id order.
     fn photos_without_near_hash(
         &self,
         algorithm: &str,
+        after: Option<PhotoId>,
         limit: usize,
     ) -> Result<Vec<PhotoId>, CatalogError>;
 

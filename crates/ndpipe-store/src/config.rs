@@ -8,6 +8,11 @@ use std::path::PathBuf;
 use ndpipe_model::{CodecKind, ExecutionProvider};
 use serde::{Deserialize, Serialize};
 
+use crate::duplicates::{
+    DEFAULT_NEAR_HAMMING, DEFAULT_SEMANTIC_MIN_COSINE, DuplicateSettings, ExactDuplicates,
+    NearHash,
+};
+
 /// Default largest upload body, in bytes.
 pub const DEFAULT_MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
 
@@ -135,6 +140,18 @@ pub struct Config {
     pub rebalance_page_photos: u32,
     /// Deadline of each call to another node for a copy, in ms.
     pub peer_timeout_ms: u64,
+    /// What an upload of bytes the catalog already has (the same SHA-256, any node's photo on a
+    /// shared catalog) does: `existing` answers 200 with the existing photo's id as
+    /// `duplicate_of` and stores nothing; `store` stores it as a new photo and says
+    /// `duplicate_of` in the 201 (see [`ExactDuplicates`] for why `existing` is the default).
+    pub exact_duplicates: ExactDuplicates,
+    /// The perceptual hash of near duplicates: `gradient` (dHash), `phash`, `mean` or
+    /// `blockhash`, 64 bits each (changing it hashes every photo again).
+    pub near_hash: NearHash,
+    /// Largest Hamming distance, in bits of 64, between the hashes of near duplicates (0..=32).
+    pub near_hamming: u32,
+    /// Smallest cosine similarity between the features of semantic duplicates (-1..=1).
+    pub semantic_min_cosine: f64,
     /// Testing only: damage the first N feature chunks sent to the Tuner (their checksum then
     /// fails and the Tuner must fetch them again).
     pub fault_corrupt_chunks: u32,
@@ -154,6 +171,16 @@ impl Config {
                 .as_deref()
                 .is_some_and(ndpipe_catalog::is_postgres_url);
         self.replicas.unwrap_or(if in_cluster { 2 } else { 1 })
+    }
+
+    /// The settings of duplicate finding.
+    pub(crate) fn duplicates(&self) -> DuplicateSettings {
+        DuplicateSettings {
+            exact: self.exact_duplicates,
+            near_hash: self.near_hash,
+            near_hamming: self.near_hamming,
+            semantic_min_cosine: self.semantic_min_cosine,
+        }
     }
 
     /// The HTTP server's limits.
@@ -217,6 +244,10 @@ impl Default for Config {
             rebalance_moves_per_round: 32,
             rebalance_page_photos: 256,
             peer_timeout_ms: 30_000,
+            exact_duplicates: ExactDuplicates::default(),
+            near_hash: NearHash::default(),
+            near_hamming: DEFAULT_NEAR_HAMMING,
+            semantic_min_cosine: DEFAULT_SEMANTIC_MIN_COSINE,
         }
     }
 }
@@ -274,9 +305,31 @@ pub struct GatewayConfig {
     pub max_uploads_per_client: usize,
     /// Deadline of each call to a PipeStore (an upload's ingest and copies included), in ms.
     pub peer_timeout_ms: u64,
+    /// What an upload of bytes the catalog already has (the same SHA-256, any node's photo on a
+    /// shared catalog) does: `existing` answers 200 with the existing photo's id as
+    /// `duplicate_of` and stores nothing; `store` stores it as a new photo and says
+    /// `duplicate_of` in the 201 (see [`ExactDuplicates`] for why `existing` is the default).
+    pub exact_duplicates: ExactDuplicates,
+    /// The perceptual hash of near duplicates: `gradient` (dHash), `phash`, `mean` or
+    /// `blockhash`, 64 bits each (changing it hashes every photo again).
+    pub near_hash: NearHash,
+    /// Largest Hamming distance, in bits of 64, between the hashes of near duplicates (0..=32).
+    pub near_hamming: u32,
+    /// Smallest cosine similarity between the features of semantic duplicates (-1..=1).
+    pub semantic_min_cosine: f64,
 }
 
 impl GatewayConfig {
+    /// The settings of duplicate finding.
+    pub(crate) fn duplicates(&self) -> DuplicateSettings {
+        DuplicateSettings {
+            exact: self.exact_duplicates,
+            near_hash: self.near_hash,
+            near_hamming: self.near_hamming,
+            semantic_min_cosine: self.semantic_min_cosine,
+        }
+    }
+
     /// The HTTP server's limits.
     pub(crate) fn http_limits(&self) -> ndpipe_util::serve::HttpLimits {
         ndpipe_util::serve::HttpLimits::from_config(
@@ -311,6 +364,10 @@ impl Default for GatewayConfig {
             max_upload_bytes: store.max_upload_bytes,
             max_uploads_per_client: store.max_uploads_per_client,
             peer_timeout_ms: store.peer_timeout_ms,
+            exact_duplicates: store.exact_duplicates,
+            near_hash: store.near_hash,
+            near_hamming: store.near_hamming,
+            semantic_min_cosine: store.semantic_min_cosine,
         }
     }
 }

@@ -19,6 +19,7 @@ use tracing::info;
 use crate::api::http::{self, GatewayState};
 use crate::api::s3;
 use crate::config::GatewayConfig;
+use crate::duplicates::exact::ExactCheck;
 use crate::error::Error;
 use crate::keys::KeyStore;
 use crate::metrics::StoreMetrics;
@@ -52,6 +53,10 @@ impl Gateway {
                 });
             }
         };
+        config
+            .duplicates()
+            .check()
+            .map_err(|(setting, reason)| Error::Config { setting, reason })?;
         if config.replicas == 0 {
             return Err(Error::Config {
                 setting: "replicas",
@@ -79,9 +84,10 @@ impl Gateway {
         let pg = Arc::new(pg);
         info!(catalog = %what, replicas = config.replicas, "gateway catalog open");
         let metrics = Arc::new(StoreMetrics::default());
+        let exact = ExactCheck::new(config.exact_duplicates, pg.clone());
         let front = FrontDoor::new(
             None,
-            pg.clone(),
+            (pg.clone(), exact),
             metrics.clone(),
             (secret, tls),
             FrontDoorConfig::new(
@@ -112,7 +118,8 @@ impl Gateway {
             keys,
             metrics,
         } = self;
-        let state = GatewayState::new(front.clone(), catalog.clone(), metrics.clone());
+        let state = GatewayState::new(front.clone(), catalog.clone(), metrics.clone())
+            .with_duplicates(config.duplicates());
         let guard = http::Guard {
             keys: keys.clone(),
             metrics,

@@ -18,12 +18,14 @@ use ndpipe_model::{
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinError;
 use tracing::{info, warn};
 
 use ndpipe_util::sync::lock;
 
+use crate::duplicates::ExactDuplicates;
+use crate::duplicates::exact::{ExactCheck, Uploaded};
 use crate::inference::labeler::{Labeler, Labelled};
 use crate::metrics::StoreMetrics;
 use crate::storage::{FeatureStore, NewPhoto, PhotoStore, StoreError};
@@ -73,6 +75,8 @@ pub(crate) struct IngestConfig {
     /// Bytes that decodes in flight may take together (see [`Preprocessor::decode_cost`]); a
     /// photo larger than the whole budget decodes alone.
     pub(crate) decode_budget_bytes: u64,
+    /// What an upload of bytes the catalog already has does.
+    pub(crate) exact_duplicates: ExactDuplicates,
 }
 
 impl Default for IngestConfig {
@@ -82,6 +86,7 @@ impl Default for IngestConfig {
             tensor_codec: Codec::Zstd { level: 3 },
             max_parallel_decodes: std::thread::available_parallelism().map_or(2, |n| n.get()),
             decode_budget_bytes: DEFAULT_DECODE_BUDGET,
+            exact_duplicates: ExactDuplicates::default(),
         }
     }
 }
@@ -147,6 +152,10 @@ pub(crate) struct Ingestor {
     decode_budget_mib: u32,
     /// Photos gone from the store whose catalog row or features are not removed yet.
     unfinished_deletes: Mutex<BTreeSet<u64>>,
+    /// The exact-duplicate check of [`Ingestor::upload`].
+    exact: ExactCheck,
+    /// Told of every photo catalogued (the perceptual-hash worker waits on it).
+    catalogued: Arc<Notify>,
 }
 
 impl Ingestor {
@@ -160,6 +169,8 @@ impl Ingestor {
     ) -> Self {
         Ingestor {
             labeler: None,
+            exact: ExactCheck::new(config.exact_duplicates, catalog.clone()),
+            catalogued: Arc::default(),
             store,
             features,
             catalog,
@@ -184,6 +195,36 @@ impl Ingestor {
         if let Some(labeler) = &self.labeler {
             labeler.stop();
         }
+    }
+
+    /// An upload: [`Ingestor::ingest`] behind the exact-duplicate check (bytes the catalog
+    /// already has are answered as `exact_duplicates` says).
+    pub(crate) async fn upload(
+        &self,
+        bytes: bytes::Bytes,
+        truth: Option<GroundTruth>,
+    ) -> Result<Uploaded, IngestError> {
+        self.exact.upload(bytes, |b| self.ingest(b, truth)).await
+    }
+
+    /// [`Ingestor::upload`] in `mode` rather than the configured one.
+    pub(crate) async fn upload_as(
+        &self,
+        mode: ExactDuplicates,
+        bytes: bytes::Bytes,
+        truth: Option<GroundTruth>,
+    ) -> Result<Uploaded, IngestError> {
+        self.exact.upload_as(mode, bytes, |b| self.ingest(b, truth)).await
+    }
+
+    /// The exact-duplicate check of this node's uploads.
+    pub(crate) fn exact(&self) -> &ExactCheck {
+        &self.exact
+    }
+
+    /// Told of every photo catalogued here.
+    pub(crate) fn catalogued(&self) -> Arc<Notify> {
+        self.catalogued.clone()
     }
 
     /// Validates, preprocesses, stores and catalogs one photo. Nothing is written unless the
@@ -283,6 +324,7 @@ impl Ingestor {
             return Err(self.catalog_failure(e.into()));
         }
         self.metrics.photos.inc();
+        self.catalogued.notify_one();
         self.file_labels(id, labelling).await;
         Ok(record)
     }

@@ -18,6 +18,7 @@ use crate::api::grpc::PipeStoreService;
 use crate::api::http::{self, AppState};
 use crate::api::replication::ReplicationService;
 use crate::api::s3;
+use crate::duplicates::hasher::HashWorker;
 use crate::error::Error;
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
@@ -127,6 +128,7 @@ impl PipeStore {
             ),
             None => None,
         };
+        let catalog_for_hashes = catalog.clone();
         let state = AppState::new(
             ingestor.clone(),
             store.clone(),
@@ -137,7 +139,17 @@ impl PipeStore {
         )
         .named(&name)
         .with_readiness(readiness.clone(), node.is_some())
-        .with_replication(replication.clone());
+        .with_replication(replication.clone())
+        .with_duplicates(config.duplicates());
+        tokio::spawn(
+            HashWorker::new(
+                store.clone(),
+                catalog_for_hashes,
+                config.near_hash,
+                ingestor.catalogued(),
+            )
+            .run(stopped.clone()),
+        );
         if let Some(replication) = replication {
             tokio::spawn(replication.run_worker(stopped.clone()));
             info!("replication worker started (repair, scrub, free-space reports)");

@@ -6,7 +6,7 @@ use postgres::Client;
 
 use super::error::db;
 use super::photos::{PHOTO_COLUMNS, PHOTO_FROM, photo_from_row};
-use super::{PgCatalog, from_sql, sql_ids};
+use super::{PgCatalog, from_sql, sql_id, sql_ids};
 use crate::{CatalogError, DuplicateCatalog, PhotoId, PhotoRecord};
 
 /// Every node's photos whose original has SHA-256 `sha256`, oldest first (`photos_sha256`).
@@ -36,16 +36,18 @@ impl DuplicateCatalog for PgCatalog {
     fn photos_without_near_hash(
         &self,
         algorithm: &str,
+        after: Option<PhotoId>,
         limit: usize,
     ) -> Result<Vec<PhotoId>, CatalogError> {
+        let after = after.map(sql_id).transpose()?.unwrap_or(-1);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let node = self.node();
         self.with(|conn| {
             conn.query(
                 "SELECT p.id FROM photos p LEFT JOIN photo_near_hashes h
                    ON h.photo_id = p.id AND h.algorithm = $1
-                 WHERE p.node = $2 AND h.photo_id IS NULL ORDER BY p.id LIMIT $3",
-                &[&algorithm, &node, &limit],
+                 WHERE p.node = $2 AND p.id > $3 AND h.photo_id IS NULL ORDER BY p.id LIMIT $4",
+                &[&algorithm, &node, &after, &limit],
             )
             .map_err(db("find photos without a hash"))?
             .iter()

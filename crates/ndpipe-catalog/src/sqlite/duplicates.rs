@@ -38,20 +38,22 @@ impl DuplicateCatalog for SqliteCatalog {
     fn photos_without_near_hash(
         &self,
         algorithm: &str,
+        after: Option<PhotoId>,
         limit: usize,
     ) -> Result<Vec<PhotoId>, CatalogError> {
         let op = "find photos without a hash";
+        let after = after.map(sql_id).transpose()?.unwrap_or(-1);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.with(|conn| {
             let mut stmt = conn
                 .prepare_cached(
                     "SELECT p.id FROM photos p LEFT JOIN photo_near_hashes h
                        ON h.photo_id = p.id AND h.algorithm = ?1
-                     WHERE h.photo_id IS NULL ORDER BY p.id LIMIT ?2",
+                     WHERE p.id > ?2 AND h.photo_id IS NULL ORDER BY p.id LIMIT ?3",
                 )
                 .map_err(CatalogError::db(op))?;
             let rows = stmt
-                .query_map(params![algorithm, limit], |r| {
+                .query_map(params![algorithm, after, limit], |r| {
                     r.get::<_, i64>(0).map(i64::cast_unsigned)
                 })
                 .map_err(CatalogError::db(op))?;

@@ -57,7 +57,7 @@ fn hashes_are_kept_per_algorithm_and_follow_their_photo(c: &dyn Catalog) {
         c.upsert_photo(&photo(id, None)).unwrap();
     }
     assert_eq!(c.count_without_near_hash("a").unwrap(), before + 3);
-    let pending = c.photos_without_near_hash("a", 10_000).unwrap();
+    let pending = c.photos_without_near_hash("a", None, 10_000).unwrap();
     assert!(pending.windows(2).all(|w| w[0] < w[1]), "in id order");
     assert!([9101, 9102, 9103].iter().all(|id| pending.contains(id)));
     // u64::MAX checks that all 64 bits survive a signed column; 9999 no longer exists.
@@ -68,12 +68,17 @@ fn hashes_are_kept_per_algorithm_and_follow_their_photo(c: &dyn Catalog) {
     assert_eq!(c.count_without_near_hash("a").unwrap(), before + 1);
     let hashes = c.near_hashes("a").unwrap();
     assert!(hashes.contains(&(9101, u64::MAX)) && hashes.contains(&(9102, 7)));
-    assert!(!c.photos_without_near_hash("a", 10_000).unwrap().contains(&9101));
+    assert!(!c.photos_without_near_hash("a", None, 10_000).unwrap().contains(&9101));
     // Another algorithm replaces the hash: the photo needs one by "a" again.
     assert_eq!(c.put_near_hashes("b", &[(9101, 3)]).unwrap(), 1);
-    assert!(c.photos_without_near_hash("a", 10_000).unwrap().contains(&9101));
+    assert!(c.photos_without_near_hash("a", None, 10_000).unwrap().contains(&9101));
     assert_eq!(c.near_hashes("b").unwrap(), [(9101, 3)]);
-    assert_eq!(c.photos_without_near_hash("a", 1).unwrap().len(), 1, "limit");
+    assert_eq!(c.photos_without_near_hash("a", None, 1).unwrap().len(), 1, "limit");
+    assert_eq!(
+        c.photos_without_near_hash("a", Some(9101), 10_000).unwrap(),
+        [9103],
+        "after"
+    );
     for id in [9101, 9102, 9103] {
         c.delete_photo(id).unwrap();
     }

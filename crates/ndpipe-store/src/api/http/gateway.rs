@@ -17,9 +17,11 @@ use ndpipe_catalog::Catalog;
 use serde::Serialize;
 
 use super::error::{ApiError, Counted, count, parse_id};
+use super::duplicates::{self, DuplicateParams, DuplicatesReply};
 use super::labels;
 use super::photos::{self, MetaReply, Page, PageParams, UploadParams, UploadReply};
 use super::{finish, limited_upload, ops};
+use crate::duplicates::DuplicateSettings;
 use crate::metrics::StoreMetrics;
 use crate::replication::{ClusterStatus, FrontDoor};
 
@@ -29,6 +31,8 @@ pub(crate) struct GatewayState {
     front: Arc<FrontDoor>,
     catalog: Arc<dyn Catalog>,
     metrics: Arc<StoreMetrics>,
+    /// The settings of `GET /v1/duplicates`.
+    duplicates: DuplicateSettings,
 }
 
 impl GatewayState {
@@ -42,6 +46,15 @@ impl GatewayState {
             front,
             catalog,
             metrics,
+            duplicates: DuplicateSettings::default(),
+        }
+    }
+
+    /// The same state, finding duplicates with `settings`.
+    pub(crate) fn with_duplicates(self, settings: DuplicateSettings) -> Self {
+        GatewayState {
+            duplicates: settings,
+            ..self
         }
     }
 }
@@ -68,6 +81,7 @@ pub(crate) fn gateway_router(
         .route("/v1/photos/{id}/meta", get(get_meta))
         .route("/v1/photos/{id}/labels", get(get_labels))
         .route("/v1/cluster", get(cluster))
+        .route("/v1/duplicates", get(list_duplicates))
         .route("/healthz", get(health))
         .route("/readyz", get(ready))
         .route("/metrics", get(ops::metrics::<GatewayState>));
@@ -88,6 +102,15 @@ async fn upload(
     }
     .await;
     photos::answer_upload(&state, started, result)
+}
+
+/// `GET /v1/duplicates`: the cluster's groups of duplicate photos, from the catalog.
+async fn list_duplicates(
+    State(state): State<GatewayState>,
+    query: Result<Query<DuplicateParams>, QueryRejection>,
+) -> Result<Json<DuplicatesReply>, ApiError> {
+    let (catalog, settings) = (state.catalog.clone(), state.duplicates);
+    duplicates::answer(&state, catalog, settings, query).await
 }
 
 /// `GET /v1/photos/{id}`: the original from the first holder whose copy is intact.

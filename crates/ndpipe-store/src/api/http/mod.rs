@@ -2,7 +2,7 @@
 //! `/metrics`.
 //!
 //! Route groups: [`photos`] (upload, read, list, delete, ground truth), [`labels`] (labels,
-//! search, models), [`jobs`] (re-labelling jobs), [`ops`] (health, metrics, compaction),
+//! search, models), [`duplicates`] (groups of duplicate photos), [`jobs`] (re-labelling jobs), [`ops`] (health, metrics, compaction),
 //! [`keys`] (access keys); [`gateway`] is the photo routes of `ndpipe gateway`, a front door
 //! with no store of its own. [`auth`] gives every call the role it needs (bearer token or an
 //! access key's secret). Every error is a JSON body
@@ -12,6 +12,7 @@
 
 mod auth;
 mod cluster;
+mod duplicates;
 mod error;
 mod gateway;
 mod jobs;
@@ -33,6 +34,7 @@ use axum::routing::{MethodRouter, delete, get, post, put};
 use ndpipe_catalog::Catalog;
 use ndpipe_util::per_client::{PerClientLimit, limit_per_client};
 
+use crate::duplicates::DuplicateSettings;
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
 use crate::keys::KeyStore;
@@ -69,6 +71,8 @@ pub(crate) struct AppState {
     /// The cluster as one store, when photos are replicated: uploads, reads and deletes go
     /// through it.
     replication: Option<Arc<Replication>>,
+    /// The settings of `GET /v1/duplicates`.
+    duplicates: DuplicateSettings,
 }
 
 impl AppState {
@@ -92,6 +96,15 @@ impl AppState {
             readiness: Arc::new(Readiness::default()),
             model_loaded: false,
             replication: None,
+            duplicates: DuplicateSettings::default(),
+        }
+    }
+
+    /// The same state, finding duplicates with `settings`.
+    pub(crate) fn with_duplicates(self, settings: DuplicateSettings) -> Self {
+        AppState {
+            duplicates: settings,
+            ..self
         }
     }
 
@@ -151,6 +164,7 @@ pub(crate) fn router(
         .route("/v1/photos/{id}/tensor", get(photos::get_tensor))
         .route("/v1/photos/{id}/labels", get(labels::get_labels))
         .route("/v1/search", get(labels::search))
+        .route("/v1/duplicates", get(duplicates::list))
         .route("/v1/models", get(labels::models))
         .route("/v1/jobs", get(jobs::list))
         .route("/v1/jobs/{id}", get(jobs::get_job))
