@@ -11,6 +11,9 @@ mod cluster;
 mod cost;
 mod crops;
 mod drift;
+mod dup_set;
+mod dup_stats;
+mod duplicates;
 mod emulated;
 mod finetune;
 mod fuzz;
@@ -74,6 +77,10 @@ enum Which {
     /// Scale: one node filled to N photos; ingest rate, search and listing p99, disk per photo
     /// and RSS at every step, then a fine-tune from stored features and its re-labelling.
     Scale(scale::ScaleBench),
+    /// Duplicates: precision and recall of exact, near and semantic pairs on real photos and
+    /// their edited copies against controls, the threshold sweep, and the near-pair search's
+    /// time among 10^5 hashes against a full scan.
+    Duplicates(duplicates::DuplicatesBench),
     /// Drift: classes arrive in stages; stale vs fine-tuned accuracy at each stage.
     Drift(drift::DriftBench),
     /// SpiderCache and its peers on a real training run reading a PipeStore (or a replay).
@@ -118,6 +125,7 @@ async fn run(which: Which) -> Result<()> {
         Which::Infer(b) => infer::run(b).await,
         Which::Finetune(b) => finetune::run(b).await,
         Which::Drift(b) => drift::run(b).await,
+        Which::Duplicates(b) => duplicates::run(b).await,
         Which::S3(b) => s3::run(b).await,
         Which::Scaling(b) => scaling::run(b).await,
         Which::Rsweep(b) => rsweep::run(b).await,

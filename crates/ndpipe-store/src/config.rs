@@ -145,7 +145,7 @@ pub struct Config {
     /// `duplicate_of` and stores nothing; `store` stores it as a new photo and says
     /// `duplicate_of` in the 201 (see [`ExactDuplicates`] for why `existing` is the default).
     pub exact_duplicates: ExactDuplicates,
-    /// The perceptual hash of near duplicates: `gradient` (dHash), `phash`, `mean` or
+    /// The perceptual hash of near duplicates: `phash`, `gradient` (dHash), `mean` or
     /// `blockhash`, 64 bits each (changing it hashes every photo again).
     pub near_hash: NearHash,
     /// Largest Hamming distance, in bits of 64, between the hashes of near duplicates (0..=32).
@@ -310,7 +310,7 @@ pub struct GatewayConfig {
     /// `duplicate_of` and stores nothing; `store` stores it as a new photo and says
     /// `duplicate_of` in the 201 (see [`ExactDuplicates`] for why `existing` is the default).
     pub exact_duplicates: ExactDuplicates,
-    /// The perceptual hash of near duplicates: `gradient` (dHash), `phash`, `mean` or
+    /// The perceptual hash of near duplicates: `phash`, `gradient` (dHash), `mean` or
     /// `blockhash`, 64 bits each (changing it hashes every photo again).
     pub near_hash: NearHash,
     /// Largest Hamming distance, in bits of 64, between the hashes of near duplicates (0..=32).

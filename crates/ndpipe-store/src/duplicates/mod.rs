@@ -26,7 +26,7 @@ pub use phash::{NearHash, PerceptualHasher};
 pub const HASH_BITS: u32 = 64;
 
 /// The default Hamming threshold of near duplicates, from `ndpipe-bench duplicates`.
-pub const DEFAULT_NEAR_HAMMING: u32 = 10;
+pub const DEFAULT_NEAR_HAMMING: u32 = 12;
 
 /// The default cosine threshold of semantic duplicates, from `ndpipe-bench duplicates`.
 pub const DEFAULT_SEMANTIC_MIN_COSINE: f64 = 0.9;

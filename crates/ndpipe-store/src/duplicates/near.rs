@@ -9,8 +9,6 @@
 //! finds it, so once. No crate does this for plain `u64`s: BK-tree crates visit most of the
 //! tree at the radii near duplicates need.
 
-use std::collections::HashMap;
-
 use ndpipe_catalog::PhotoId;
 
 /// Chunks each hash is cut into; 16 bits each suits 10^4 to 10^6 hashes (about one hash per
@@ -42,20 +40,47 @@ fn masks(radius: u32) -> Vec<u16> {
         .collect()
 }
 
+/// The hashes' indices by the value of one chunk: the indices whose chunk is `v` are
+/// `order[starts[v]..starts[v + 1]]`, in ascending order (a counting sort: two array reads a
+/// lookup, where a hash map would hash every probe).
+struct ChunkTable {
+    starts: Vec<u32>,
+    order: Vec<u32>,
+}
+
+impl ChunkTable {
+    /// The table of chunk `c` of `hashes`.
+    fn new(hashes: &[(PhotoId, u64)], c: u32) -> Self {
+        let mut starts = vec![0u32; (1 << CHUNK_BITS) + 1];
+        for (_, hash) in hashes {
+            starts[usize::from(chunk(*hash, c)) + 1] += 1;
+        }
+        for v in 1..starts.len() {
+            starts[v] += starts[v - 1];
+        }
+        let mut next = starts.clone();
+        let mut order = vec![0u32; hashes.len()];
+        for (i, (_, hash)) in hashes.iter().enumerate() {
+            let slot = &mut next[usize::from(chunk(*hash, c))];
+            order[*slot as usize] = i as u32;
+            *slot += 1;
+        }
+        ChunkTable { starts, order }
+    }
+
+    /// The indices whose chunk is `v`.
+    fn bucket(&self, v: u16) -> &[u32] {
+        let v = usize::from(v);
+        &self.order[self.starts[v] as usize..self.starts[v + 1] as usize]
+    }
+}
+
 /// Every pair of `hashes` (id, hash) whose hashes differ in at most `max_distance` bits, each
-/// once, in (a, b) order. Equal ids are not paired with each other.
+/// once, in (a, b) order. Equal ids are not paired with each other; at most 2^32 hashes.
 pub fn near_pairs(hashes: &[(PhotoId, u64)], max_distance: u32) -> Vec<NearPair> {
     let radius = max_distance / CHUNKS;
     let probes = masks(radius);
-    let tables: Vec<HashMap<u16, Vec<usize>>> = (0..CHUNKS)
-        .map(|c| {
-            let mut table: HashMap<u16, Vec<usize>> = HashMap::new();
-            for (i, (_, hash)) in hashes.iter().enumerate() {
-                table.entry(chunk(*hash, c)).or_default().push(i);
-            }
-            table
-        })
-        .collect();
+    let tables: Vec<ChunkTable> = (0..CHUNKS).map(|c| ChunkTable::new(hashes, c)).collect();
     let found_in_earlier_chunk = |x: u64, y: u64, c: u32| {
         (0..c).any(|earlier| (chunk(x, earlier) ^ chunk(y, earlier)).count_ones() <= radius)
     };
@@ -64,10 +89,11 @@ pub fn near_pairs(hashes: &[(PhotoId, u64)], max_distance: u32) -> Vec<NearPair>
         for (c, table) in (0..CHUNKS).zip(&tables) {
             let own = chunk(hash, c);
             for mask in &probes {
-                let Some(bucket) = table.get(&(own ^ mask)) else {
-                    continue;
-                };
-                for &j in bucket.iter().filter(|&&j| j > i) {
+                for &j in table.bucket(own ^ mask) {
+                    let j = j as usize;
+                    if j <= i {
+                        continue;
+                    }
                     let (other, other_hash) = hashes[j];
                     let distance = (hash ^ other_hash).count_ones();
                     if distance <= max_distance

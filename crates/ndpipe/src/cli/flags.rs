@@ -355,13 +355,13 @@ pub(crate) struct DuplicateFlags {
     #[arg(long, env = "NDPIPE_EXACT_DUPLICATES")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) exact_duplicates: Option<ExactDuplicates>,
-    /// Perceptual hash of near duplicates: gradient, phash, mean or blockhash [near_hash;
-    /// default: gradient].
+    /// Perceptual hash of near duplicates: phash, gradient, mean or blockhash [near_hash;
+    /// default: phash].
     #[arg(long, env = "NDPIPE_NEAR_HASH")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) near_hash: Option<NearHash>,
     /// Largest Hamming distance, in bits of 64, between near duplicates' hashes, 0..=32
-    /// [near_hamming; default: 10].
+    /// [near_hamming; default: 12].
     #[arg(long, env = "NDPIPE_NEAR_HAMMING")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) near_hamming: Option<u32>,
