@@ -9,7 +9,7 @@ export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 PY_VENV := $(CURDIR)/target/py/venv
 PY_CRATE := python/spidercache/Cargo.toml
 
-.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep experiment-rollout experiment-balance experiment-bandwidth experiment-cost bench-scale
+.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-duplicates bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep experiment-rollout experiment-balance experiment-bandwidth experiment-cost bench-scale
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -65,6 +65,10 @@ bench-finetune: build-bench
 ## Drift: classes arrive in stages; stale vs fine-tuned accuracy.
 bench-drift: build-bench
 	target/release/ndpipe-bench drift --json $(CACHE)/bench-drift.json
+
+## Duplicates: precision and recall per level on real photos and their edited copies (3 seeds).
+bench-duplicates: build-bench
+	target/release/ndpipe-bench duplicates
 
 ## SpiderCache vs its peers on a real training run reading a PipeStore (about 15 minutes).
 bench-cache: build-bench
