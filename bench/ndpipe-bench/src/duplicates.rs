@@ -3,31 +3,31 @@
 //! the sweep of thresholds behind the defaults; and the time to find near pairs among 10^5
 //! hashes against a full scan of every pair.
 //!
-//! A found pair is right when both photos are of one family (an original and its copies).
-//! Exact: pairs of byte-identical uploads (the SHA-256 the store looks up), against as many
-//! random pairs. Near: the store's perceptual hashes of each photo's preprocessed tensor and
-//! its multi-index pair search, per algorithm and Hamming threshold, against random hashes.
-//! Semantic: the cosine of EfficientNet-Lite0's features (the store's backbone), per threshold,
-//! against the same features shuffled between photos.
+//! Every figure is of what a real PipeStore kept (`dup_store.rs`): the set is uploaded to a
+//! fresh node, with its model. A found pair is right when both photos are of one family (an
+//! original and its copies). Exact: the node's exact groups (same SHA-256), against as many
+//! random pairs. Near: the perceptual hashes of the node's stored tensors (its worker's own for
+//! the configured algorithm) and the store's multi-index pair search, per algorithm and
+//! Hamming threshold, against random hashes. Semantic: the exact cosine between the features
+//! the node stored at ingest (EfficientNet-Lite0, its backbone), per threshold, against the
+//! same features shuffled between photos; in the product these pairs come from the feature
+//! index, whose recall against exact search is measured by `ndpipe-bench similar`.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
-use ndpipe_model::{
-    ImageTensor, InferenceBackend, OrtBackend, PreprocessConfig, Preprocessor, RuntimeConfig,
-};
 use ndpipe_store::{DEFAULT_NEAR_HAMMING, DEFAULT_SEMANTIC_MIN_COSINE, NearHash, near_pairs};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use rayon::prelude::*;
-use sha2::{Digest, Sha256};
 
 use crate::dup_set::{Edit, Inputs, Photo, Sizes, Sources};
 use crate::dup_stats::{Score, Spread, score, table};
+use crate::dup_store::store_and_read;
 
 /// Flags of `ndpipe-bench duplicates`.
 #[derive(Debug, Args)]
@@ -41,7 +41,7 @@ pub(crate) struct DuplicatesBench {
     /// Where the Fashion-MNIST IDX files are.
     #[arg(long, env = "NDPIPE_FASHION_MNIST_DIR")]
     fashion_mnist_dir: Option<PathBuf>,
-    /// The model folder (EfficientNet-Lite0) for the semantic level.
+    /// The model folder (EfficientNet-Lite0) of the node the sets are stored on.
     #[arg(long, env = "NDPIPE_MODEL_DIR", default_value = ".cache/model")]
     model_dir: PathBuf,
     /// Seeds (sets) to run; the spread is over them.
@@ -62,7 +62,7 @@ pub(crate) struct DuplicatesBench {
     /// Rounds of the pair-search timing.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// Leave out the semantic level (no model needed).
+    /// Leave out the semantic level (the node runs without a model).
     #[arg(long)]
     no_semantic: bool,
 }
@@ -72,93 +72,48 @@ const HAMMING: [u32; 9] = [0, 2, 4, 6, 8, 10, 12, 14, 16];
 /// Cosine thresholds of the sweep.
 const COSINE: [f64; 8] = [0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95];
 
-/// One set with everything measured on it.
+/// One set with what the node kept of it.
 struct Measured {
     photos: Vec<Photo>,
-    sha: Vec<[u8; 32]>,
+    exact: Vec<(usize, usize)>,
     hashes: HashMap<NearHash, Vec<u64>>,
     features: Option<Vec<Vec<f32>>>,
 }
 
 /// Runs the benchmark.
 pub(crate) async fn run(args: DuplicatesBench) -> Result<()> {
-    tokio::task::spawn_blocking(move || run_blocking(&args)).await?
-}
-
-fn run_blocking(args: &DuplicatesBench) -> Result<()> {
     let fashion = ndpipe::fashion_mnist::dir(args.fashion_mnist_dir.as_ref());
     let inputs = Inputs {
         wallpapers: args.wallpapers.clone(),
         samples: args.samples.clone(),
         fashion: fashion.clone(),
     };
-    let sources = Sources::load(&inputs, 2 * (args.fashion + args.fashion_unrelated))?;
-    let model = match args.no_semantic {
-        true => None,
-        false => Some(
-            OrtBackend::load(&args.model_dir, &RuntimeConfig::for_model_dir(&args.model_dir))
-                .with_context(|| format!("loading the model in {}", args.model_dir.display()))?,
-        ),
-    };
+    let count = 2 * (args.fashion + args.fashion_unrelated);
+    let sources = tokio::task::spawn_blocking(move || Sources::load(&inputs, count)).await??;
     let sizes = Sizes {
         tiles: args.tiles,
         fashion: args.fashion,
         fashion_unrelated: args.fashion_unrelated,
     };
+    let model_dir = (!args.no_semantic).then_some(args.model_dir.as_path());
     let mut sets = Vec::new();
     for &seed in &args.seeds {
         let photos = sources.set(seed, sizes)?;
         let families = photos.iter().filter_map(|p| p.family).max().map_or(0, |f| f + 1);
-        eprintln!("seed {seed}: {} photos, {families} families", photos.len());
-        sets.push(measure(photos, model.as_ref())?);
+        eprintln!("seed {seed}: storing {} photos, {families} families", photos.len());
+        let kept = store_and_read(&photos, model_dir).await?;
+        sets.push(Measured {
+            photos,
+            exact: kept.exact,
+            hashes: kept.hashes,
+            features: kept.features,
+        });
     }
-    report_quality(&sets, &args.seeds);
-    report_timing(args, &fashion)
-}
-
-/// Hashes every photo of the set by every algorithm, and extracts features with `model`.
-fn measure(photos: Vec<Photo>, model: Option<&OrtBackend>) -> Result<Measured> {
-    let pre = Preprocessor::new(PreprocessConfig::default());
-    let tensors = photos
-        .par_iter()
-        .map(|p| Ok(pre.run(&p.bytes)?.tensor))
-        .collect::<Result<Vec<ImageTensor>>>()?;
-    let sha = photos.iter().map(|p| Sha256::digest(&p.bytes).into()).collect();
-    let hashes = NearHash::ALL
-        .into_iter()
-        .map(|alg| {
-            let hasher = alg.hasher();
-            let all = tensors
-                .iter()
-                .map(|t| hasher.hash_tensor(t).context("a tensor that is not RGB"))
-                .collect::<Result<Vec<u64>>>()?;
-            Ok((alg, all))
-        })
-        .collect::<Result<HashMap<_, _>>>()?;
-    let features = match model {
-        Some(model) => Some(features_of(model, &tensors)?),
-        None => None,
-    };
-    Ok(Measured {
-        photos,
-        sha,
-        hashes,
-        features,
+    tokio::task::spawn_blocking(move || {
+        report_quality(&sets, &args.seeds);
+        report_timing(&args, &fashion)
     })
-}
-
-/// The backbone's features of every tensor, unit length.
-fn features_of(model: &OrtBackend, tensors: &[ImageTensor]) -> Result<Vec<Vec<f32>>> {
-    let mut out = Vec::with_capacity(tensors.len());
-    for batch in tensors.chunks(model.max_batch().max(1)) {
-        let outputs = model.run(batch)?;
-        for i in 0..outputs.len() {
-            let f = outputs.features(i);
-            let norm = f.iter().map(|v| v * v).sum::<f32>().sqrt().max(f32::EPSILON);
-            out.push(f.iter().map(|v| v / norm).collect());
-        }
-    }
-    Ok(out)
+    .await?
 }
 
 /// Whether photos `a` and `b` are of one family.
@@ -173,21 +128,6 @@ fn truth(photos: &[Photo]) -> usize {
         *sizes.entry(f).or_default() += 1;
     }
     sizes.values().map(|n| n * (n - 1) / 2).sum()
-}
-
-/// Pairs (by index) of byte-identical photos.
-fn exact_pairs(m: &Measured) -> Vec<(usize, usize)> {
-    let mut by_sha: HashMap<[u8; 32], Vec<usize>> = HashMap::new();
-    for (i, sha) in m.sha.iter().enumerate() {
-        by_sha.entry(*sha).or_default().push(i);
-    }
-    let mut pairs = Vec::new();
-    for ids in by_sha.values() {
-        for (k, &a) in ids.iter().enumerate() {
-            pairs.extend(ids[k + 1..].iter().map(|&b| (a, b)));
-        }
-    }
-    pairs
 }
 
 /// Pairs (by index) whose hashes are within `t` bits, found by the store's pair search.
@@ -252,12 +192,12 @@ fn report_quality(sets: &[Measured], seeds: &[u64]) {
     };
     rows.push((
         "exact: same SHA-256".into(),
-        over(&|m, _| judge(m, &exact_pairs(m))),
+        over(&|m, _| judge(m, &m.exact)),
     ));
     rows.push((
         "exact control: random pairs".into(),
         over(&|m, i| {
-            let n = exact_pairs(m).len();
+            let n = m.exact.len();
             judge(m, &random_pairs(m.photos.len(), n, &mut Pcg64Mcg::seed_from_u64(seeds[i])))
         }),
     ));

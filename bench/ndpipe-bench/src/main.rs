@@ -13,6 +13,7 @@ mod crops;
 mod drift;
 mod dup_set;
 mod dup_stats;
+mod dup_store;
 mod duplicates;
 mod emulated;
 mod finetune;

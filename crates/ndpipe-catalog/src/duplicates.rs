@@ -8,14 +8,16 @@ use crate::{CatalogError, PhotoId, PhotoRecord};
 /// node hashes its own photos and every read answers for the whole cluster. Every method is one
 /// transaction.
 pub trait DuplicateCatalog: Send + Sync {
-    /// Up to `limit` of this node's photos after `after` that have no hash by `algorithm`
-    /// (none at all, or one by another algorithm), in id order.
+    /// Looks at this node's next `window` photos after `after`, in id order: the ids of those
+    /// that have no hash by `algorithm` (none at all, or one by another algorithm), and the
+    /// last id looked at (`None`: no photo after `after`). A scan of every photo goes window by
+    /// window, so no one call holds the catalog for long.
     fn photos_without_near_hash(
         &self,
         algorithm: &str,
         after: Option<PhotoId>,
-        limit: usize,
-    ) -> Result<Vec<PhotoId>, CatalogError>;
+        window: usize,
+    ) -> Result<(Vec<PhotoId>, Option<PhotoId>), CatalogError>;
 
     /// How many photos (every node's in a shared catalog) have no hash by `algorithm`.
     fn count_without_near_hash(&self, algorithm: &str) -> Result<u64, CatalogError>;
@@ -38,4 +40,11 @@ pub trait DuplicateCatalog: Send + Sync {
 
     /// The rows of `ids`, whichever node holds them, in id order; unknown ids are left out.
     fn photos_by_id(&self, ids: &[PhotoId]) -> Result<Vec<PhotoRecord>, CatalogError>;
+}
+
+/// The ids without a hash among a window's `rows` (id, whether it has no hash), in id order,
+/// and the window's last id.
+pub(crate) fn unhashed_of(rows: &[(PhotoId, bool)]) -> (Vec<PhotoId>, Option<PhotoId>) {
+    let unhashed = rows.iter().filter(|(_, none)| *none).map(|(id, _)| *id).collect();
+    (unhashed, rows.last().map(|(id, _)| *id))
 }

@@ -119,7 +119,8 @@ impl Gateway {
             metrics,
         } = self;
         let state = GatewayState::new(front.clone(), catalog.clone(), metrics.clone())
-            .with_duplicates(config.duplicates());
+            // No source of semantic pairs (a feature index) yet: `level=semantic` is refused.
+            .with_duplicates(config.duplicates(), None);
         let guard = http::Guard {
             keys: keys.clone(),
             metrics,

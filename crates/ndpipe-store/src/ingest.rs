@@ -18,7 +18,7 @@ use ndpipe_model::{
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::task::JoinError;
 use tracing::{info, warn};
 
@@ -26,6 +26,7 @@ use ndpipe_util::sync::lock;
 
 use crate::duplicates::ExactDuplicates;
 use crate::duplicates::exact::{ExactCheck, Uploaded};
+use crate::duplicates::hasher::HashQueue;
 use crate::inference::labeler::{Labeler, Labelled};
 use crate::metrics::StoreMetrics;
 use crate::storage::{FeatureStore, NewPhoto, PhotoStore, StoreError};
@@ -154,8 +155,8 @@ pub(crate) struct Ingestor {
     unfinished_deletes: Mutex<BTreeSet<u64>>,
     /// The exact-duplicate check of [`Ingestor::upload`].
     exact: ExactCheck,
-    /// Told of every photo catalogued (the perceptual-hash worker waits on it).
-    catalogued: Arc<Notify>,
+    /// Every photo catalogued here, for the perceptual-hash worker.
+    hash_queue: Arc<HashQueue>,
 }
 
 impl Ingestor {
@@ -170,7 +171,7 @@ impl Ingestor {
         Ingestor {
             labeler: None,
             exact: ExactCheck::new(config.exact_duplicates, catalog.clone()),
-            catalogued: Arc::default(),
+            hash_queue: Arc::default(),
             store,
             features,
             catalog,
@@ -222,9 +223,9 @@ impl Ingestor {
         &self.exact
     }
 
-    /// Told of every photo catalogued here.
-    pub(crate) fn catalogued(&self) -> Arc<Notify> {
-        self.catalogued.clone()
+    /// The photos catalogued here that wait for their perceptual hash.
+    pub(crate) fn hash_queue(&self) -> Arc<HashQueue> {
+        self.hash_queue.clone()
     }
 
     /// Validates, preprocesses, stores and catalogs one photo. Nothing is written unless the
@@ -324,7 +325,7 @@ impl Ingestor {
             return Err(self.catalog_failure(e.into()));
         }
         self.metrics.photos.inc();
-        self.catalogued.notify_one();
+        self.hash_queue.push(id);
         self.file_labels(id, labelling).await;
         Ok(record)
     }

@@ -140,16 +140,19 @@ impl PipeStore {
         .named(&name)
         .with_readiness(readiness.clone(), node.is_some())
         .with_replication(replication.clone())
-        .with_duplicates(config.duplicates());
-        tokio::spawn(
-            HashWorker::new(
-                store.clone(),
-                catalog_for_hashes,
-                config.near_hash,
-                ingestor.catalogued(),
-            )
-            .run(stopped.clone()),
-        );
+        // No source of semantic pairs (a feature index) yet: `level=semantic` is refused.
+        .with_duplicates(config.duplicates(), None);
+        let hashing = HashWorker::new(
+            store.clone(),
+            catalog_for_hashes,
+            config.near_hash,
+            ingestor.hash_queue(),
+        )
+        .map_err(|source| Error::Thread {
+            what: "perceptual hashing",
+            source,
+        })?;
+        tokio::spawn(hashing.run(stopped.clone()));
         if let Some(replication) = replication {
             tokio::spawn(replication.run_worker(stopped.clone()));
             info!("replication worker started (repair, scrub, free-space reports)");

@@ -37,22 +37,29 @@ impl DuplicateCatalog for PgCatalog {
         &self,
         algorithm: &str,
         after: Option<PhotoId>,
-        limit: usize,
-    ) -> Result<Vec<PhotoId>, CatalogError> {
+        window: usize,
+    ) -> Result<(Vec<PhotoId>, Option<PhotoId>), CatalogError> {
         let after = after.map(sql_id).transpose()?.unwrap_or(-1);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let window = i64::try_from(window).unwrap_or(i64::MAX);
         let node = self.node();
         self.with(|conn| {
-            conn.query(
-                "SELECT p.id FROM photos p LEFT JOIN photo_near_hashes h
-                   ON h.photo_id = p.id AND h.algorithm = $1
-                 WHERE p.node = $2 AND p.id > $3 AND h.photo_id IS NULL ORDER BY p.id LIMIT $4",
-                &[&algorithm, &node, &after, &limit],
-            )
-            .map_err(db("find photos without a hash"))?
-            .iter()
-            .map(|row| id_at(row, 0))
-            .collect()
+            let rows = conn
+                .query(
+                    "SELECT p.id, h.photo_id IS NULL
+                     FROM (SELECT id FROM photos WHERE node = $2 AND id > $3
+                           ORDER BY id LIMIT $4) p
+                     LEFT JOIN photo_near_hashes h ON h.photo_id = p.id AND h.algorithm = $1
+                     ORDER BY p.id",
+                    &[&algorithm, &node, &after, &window],
+                )
+                .map_err(db("find photos without a hash"))?
+                .iter()
+                .map(|row| {
+                    let unhashed: bool = row.try_get(1).map_err(db("find photos without a hash"))?;
+                    Ok((id_at(row, 0)?, unhashed))
+                })
+                .collect::<Result<Vec<_>, CatalogError>>()?;
+            Ok(crate::duplicates::unhashed_of(&rows))
         })
     }
 

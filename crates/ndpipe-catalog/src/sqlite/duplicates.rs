@@ -39,25 +39,28 @@ impl DuplicateCatalog for SqliteCatalog {
         &self,
         algorithm: &str,
         after: Option<PhotoId>,
-        limit: usize,
-    ) -> Result<Vec<PhotoId>, CatalogError> {
+        window: usize,
+    ) -> Result<(Vec<PhotoId>, Option<PhotoId>), CatalogError> {
         let op = "find photos without a hash";
         let after = after.map(sql_id).transpose()?.unwrap_or(-1);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let window = i64::try_from(window).unwrap_or(i64::MAX);
         self.with(|conn| {
             let mut stmt = conn
                 .prepare_cached(
-                    "SELECT p.id FROM photos p LEFT JOIN photo_near_hashes h
-                       ON h.photo_id = p.id AND h.algorithm = ?1
-                     WHERE p.id > ?2 AND h.photo_id IS NULL ORDER BY p.id LIMIT ?3",
+                    "SELECT p.id, h.photo_id IS NULL
+                     FROM (SELECT id FROM photos WHERE id > ?2 ORDER BY id LIMIT ?3) p
+                     LEFT JOIN photo_near_hashes h ON h.photo_id = p.id AND h.algorithm = ?1
+                     ORDER BY p.id",
                 )
                 .map_err(CatalogError::db(op))?;
             let rows = stmt
-                .query_map(params![algorithm, after, limit], |r| {
-                    r.get::<_, i64>(0).map(i64::cast_unsigned)
+                .query_map(params![algorithm, after, window], |r| {
+                    Ok((r.get::<_, i64>(0)?.cast_unsigned(), r.get::<_, bool>(1)?))
                 })
                 .map_err(CatalogError::db(op))?;
-            rows.collect::<Result<_, _>>().map_err(CatalogError::db(op))
+            let rows: Vec<(PhotoId, bool)> =
+                rows.collect::<Result<_, _>>().map_err(CatalogError::db(op))?;
+            Ok(crate::duplicates::unhashed_of(&rows))
         })
     }
 

@@ -7,6 +7,7 @@ use ndpipe_catalog::{Catalog, CatalogError};
 
 use super::groups::{Group, Level, Pair, group};
 use super::near::near_pairs;
+use super::semantic::SemanticPair;
 use super::{DuplicateSettings, HASH_BITS};
 
 /// What a search for duplicates found.
@@ -20,13 +21,14 @@ pub(crate) struct Found {
 }
 
 /// The duplicate groups at `levels` in `catalog` (every node's photos on a shared catalog).
-/// `semantic` gives the semantic pairs (from a feature index; those under the settings' cosine
-/// threshold are left out); it is read only when `levels` has [`Level::Semantic`].
+/// `semantic` gives the semantic pairs (from a [`super::semantic::SemanticPairs`] source; those
+/// under the settings' cosine threshold are left out); it is read only when `levels` has
+/// [`Level::Semantic`].
 pub(crate) fn find(
     catalog: &dyn Catalog,
     settings: &DuplicateSettings,
     levels: &BTreeSet<Level>,
-    semantic: &[Pair],
+    semantic: &[SemanticPair],
 ) -> Result<Found, CatalogError> {
     let mut pairs = Vec::new();
     if levels.contains(&Level::Exact) {
@@ -59,7 +61,13 @@ pub(crate) fn find(
         pairs.extend(
             semantic
                 .iter()
-                .filter(|p| p.level == Level::Semantic && p.score >= settings.semantic_min_cosine),
+                .filter(|p| p.cosine >= settings.semantic_min_cosine)
+                .map(|p| Pair {
+                    a: p.a,
+                    b: p.b,
+                    level: Level::Semantic,
+                    score: p.cosine,
+                }),
         );
     }
     let ids: BTreeSet<_> = pairs.iter().flat_map(|p| [p.a, p.b]).collect();
@@ -96,17 +104,15 @@ mod tests {
         c.put_near_hashes(alg, &[(1, 0), (2, 0), (3, 0b111), (4, u64::MAX)])
             .unwrap();
         let semantic = [
-            Pair {
+            SemanticPair {
                 a: 4,
                 b: 5,
-                level: Level::Semantic,
-                score: 0.99,
+                cosine: 0.99,
             },
-            Pair {
+            SemanticPair {
                 a: 5,
                 b: 6,
-                level: Level::Semantic,
-                score: 0.1,
+                cosine: 0.1,
             },
         ];
         let at = |levels: &[Level]| {

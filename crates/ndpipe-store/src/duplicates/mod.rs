@@ -6,8 +6,11 @@
 //! - [`exact`]: the SHA-256 lookup at upload and what an upload of known bytes does
 //!   ([`ExactDuplicates`]);
 //! - [`phash`]: the perceptual hash of a stored tensor ([`NearHash`]);
-//! - [`hasher`]: the worker that hashes every photo off the upload's path;
+//! - [`hasher`]: the worker that hashes every photo off the upload's path, and [`idle_cpu`]
+//!   its thread under the idle scheduling policy;
 //! - [`near`]: pairs of hashes within the threshold by multi-index hashing ([`near_pairs`]);
+//! - [`semantic`]: the seam of the semantic level, a source of pairs by feature similarity
+//!   ([`semantic::SemanticPairs`]; the feature index);
 //! - [`groups`]: pairs into groups with reasons and a keeper (union-find);
 //! - [`find`]: the groups of the catalog's photos at the levels asked for.
 
@@ -15,8 +18,10 @@ pub(crate) mod exact;
 pub(crate) mod find;
 pub(crate) mod groups;
 pub(crate) mod hasher;
+pub(crate) mod idle_cpu;
 pub(crate) mod near;
 pub(crate) mod phash;
+pub(crate) mod semantic;
 
 pub use exact::ExactDuplicates;
 pub use near::{NearPair, near_pairs};

@@ -59,9 +59,11 @@ enum Action {
         limit: usize,
     },
     /// Print the groups of duplicate photos, each member with its reason (exact: the same
-    /// bytes; near: a resized, recompressed or cropped copy) and the photo to keep.
+    /// bytes; near: a resized, recompressed or cropped copy; semantic: alike features) and the
+    /// photo to keep.
     Duplicates {
-        /// Levels to look at, comma-separated: exact, near.
+        /// Levels to look at, comma-separated: exact, near, semantic (semantic needs a server
+        /// with a feature index).
         #[arg(long, default_value = "exact,near")]
         level: String,
         /// How many groups to print at most.

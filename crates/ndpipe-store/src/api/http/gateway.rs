@@ -22,6 +22,7 @@ use super::labels;
 use super::photos::{self, MetaReply, Page, PageParams, UploadParams, UploadReply};
 use super::{finish, limited_upload, ops};
 use crate::duplicates::DuplicateSettings;
+use crate::duplicates::semantic::SemanticPairs;
 use crate::metrics::StoreMetrics;
 use crate::replication::{ClusterStatus, FrontDoor};
 
@@ -31,8 +32,8 @@ pub(crate) struct GatewayState {
     front: Arc<FrontDoor>,
     catalog: Arc<dyn Catalog>,
     metrics: Arc<StoreMetrics>,
-    /// The settings of `GET /v1/duplicates`.
-    duplicates: DuplicateSettings,
+    /// The settings of `GET /v1/duplicates` and its source of semantic pairs.
+    duplicates: duplicates::Finding,
 }
 
 impl GatewayState {
@@ -46,14 +47,19 @@ impl GatewayState {
             front,
             catalog,
             metrics,
-            duplicates: DuplicateSettings::default(),
+            duplicates: duplicates::Finding::default(),
         }
     }
 
-    /// The same state, finding duplicates with `settings`.
-    pub(crate) fn with_duplicates(self, settings: DuplicateSettings) -> Self {
+    /// The same state, finding duplicates with `settings`, the semantic level's pairs from
+    /// `semantic` (without one, `level=semantic` is refused).
+    pub(crate) fn with_duplicates(
+        self,
+        settings: DuplicateSettings,
+        semantic: Option<Arc<dyn SemanticPairs>>,
+    ) -> Self {
         GatewayState {
-            duplicates: settings,
+            duplicates: duplicates::Finding { settings, semantic },
             ..self
         }
     }
@@ -109,8 +115,8 @@ async fn list_duplicates(
     State(state): State<GatewayState>,
     query: Result<Query<DuplicateParams>, QueryRejection>,
 ) -> Result<Json<DuplicatesReply>, ApiError> {
-    let (catalog, settings) = (state.catalog.clone(), state.duplicates);
-    duplicates::answer(&state, catalog, settings, query).await
+    let (catalog, finding) = (state.catalog.clone(), state.duplicates.clone());
+    duplicates::answer(&state, catalog, finding, query).await
 }
 
 /// `GET /v1/photos/{id}`: the original from the first holder whose copy is intact.

@@ -2,13 +2,13 @@
 //! `/metrics`.
 //!
 //! Route groups: [`photos`] (upload, read, list, delete, ground truth), [`labels`] (labels,
-//! search, models), [`duplicates`] (groups of duplicate photos), [`jobs`] (re-labelling jobs), [`ops`] (health, metrics, compaction),
-//! [`keys`] (access keys); [`gateway`] is the photo routes of `ndpipe gateway`, a front door
-//! with no store of its own. [`auth`] gives every call the role it needs (bearer token or an
-//! access key's secret). Every error is a JSON body
-//! (`{"error": kind, "message": ...}`) and is counted by kind ([`error`]): handlers answer
-//! [`ApiError`]s, and a layer gives one to any error that comes without a body (405 from the
-//! router, 431 for oversized headers, ...).
+//! search, models), [`jobs`] (re-labelling jobs), [`ops`] (health, metrics, compaction),
+//! [`keys`] (access keys), [`duplicates`] (groups of duplicate photos); [`gateway`] is the
+//! photo routes of `ndpipe gateway`, a front door with no store of its own. [`auth`] gives
+//! every call the role it needs (bearer token or an access key's secret). Every error is a
+//! JSON body (`{"error": kind, "message": ...}`) and is counted by kind ([`error`]): handlers
+//! answer [`ApiError`]s, and a layer gives one to any error that comes without a body (405
+//! from the router, 431 for oversized headers, ...).
 
 mod auth;
 mod cluster;
@@ -35,6 +35,7 @@ use ndpipe_catalog::Catalog;
 use ndpipe_util::per_client::{PerClientLimit, limit_per_client};
 
 use crate::duplicates::DuplicateSettings;
+use crate::duplicates::semantic::SemanticPairs;
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
 use crate::keys::KeyStore;
@@ -71,8 +72,8 @@ pub(crate) struct AppState {
     /// The cluster as one store, when photos are replicated: uploads, reads and deletes go
     /// through it.
     replication: Option<Arc<Replication>>,
-    /// The settings of `GET /v1/duplicates`.
-    duplicates: DuplicateSettings,
+    /// The settings of `GET /v1/duplicates` and its source of semantic pairs.
+    duplicates: duplicates::Finding,
 }
 
 impl AppState {
@@ -96,14 +97,19 @@ impl AppState {
             readiness: Arc::new(Readiness::default()),
             model_loaded: false,
             replication: None,
-            duplicates: DuplicateSettings::default(),
+            duplicates: duplicates::Finding::default(),
         }
     }
 
-    /// The same state, finding duplicates with `settings`.
-    pub(crate) fn with_duplicates(self, settings: DuplicateSettings) -> Self {
+    /// The same state, finding duplicates with `settings`, the semantic level's pairs from
+    /// `semantic` (without one, `level=semantic` is refused).
+    pub(crate) fn with_duplicates(
+        self,
+        settings: DuplicateSettings,
+        semantic: Option<Arc<dyn SemanticPairs>>,
+    ) -> Self {
         AppState {
-            duplicates: settings,
+            duplicates: duplicates::Finding { settings, semantic },
             ..self
         }
     }
