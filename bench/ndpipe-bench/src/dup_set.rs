@@ -40,7 +40,8 @@ pub(crate) enum Edit {
 
 impl Edit {
     /// The copies made of every original.
-    pub(crate) const COPIES: [Edit; 4] = [Edit::Reupload, Edit::JpegQ50, Edit::Resize50, Edit::Crop5];
+    pub(crate) const COPIES: [Edit; 4] =
+        [Edit::Reupload, Edit::JpegQ50, Edit::Resize50, Edit::Crop5];
 
     /// Its name in tables.
     pub(crate) fn name(self) -> &'static str {
@@ -118,7 +119,10 @@ impl Sources {
             let big = small.resize_exact(224, 224, FilterType::CatmullRom);
             fashion.push(png_of(&big.into_rgb8())?);
         }
-        ensure!(!whole.is_empty() && !tiles.is_empty(), "no real photos found");
+        ensure!(
+            !whole.is_empty() && !tiles.is_empty(),
+            "no real photos found"
+        );
         Ok(Sources {
             whole,
             tiles,
@@ -176,7 +180,9 @@ fn tiles_of(image: &RgbImage) -> Result<Vec<Vec<u8>>> {
     let mut out = Vec::new();
     for y in (0..image.height() / TILE.1).map(|i| i * TILE.1) {
         for x in (0..image.width() / TILE.0).map(|i| i * TILE.0) {
-            out.push(png_of(&imageops::crop_imm(image, x, y, TILE.0, TILE.1).to_image())?);
+            out.push(png_of(
+                &imageops::crop_imm(image, x, y, TILE.0, TILE.1).to_image(),
+            )?);
         }
     }
     Ok(out)

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 use image::{GrayImage, Rgb, RgbImage};
 use ndpipe::fashion_mnist;
-use ndpipe_store::NearHash;
+use ndpipe_store::{NearHash, NearPair};
 
 use crate::dup_set::Edit;
 
@@ -27,7 +27,11 @@ pub(crate) struct Score {
 pub(crate) fn score(right: usize, found: usize, truth: usize, per_edit: [f64; 4]) -> Score {
     Score {
         found,
-        precision: if found == 0 { 1.0 } else { right as f64 / found as f64 },
+        precision: if found == 0 {
+            1.0
+        } else {
+            right as f64 / found as f64
+        },
         recall: right as f64 / truth.max(1) as f64,
         per_edit,
     }
@@ -103,14 +107,22 @@ pub(crate) fn fashion_hashes(dir: &Path, alg: NearHash, n: usize) -> Result<Vec<
     Ok(out)
 }
 
-/// How many pairs of `hashes` are within `t` bits, by comparing every pair (the reference).
+/// How many pairs of `hashes` are within `t` bits, by comparing every pair (the reference),
+/// with the same output as the store's pair search: every pair, sorted.
 pub(crate) fn scan_pairs(hashes: &[u64], t: u32) -> usize {
-    let mut pairs = 0;
+    let mut pairs = Vec::new();
     for (i, a) in hashes.iter().enumerate() {
-        pairs += hashes[i + 1..]
-            .iter()
-            .filter(|b| (a ^ *b).count_ones() <= t)
-            .count();
+        for (j, b) in hashes.iter().enumerate().skip(i + 1) {
+            let distance = (a ^ b).count_ones();
+            if distance <= t {
+                pairs.push(NearPair {
+                    a: i as u64,
+                    b: j as u64,
+                    distance,
+                });
+            }
+        }
     }
-    pairs
+    pairs.sort_unstable();
+    pairs.len()
 }

@@ -70,7 +70,10 @@ pub(crate) async fn store_and_read(photos: &[Photo], model_dir: Option<&Path>) -
     let client = client(running.http_addr())?;
     let ids = upload_all(&client, photos).await?;
     let index: HashMap<u64, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-    ensure!(index.len() == ids.len(), "two uploads answered the same photo id");
+    ensure!(
+        index.len() == ids.len(),
+        "two uploads answered the same photo id"
+    );
     wait_hashed(&client).await?;
     if model_dir.is_some() {
         wait_labelled(&client, &ids).await?;
@@ -131,7 +134,10 @@ async fn wait_labelled(client: &Client, ids: &[u64]) -> Result<()> {
                 break;
             }
             looks += 1;
-            ensure!(looks < POLLS, "photo {id} was not labelled in {POLLS} looks");
+            ensure!(
+                looks < POLLS,
+                "photo {id} was not labelled in {POLLS} looks"
+            );
             tokio::time::sleep(POLL).await;
         }
     }
@@ -152,7 +158,12 @@ async fn exact_pairs(client: &Client, index: &HashMap<u64, usize>) -> Result<Vec
             let members = group
                 .members
                 .iter()
-                .map(|m| index.get(&m.id).copied().context("a group names a photo not uploaded"))
+                .map(|m| {
+                    index
+                        .get(&m.id)
+                        .copied()
+                        .context("a group names a photo not uploaded")
+                })
                 .collect::<Result<Vec<usize>>>()?;
             for (k, &a) in members.iter().enumerate() {
                 pairs.extend(members[k + 1..].iter().map(|&b| (a, b)));
@@ -183,7 +194,11 @@ fn hashes(tensors: &[ImageTensor]) -> Result<HashMap<NearHash, Vec<u64>>> {
             let hasher = alg.hasher();
             let all = tensors
                 .iter()
-                .map(|t| hasher.hash_tensor(t).context("a stored tensor that is not RGB"))
+                .map(|t| {
+                    hasher
+                        .hash_tensor(t)
+                        .context("a stored tensor that is not RGB")
+                })
                 .collect::<Result<Vec<u64>>>()?;
             Ok((alg, all))
         })
@@ -195,28 +210,50 @@ fn hashes(tensors: &[ImageTensor]) -> Result<HashMap<NearHash, Vec<u64>>> {
 fn check_node_hashes(data: &Path, index: &HashMap<u64, usize>, ours: &[u64]) -> Result<()> {
     let catalog = SqliteCatalog::open(&data.join("catalog.sqlite"))?;
     let kept = catalog.near_hashes(NearHash::default().name())?;
-    ensure!(kept.len() == ours.len(), "the node hashed {} of {} photos", kept.len(), ours.len());
+    ensure!(
+        kept.len() == ours.len(),
+        "the node hashed {} of {} photos",
+        kept.len(),
+        ours.len()
+    );
     for (id, hash) in kept {
-        let i = index.get(&id).copied().context("a hash of a photo not uploaded")?;
-        ensure!(ours[i] == hash, "photo {id}: the node's hash is not its tensor's");
+        let i = index
+            .get(&id)
+            .copied()
+            .context("a hash of a photo not uploaded")?;
+        ensure!(
+            ours[i] == hash,
+            "photo {id}: the node's hash is not its tensor's"
+        );
     }
     Ok(())
 }
 
 /// The features the node stored for every photo of `ids` (one backbone), unit length.
 fn stored_features(data: &Path, ids: &[u64]) -> Result<Vec<Vec<f32>>> {
-    let store = FeatureStore::open(&data.join("store/features.redb"), DEFAULT_FEATURE_CACHE_BYTES)?;
+    let store = FeatureStore::open(
+        &data.join("store/features.redb"),
+        DEFAULT_FEATURE_CACHE_BYTES,
+    )?;
     let first = ids.first().context("an empty set")?;
     let backbones = store.photo_features(*first)?;
     let [(backbone, _)] = backbones.as_slice() else {
-        bail!("photo {first} has features under {} backbones, not one", backbones.len());
+        bail!(
+            "photo {first} has features under {} backbones, not one",
+            backbones.len()
+        );
     };
     ids.iter()
         .map(|id| {
             let f = store
                 .get(backbone, *id)?
                 .with_context(|| format!("photo {id} has no features"))?;
-            let norm = f.iter().map(|v| v * v).sum::<f32>().sqrt().max(f32::EPSILON);
+            let norm = f
+                .iter()
+                .map(|v| v * v)
+                .sum::<f32>()
+                .sqrt()
+                .max(f32::EPSILON);
             Ok(f.iter().map(|v| v / norm).collect())
         })
         .collect()

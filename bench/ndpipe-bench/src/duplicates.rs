@@ -99,8 +99,15 @@ pub(crate) async fn run(args: DuplicatesBench) -> Result<()> {
     let mut sets = Vec::new();
     for &seed in &args.seeds {
         let photos = sources.set(seed, sizes)?;
-        let families = photos.iter().filter_map(|p| p.family).max().map_or(0, |f| f + 1);
-        eprintln!("seed {seed}: storing {} photos, {families} families", photos.len());
+        let families = photos
+            .iter()
+            .filter_map(|p| p.family)
+            .max()
+            .map_or(0, |f| f + 1);
+        eprintln!(
+            "seed {seed}: storing {} photos, {families} families",
+            photos.len()
+        );
         let kept = store_and_read(&photos, model_dir).await?;
         sets.push(Measured {
             photos,
@@ -132,7 +139,11 @@ fn truth(photos: &[Photo]) -> usize {
 
 /// Pairs (by index) whose hashes are within `t` bits, found by the store's pair search.
 fn near(hashes: &[u64], t: u32) -> Vec<(usize, usize)> {
-    let ids: Vec<(u64, u64)> = hashes.iter().enumerate().map(|(i, h)| (i as u64, *h)).collect();
+    let ids: Vec<(u64, u64)> = hashes
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (i as u64, *h))
+        .collect();
     near_pairs(&ids, t)
         .into_iter()
         .map(|p| (p.a as usize, p.b as usize))
@@ -145,7 +156,11 @@ fn semantic(features: &[Vec<f32>], min: f64) -> Vec<(usize, usize)> {
         .into_par_iter()
         .flat_map_iter(|a| {
             (a + 1..features.len()).filter_map(move |b| {
-                let cos: f32 = features[a].iter().zip(&features[b]).map(|(x, y)| x * y).sum();
+                let cos: f32 = features[a]
+                    .iter()
+                    .zip(&features[b])
+                    .map(|(x, y)| x * y)
+                    .sum();
                 (f64::from(cos) >= min).then_some((a, b))
             })
         })
@@ -154,7 +169,10 @@ fn semantic(features: &[Vec<f32>], min: f64) -> Vec<(usize, usize)> {
 
 /// Precision and recall of `pairs` on set `m`, and the recall of each copy with its original.
 fn judge(m: &Measured, pairs: &[(usize, usize)]) -> Score {
-    let right = pairs.iter().filter(|&&(a, b)| related(&m.photos, a, b)).count();
+    let right = pairs
+        .iter()
+        .filter(|&&(a, b)| related(&m.photos, a, b))
+        .count();
     let found: HashSet<(usize, usize)> = pairs.iter().map(|&(a, b)| (a.min(b), a.max(b))).collect();
     let originals: HashMap<usize, usize> = m
         .photos
@@ -169,7 +187,10 @@ fn judge(m: &Measured, pairs: &[(usize, usize)]) -> Score {
             .iter()
             .enumerate()
             .filter(|(_, p)| p.edit == edit)
-            .filter_map(|(i, p)| p.family.map(|f| (originals[&f].min(i), originals[&f].max(i))))
+            .filter_map(|(i, p)| {
+                p.family
+                    .map(|f| (originals[&f].min(i), originals[&f].max(i)))
+            })
             .collect();
         copies.iter().filter(|c| found.contains(c)).count() as f64 / copies.len().max(1) as f64
     });
@@ -198,7 +219,10 @@ fn report_quality(sets: &[Measured], seeds: &[u64]) {
         "exact control: random pairs".into(),
         over(&|m, i| {
             let n = m.exact.len();
-            judge(m, &random_pairs(m.photos.len(), n, &mut Pcg64Mcg::seed_from_u64(seeds[i])))
+            judge(
+                m,
+                &random_pairs(m.photos.len(), n, &mut Pcg64Mcg::seed_from_u64(seeds[i])),
+            )
         }),
     ));
     let default_alg = NearHash::default();
@@ -269,13 +293,23 @@ fn report_timing(args: &DuplicatesBench, fashion: &std::path::Path) -> Result<()
     uniform.extend(copies);
     let mut real = crate::dup_stats::fashion_hashes(fashion, NearHash::default(), n)?;
     real.extend((real.len()..n).map(|_| rng.random::<u64>()));
-    println!("\nNear pairs among {n} hashes within {t} bits (best of {} rounds)\n", args.rounds);
+    println!(
+        "\nNear pairs among {n} hashes within {t} bits (best of {} rounds)\n",
+        args.rounds
+    );
     println!(
         "{:<34} {:>8} {:>12} {:>12} {:>9}",
         "hashes", "pairs", "multi-index", "full scan", "speed-up"
     );
-    for (name, hashes) in [("uniform random, 10% copies", &uniform), ("Fashion-MNIST + random", &real)] {
-        let ids: Vec<(u64, u64)> = hashes.iter().enumerate().map(|(i, h)| (i as u64, *h)).collect();
+    for (name, hashes) in [
+        ("uniform random, 10% copies", &uniform),
+        ("Fashion-MNIST + random", &real),
+    ] {
+        let ids: Vec<(u64, u64)> = hashes
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (i as u64, *h))
+            .collect();
         let (mut mih, mut scan, mut pairs) = (f64::MAX, f64::MAX, 0);
         for _ in 0..args.rounds.max(1) {
             let started = Instant::now();
@@ -284,7 +318,10 @@ fn report_timing(args: &DuplicatesBench, fashion: &std::path::Path) -> Result<()
             let started = Instant::now();
             let scanned = crate::dup_stats::scan_pairs(hashes, t);
             scan = scan.min(started.elapsed().as_secs_f64());
-            anyhow::ensure!(scanned == pairs, "the pair search found {pairs}, the scan {scanned}");
+            anyhow::ensure!(
+                scanned == pairs,
+                "the pair search found {pairs}, the scan {scanned}"
+            );
         }
         println!(
             "{name:<34} {pairs:>8} {:>10.3} s {:>10.3} s {:>8.1}x",

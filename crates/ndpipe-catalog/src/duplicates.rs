@@ -45,6 +45,10 @@ pub trait DuplicateCatalog: Send + Sync {
 /// The ids without a hash among a window's `rows` (id, whether it has no hash), in id order,
 /// and the window's last id.
 pub(crate) fn unhashed_of(rows: &[(PhotoId, bool)]) -> (Vec<PhotoId>, Option<PhotoId>) {
-    let unhashed = rows.iter().filter(|(_, none)| *none).map(|(id, _)| *id).collect();
+    let unhashed = rows
+        .iter()
+        .filter(|(_, none)| *none)
+        .map(|(id, _)| *id)
+        .collect();
     (unhashed, rows.last().map(|(id, _)| *id))
 }

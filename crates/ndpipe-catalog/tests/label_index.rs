@@ -27,8 +27,10 @@ fn the_migration_indexes_the_labels_already_stored() {
         )
         .unwrap();
     client
-        .batch_execute("DROP TABLE photo_labels; DROP TABLE blob_copies; DROP INDEX objects_blob; \
-             DROP TABLE photo_near_hashes")
+        .batch_execute(
+            "DROP TABLE photo_labels; DROP TABLE blob_copies; DROP INDEX objects_blob; \
+             DROP TABLE photo_near_hashes",
+        )
         .unwrap();
     let migrated = PgCatalog::connect(&db.url).unwrap();
     assert_eq!(index_label_answers(&migrated), written);

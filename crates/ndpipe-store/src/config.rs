@@ -9,8 +9,7 @@ use ndpipe_model::{CodecKind, ExecutionProvider};
 use serde::{Deserialize, Serialize};
 
 use crate::duplicates::{
-    DEFAULT_NEAR_HAMMING, DEFAULT_SEMANTIC_MIN_COSINE, DuplicateSettings, ExactDuplicates,
-    NearHash,
+    DEFAULT_NEAR_HAMMING, DEFAULT_SEMANTIC_MIN_COSINE, DuplicateSettings, ExactDuplicates, NearHash,
 };
 
 /// Default largest upload body, in bytes.

@@ -215,7 +215,9 @@ impl Ingestor {
         bytes: bytes::Bytes,
         truth: Option<GroundTruth>,
     ) -> Result<Uploaded, IngestError> {
-        self.exact.upload_as(mode, bytes, |b| self.ingest(b, truth)).await
+        self.exact
+            .upload_as(mode, bytes, |b| self.ingest(b, truth))
+            .await
     }
 
     /// The exact-duplicate check of this node's uploads.

@@ -29,7 +29,10 @@ pub(super) fn photos_with_sha256(
 
 /// A photo id read back from a BIGINT column.
 fn id_at(row: &postgres::Row, i: usize) -> Result<PhotoId, CatalogError> {
-    from_sql(row.try_get::<_, i64>(i).map_err(db("read photo id"))?, "photo id")
+    from_sql(
+        row.try_get::<_, i64>(i).map_err(db("read photo id"))?,
+        "photo id",
+    )
 }
 
 impl DuplicateCatalog for PgCatalog {
@@ -55,7 +58,8 @@ impl DuplicateCatalog for PgCatalog {
                 .map_err(db("find photos without a hash"))?
                 .iter()
                 .map(|row| {
-                    let unhashed: bool = row.try_get(1).map_err(db("find photos without a hash"))?;
+                    let unhashed: bool =
+                        row.try_get(1).map_err(db("find photos without a hash"))?;
                     Ok((id_at(row, 0)?, unhashed))
                 })
                 .collect::<Result<Vec<_>, CatalogError>>()?;
@@ -142,7 +146,9 @@ impl DuplicateCatalog for PgCatalog {
         let ids = sql_ids(ids)?;
         self.with(|conn| {
             conn.query(
-                &format!("SELECT {PHOTO_COLUMNS} FROM {PHOTO_FROM} WHERE p.id = ANY($1) ORDER BY p.id"),
+                &format!(
+                    "SELECT {PHOTO_COLUMNS} FROM {PHOTO_FROM} WHERE p.id = ANY($1) ORDER BY p.id"
+                ),
                 &[&ids],
             )
             .map_err(db("read photos"))?

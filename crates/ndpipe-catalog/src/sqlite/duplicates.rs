@@ -58,8 +58,9 @@ impl DuplicateCatalog for SqliteCatalog {
                     Ok((r.get::<_, i64>(0)?.cast_unsigned(), r.get::<_, bool>(1)?))
                 })
                 .map_err(CatalogError::db(op))?;
-            let rows: Vec<(PhotoId, bool)> =
-                rows.collect::<Result<_, _>>().map_err(CatalogError::db(op))?;
+            let rows: Vec<(PhotoId, bool)> = rows
+                .collect::<Result<_, _>>()
+                .map_err(CatalogError::db(op))?;
             Ok(crate::duplicates::unhashed_of(&rows))
         })
     }

@@ -30,7 +30,11 @@ fn the_sha256_lookup_finds_every_copy_oldest_first(c: &dyn Catalog) {
         .iter()
         .map(|p| p.id)
         .collect();
-    assert_eq!(found, [9002, 9001], "every photo with the bytes, oldest first");
+    assert_eq!(
+        found,
+        [9002, 9001],
+        "every photo with the bytes, oldest first"
+    );
     assert!(c.photos_with_sha256(&"f".repeat(64)).unwrap().is_empty());
     let sets = c.exact_duplicate_sets().unwrap();
     assert!(sets.contains(&vec![9001, 9002]), "{sets:?}");
@@ -78,7 +82,10 @@ fn hashes_are_kept_per_algorithm_and_follow_their_photo(c: &dyn Catalog) {
         c.photos_without_near_hash("a", Some(9102), 2).unwrap(),
         (vec![9103], Some(9103))
     );
-    assert_eq!(c.photos_without_near_hash("a", Some(9103), 2).unwrap(), (vec![], None));
+    assert_eq!(
+        c.photos_without_near_hash("a", Some(9103), 2).unwrap(),
+        (vec![], None)
+    );
     // Another algorithm replaces the hash: the photo needs one by "a" again.
     assert_eq!(c.put_near_hashes("b", &[(9101, 3)]).unwrap(), 1);
     assert!(unhashed(c, "a").contains(&9101));
@@ -86,8 +93,16 @@ fn hashes_are_kept_per_algorithm_and_follow_their_photo(c: &dyn Catalog) {
     for id in [9101, 9102, 9103] {
         c.delete_photo(id).unwrap();
     }
-    assert!(!c.near_hashes("a").unwrap().iter().any(|(id, _)| *id == 9102));
-    assert!(c.near_hashes("b").unwrap().is_empty(), "deleted with the photo");
+    assert!(
+        !c.near_hashes("a")
+            .unwrap()
+            .iter()
+            .any(|(id, _)| *id == 9102)
+    );
+    assert!(
+        c.near_hashes("b").unwrap().is_empty(),
+        "deleted with the photo"
+    );
 }
 
 /// Every photo of this node without a hash by `algorithm`, by a scan in windows of 2.

@@ -157,16 +157,25 @@ mod tests {
     async fn existing_answers_the_stored_photo_and_stores_nothing() {
         let check = ExactCheck::new(ExactDuplicates::Existing, catalog_with(b"same"));
         let same = upload(&check, b"same").await;
-        assert_eq!((same.record.id, same.duplicate_of, same.stored), (5, Some(5), false));
+        assert_eq!(
+            (same.record.id, same.duplicate_of, same.stored),
+            (5, Some(5), false)
+        );
         let other = upload(&check, b"other").await;
-        assert_eq!((other.record.id, other.duplicate_of, other.stored), (77, None, true));
+        assert_eq!(
+            (other.record.id, other.duplicate_of, other.stored),
+            (77, None, true)
+        );
     }
 
     #[tokio::test]
     async fn store_stores_and_says_which_photo_it_duplicates() {
         let check = ExactCheck::new(ExactDuplicates::Store, catalog_with(b"same"));
         let same = upload(&check, b"same").await;
-        assert_eq!((same.record.id, same.duplicate_of, same.stored), (77, Some(5), true));
+        assert_eq!(
+            (same.record.id, same.duplicate_of, same.stored),
+            (77, Some(5), true)
+        );
     }
 
     #[test]

@@ -216,7 +216,10 @@ mod tests {
                 (3, Level::Near, 0.95, 2)
             ]
         );
-        assert_eq!(g.keeper, 2, "largest (1 and 2 tie on pixels and bytes), then oldest");
+        assert_eq!(
+            g.keeper, 2,
+            "largest (1 and 2 tie on pixels and bytes), then oldest"
+        );
         assert_eq!(
             groups[1].members.iter().map(|m| m.id).collect::<Vec<_>>(),
             [7, 8],

@@ -2,15 +2,17 @@
 //! and out of its way.
 //!
 //! Ingest puts the id of each photo it catalogues in the [`HashQueue`]; the worker hashes the
-//! queued photos a batch at a time. A scan of the catalog for this node's photos without a
-//! hash, a window at a time, runs at start (photos stored before hashing existed, or hashed by
-//! another algorithm) and every [`RESCAN`] (photos that came in another way, such as a
-//! take-over; ids the queue had no room for; tensors that could not be read). The stored
-//! tensors (the preprocessed 224x224 image) are read and the hashes written at normal
-//! priority; decoding and hashing run on the [`IdleHasher`]'s thread, under the idle
-//! scheduling policy, so that uploads keep their rate (`docs/benchmarks.md`).
+//! queued photos a batch at a time once the uploads pause (or enough wait, or long enough). A
+//! scan of the catalog for this node's photos without a hash, a window at a time, runs at
+//! start (photos stored before hashing existed, or hashed by another algorithm) and every
+//! [`RESCAN`] (photos that came in another way, such as a take-over; ids the queue had no room
+//! for; tensors that could not be read). The stored tensors (the preprocessed 224x224 image)
+//! are read and the hashes written at normal priority; decoding and hashing run on the
+//! [`IdleHasher`]'s thread, under the idle scheduling policy, so that uploads keep their rate
+//! (`docs/benchmarks.md`).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,9 +32,14 @@ const BATCH: usize = 256;
 const QUEUE: usize = 1 << 16;
 /// How often the worker scans the catalog for photos without a hash.
 const RESCAN: Duration = Duration::from_secs(600);
-/// How long the worker lets ids gather after ingest queues one, so that a stream of uploads
-/// is hashed in batches (one store read, one catalog write each), not one photo at a time.
+/// How long ingest must queue nothing before the worker hashes what is queued: during a
+/// stream of uploads it waits, so that its store reads, catalog writes and hashing stay out of
+/// the uploads' way and come in batches (`docs/benchmarks.md`).
 const SETTLE: Duration = Duration::from_millis(200);
+/// Queued ids past which the worker hashes without waiting for a pause.
+const HIGH: usize = 4096;
+/// The longest the worker waits for a pause in the uploads.
+const MAX_WAIT: Duration = Duration::from_secs(10);
 
 /// Why hashing a batch failed.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +60,8 @@ pub(crate) enum HashError {
 pub(crate) struct HashQueue {
     ids: Mutex<VecDeque<PhotoId>>,
     wake: Notify,
+    /// Ids pushed so far (whether the uploads paused).
+    pushed: AtomicU64,
 }
 
 impl HashQueue {
@@ -63,10 +72,19 @@ impl HashQueue {
             if ids.len() < QUEUE {
                 ids.push_back(id);
             } else {
-                debug!(photo = id, "hash queue full: the photo waits for the next scan");
+                debug!(
+                    photo = id,
+                    "hash queue full: the photo waits for the next scan"
+                );
             }
         }
+        self.pushed.fetch_add(1, Ordering::Relaxed);
         self.wake.notify_one();
+    }
+
+    /// Ids waiting.
+    fn len(&self) -> usize {
+        lock(&self.ids).len()
     }
 
     /// Takes up to `max` queued ids.
@@ -120,7 +138,7 @@ impl HashWorker {
     }
 
     /// Hashes until `stop` turns true: a scan at once and every [`RESCAN`], the queued photos
-    /// [`SETTLE`] after ingest queues some.
+    /// once the uploads pause ([`HashWorker::settle`]).
     pub(crate) async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut next_scan = Instant::now();
         loop {
@@ -147,8 +165,25 @@ impl HashWorker {
                 () = self.queue.wake.notified() => true,
                 () = tokio::time::sleep_until(next_scan) => false,
             };
-            if queued {
-                tokio::time::sleep(SETTLE).await;
+            if queued && self.settle(&mut stop).await {
+                return;
+            }
+        }
+    }
+
+    /// Waits until ingest has queued nothing for [`SETTLE`], [`HIGH`] ids wait, or
+    /// [`MAX_WAIT`] has passed; true when `stop` turned true meanwhile.
+    async fn settle(&self, stop: &mut watch::Receiver<bool>) -> bool {
+        let started = Instant::now();
+        loop {
+            let before = self.queue.pushed.load(Ordering::Relaxed);
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return true,
+                () = tokio::time::sleep(SETTLE) => {}
+            }
+            let paused = self.queue.pushed.load(Ordering::Relaxed) == before;
+            if paused || self.queue.len() >= HIGH || started.elapsed() >= MAX_WAIT {
+                return false;
             }
         }
     }
@@ -157,7 +192,13 @@ impl HashWorker {
     fn log(&self, what: &str, result: Result<Pass, HashError>) {
         match result {
             Ok(pass) if pass.hashed + pass.skipped > 0 => {
-                info!(what, hashed = pass.hashed, skipped = pass.skipped, algorithm = self.algorithm.name(), "perceptual hashes written");
+                info!(
+                    what,
+                    hashed = pass.hashed,
+                    skipped = pass.skipped,
+                    algorithm = self.algorithm.name(),
+                    "perceptual hashes written"
+                );
             }
             Ok(_) => {}
             Err(e) => warn!(what, error = %e, "hashing photos failed; a later scan tries again"),
@@ -188,7 +229,8 @@ impl HashWorker {
     /// thread, the hashes written to the catalog.
     async fn hash(&self, ids: Vec<PhotoId>) -> Result<Pass, HashError> {
         let store = self.store.clone();
-        let (blobs, mut skipped) = tokio::task::spawn_blocking(move || read_tensors(&store, ids)).await?;
+        let (blobs, mut skipped) =
+            tokio::task::spawn_blocking(move || read_tensors(&store, ids)).await?;
         let hashed = self.hasher.hash(blobs).await?;
         for (id, reason) in &hashed.failed {
             warn!(photo = id, %reason, "cannot hash a photo");
@@ -301,11 +343,21 @@ mod tests {
         .unwrap();
         s.catalog.put_near_hashes("phash", &[(ids[1], 5)]).unwrap();
         let pass = worker.scan().await.unwrap();
-        assert_eq!(pass, Pass { hashed: 2, skipped: 0 });
+        assert_eq!(
+            pass,
+            Pass {
+                hashed: 2,
+                skipped: 0
+            }
+        );
         let hashes = s.catalog.near_hashes("phash").unwrap();
         assert_eq!(
             hashes,
-            [(ids[0], hash_of(&s, ids[0])), (ids[1], 5), (ids[2], hash_of(&s, ids[2]))],
+            [
+                (ids[0], hash_of(&s, ids[0])),
+                (ids[1], 5),
+                (ids[2], hash_of(&s, ids[2]))
+            ],
             "a photo with a hash already keeps it"
         );
         assert_eq!(worker.scan().await.unwrap(), Pass::default());

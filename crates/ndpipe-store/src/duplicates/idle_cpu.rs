@@ -14,8 +14,8 @@ use std::sync::mpsc;
 use ndpipe_catalog::PhotoId;
 use ndpipe_model::TensorBlob;
 use thread_priority::{
-    NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy, set_thread_priority_and_policy,
-    thread_native_id,
+    NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
+    set_thread_priority_and_policy, thread_native_id,
 };
 use tokio::sync::oneshot;
 use tracing::warn;
@@ -77,7 +77,9 @@ impl IdleHasher {
     /// Hashes the stored tensors `blobs` (id, encoded tensor).
     pub(crate) async fn hash(&self, blobs: Vec<(PhotoId, Vec<u8>)>) -> Result<Hashed, ThreadGone> {
         let (reply, answer) = oneshot::channel();
-        self.jobs.send(Job { blobs, reply }).map_err(|_| ThreadGone)?;
+        self.jobs
+            .send(Job { blobs, reply })
+            .map_err(|_| ThreadGone)?;
         answer.await.map_err(|_| ThreadGone)
     }
 }
@@ -103,7 +105,11 @@ mod tests {
         let grey = ImageTensor::new(8, 8, 1, vec![7; 64]).unwrap();
         let blob = |t: &ImageTensor| TensorBlob::encode(t, Codec::Zstd { level: 1 }).unwrap();
         let out = hasher
-            .hash(vec![(1, blob(&rgb)), (2, blob(&grey)), (3, b"not a tensor".to_vec())])
+            .hash(vec![
+                (1, blob(&rgb)),
+                (2, blob(&grey)),
+                (3, b"not a tensor".to_vec()),
+            ])
             .await
             .unwrap();
         let expected = NearHash::Phash.hasher().hash_tensor(&rgb).unwrap();

@@ -115,7 +115,10 @@ mod tests {
             let (a, b) = (h.hash_rgb(&original), h.hash_rgb(&back));
             let other = h.hash_rgb(&picture(150, 140));
             assert!((a ^ b).count_ones() <= 4, "{alg:?}: {a:016x} {b:016x}");
-            assert!((a ^ other).count_ones() > 8, "{alg:?}: {a:016x} {other:016x}");
+            assert!(
+                (a ^ other).count_ones() > 8,
+                "{alg:?}: {a:016x} {other:016x}"
+            );
         }
     }
 

@@ -32,9 +32,9 @@ use ndpipe_catalog::{
 use ndpipe_proto::pb;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
 
-use crate::inference::model::SharedModel;
 use crate::duplicates::ExactDuplicates;
 use crate::duplicates::exact::Uploaded;
+use crate::inference::model::SharedModel;
 use crate::ingest::{IngestError, Ingestor};
 use crate::metrics::StoreMetrics;
 use crate::storage::{Blobs, FeatureStore, PhotoStore, StoreError};

@@ -202,7 +202,11 @@ fn print_header(page: &Value) {
 fn print_group(g: &Value) {
     let keeper = g["keeper"].as_u64().unwrap_or(0);
     let members = g["members"].as_array().cloned().unwrap_or_default();
-    println!("group {}: {} photos, keep {keeper}", g["id"].as_u64().unwrap_or(0), members.len());
+    println!(
+        "group {}: {} photos, keep {keeper}",
+        g["id"].as_u64().unwrap_or(0),
+        members.len()
+    );
     for m in &members {
         let id = m["id"].as_u64().unwrap_or(0);
         println!(

@@ -15,7 +15,12 @@ fn jpeg_of(image: &DynamicImage, quality: u8) -> Vec<u8> {
     let rgb = image.to_rgb8();
     let mut out = Vec::new();
     JpegEncoder::new_with_quality(&mut out, quality)
-        .write_image(&rgb, rgb.width(), rgb.height(), image::ExtendedColorType::Rgb8)
+        .write_image(
+            &rgb,
+            rgb.width(),
+            rgb.height(),
+            image::ExtendedColorType::Rgb8,
+        )
         .unwrap();
     out
 }
@@ -62,7 +67,12 @@ fn members(group: &serde_json::Value) -> Vec<(u64, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| (m["id"].as_u64().unwrap(), m["reason"].as_str().unwrap().to_string()))
+        .map(|m| {
+            (
+                m["id"].as_u64().unwrap(),
+                m["reason"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }
 
@@ -74,9 +84,16 @@ async fn same_bytes_answer_the_existing_photo_and_edited_copies_group_with_it() 
     let id = first["id"].as_u64().unwrap();
     assert!(first.get("duplicate_of").is_none(), "{first}");
     let again = upload_expecting(&inst, original.clone(), 200).await;
-    assert_eq!((again["id"].as_u64(), again["duplicate_of"].as_u64()), (Some(id), Some(id)));
+    assert_eq!(
+        (again["id"].as_u64(), again["duplicate_of"].as_u64()),
+        (Some(id), Some(id))
+    );
     let listed = inst.json("/v1/photos").await;
-    assert_eq!(listed["photos"].as_array().unwrap().len(), 1, "nothing new stored: {listed}");
+    assert_eq!(
+        listed["photos"].as_array().unwrap().len(),
+        1,
+        "nothing new stored: {listed}"
+    );
 
     let mut copies = Vec::new();
     for (edit, bytes) in edited_copies(&original) {
@@ -91,7 +108,11 @@ async fn same_bytes_answer_the_existing_photo_and_edited_copies_group_with_it() 
 
     let page = duplicates_when_hashed(&inst, "exact,near").await;
     let groups = page["groups"].as_array().unwrap();
-    assert_eq!(groups.len(), 1, "one group, no unrelated photo grouped: {page}");
+    assert_eq!(
+        groups.len(),
+        1,
+        "one group, no unrelated photo grouped: {page}"
+    );
     let group = &groups[0];
     let mut expected: Vec<(u64, String)> = std::iter::once(id)
         .chain(copies.iter().map(|(_, c)| *c))
@@ -99,7 +120,11 @@ async fn same_bytes_answer_the_existing_photo_and_edited_copies_group_with_it() 
         .collect();
     expected.sort();
     assert_eq!(members(group), expected, "copies {copies:?}: {page}");
-    assert_eq!(group["keeper"].as_u64(), Some(id), "the original is the largest: {group}");
+    assert_eq!(
+        group["keeper"].as_u64(),
+        Some(id),
+        "the original is the largest: {group}"
+    );
 
     let (ok, out, err) = cli(&["photos", "--server", &inst.url, "duplicates"]);
     assert!(ok, "{err}");
@@ -107,13 +132,27 @@ async fn same_bytes_answer_the_existing_photo_and_edited_copies_group_with_it() 
         .lines()
         .find(|l| l.trim_start().starts_with(&format!("{id} ")))
         .unwrap_or_else(|| panic!("no line for photo {id}:\n{out}"));
-    assert!(keeper_line.contains("near") && keeper_line.ends_with("keeper"), "{out}");
-    assert!(out.contains(&format!("group {id}: 4 photos, keep {id}")), "{out}");
+    assert!(
+        keeper_line.contains("near") && keeper_line.ends_with("keeper"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("group {id}: 4 photos, keep {id}")),
+        "{out}"
+    );
     for (_, copy) in &copies {
-        assert!(out.lines().any(|l| l.trim_start().starts_with(&format!("{copy} "))), "{out}");
+        assert!(
+            out.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{copy} "))),
+            "{out}"
+        );
     }
     for other in &unrelated {
-        assert!(!out.lines().any(|l| l.trim_start().starts_with(&format!("{other} "))), "{out}");
+        assert!(
+            !out.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{other} "))),
+            "{out}"
+        );
     }
 }
 
@@ -136,5 +175,9 @@ async fn store_mode_stores_the_same_bytes_again_and_groups_them_as_exact() {
         members(&groups[0]),
         [(id, "exact".to_string()), (copy, "exact".to_string())]
     );
-    assert_eq!(groups[0]["keeper"].as_u64(), Some(id), "the same size: the older one");
+    assert_eq!(
+        groups[0]["keeper"].as_u64(),
+        Some(id),
+        "the same size: the older one"
+    );
 }

@@ -81,7 +81,8 @@ pub(super) async fn answer(
     finding: Finding,
     query: Result<Query<DuplicateParams>, QueryRejection>,
 ) -> Result<Json<DuplicatesReply>, ApiError> {
-    let Query(params) = query.map_err(|e| count(state, ApiError::bad_request("bad_query", e.body_text())))?;
+    let Query(params) =
+        query.map_err(|e| count(state, ApiError::bad_request("bad_query", e.body_text())))?;
     let levels = levels(params.level.as_deref()).map_err(|e| count(state, e))?;
     let limit = page_limit(params.limit, DEFAULT_GROUPS).map_err(|e| count(state, e))?;
     let settings = finding.settings;
@@ -201,9 +202,17 @@ mod tests {
         let source = finding(Some(Fixed(Some(vec![pair]))));
         assert_eq!(semantic_pairs(&source, &semantic).await.unwrap(), [pair]);
         let not_asked = BTreeSet::from([Level::Exact]);
-        assert!(semantic_pairs(&source, &not_asked).await.unwrap().is_empty());
+        assert!(
+            semantic_pairs(&source, &not_asked)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         let none = semantic_pairs(&finding(None), &semantic).await.unwrap_err();
-        assert_eq!((none.status, none.kind), (StatusCode::BAD_REQUEST, "level_unavailable"));
+        assert_eq!(
+            (none.status, none.kind),
+            (StatusCode::BAD_REQUEST, "level_unavailable")
+        );
         let failing = finding(Some(Fixed(None)));
         let failed = semantic_pairs(&failing, &semantic).await.unwrap_err();
         assert_eq!(

@@ -16,8 +16,8 @@ use axum::{Json, Router};
 use ndpipe_catalog::Catalog;
 use serde::Serialize;
 
-use super::error::{ApiError, Counted, count, parse_id};
 use super::duplicates::{self, DuplicateParams, DuplicatesReply};
+use super::error::{ApiError, Counted, count, parse_id};
 use super::labels;
 use super::photos::{self, MetaReply, Page, PageParams, UploadParams, UploadReply};
 use super::{finish, limited_upload, ops};
