@@ -66,6 +66,10 @@ bench-finetune: build-bench
 bench-drift: build-bench
 	target/release/ndpipe-bench drift --json $(CACHE)/bench-drift.json
 
+## Duplicates: precision and recall per level on real photos and their edited copies (3 seeds).
+bench-duplicates: build-bench
+	target/release/ndpipe-bench duplicates
+
 ## SpiderCache vs its peers on a real training run reading a PipeStore (about 15 minutes).
 bench-cache: build-bench
 	target/release/ndpipe-bench cache run --out $(CACHE)/bench-cache

@@ -11,6 +11,10 @@ mod cluster;
 mod cost;
 mod crops;
 mod drift;
+mod dup_set;
+mod dup_stats;
+mod dup_store;
+mod duplicates;
 mod emulated;
 mod finetune;
 mod fuzz;
@@ -81,6 +85,10 @@ enum Which {
     /// Similar photos: the node's HNSW index against exact cosine search over 10^5 real and
     /// perturbed EfficientNet-Lite0 vectors: recall@10, query p50/p99, build time, bytes.
     Similar(similar::SimilarBench),
+    /// Duplicates: precision and recall of exact, near and semantic pairs on real photos and
+    /// their edited copies against controls, the threshold sweep, and the near-pair search's
+    /// time among 10^5 hashes against a full scan.
+    Duplicates(duplicates::DuplicatesBench),
     /// Drift: classes arrive in stages; stale vs fine-tuned accuracy at each stage.
     Drift(drift::DriftBench),
     /// SpiderCache and its peers on a real training run reading a PipeStore (or a replay).
@@ -132,6 +140,7 @@ async fn run(which: Which) -> Result<()> {
         Which::Infer(b) => infer::run(b).await,
         Which::Finetune(b) => finetune::run(b).await,
         Which::Drift(b) => drift::run(b).await,
+        Which::Duplicates(b) => duplicates::run(b).await,
         Which::S3(b) => s3::run(b).await,
         Which::Scaling(b) => scaling::run(b).await,
         Which::Rsweep(b) => rsweep::run(b).await,

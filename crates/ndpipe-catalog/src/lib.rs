@@ -18,6 +18,7 @@
 //! - [`Catalog`]: everything one PipeStore uses (all but the node and replica registries);
 //! - [`ObjectCatalog`]: buckets and objects of the S3 API, each object a photo or a plain blob;
 //! - [`AccessKeys`]: the access keys of a PipeStore's APIs, with their roles;
+//! - [`DuplicateCatalog`]: perceptual hashes of photos and sets of photos with the same bytes;
 //! - [`NodeRegistry`]: the PipeStores registered with a Tuner and their leases (the Tuner's
 //!   registry; not part of [`Catalog`]);
 //! - [`ReplicaCatalog`]: which nodes hold a copy of each photo, deleted photos' tombstones, and
@@ -30,6 +31,7 @@
 #![deny(missing_docs)]
 
 mod blob_copies;
+mod duplicates;
 mod error;
 mod keys;
 mod label_terms;
@@ -46,6 +48,7 @@ mod types;
 use std::collections::HashSet;
 
 pub use blob_copies::{BlobCatalog, BlobCounts, BlobHolders};
+pub use duplicates::DuplicateCatalog;
 pub use error::CatalogError;
 pub use keys::{AccessKeyRecord, Role};
 pub use label_terms::label_matches;
@@ -83,6 +86,10 @@ pub trait PhotoCatalog: Send + Sync {
 
     /// Number of photos.
     fn count_photos(&self) -> Result<u64, CatalogError>;
+
+    /// Photos whose original has the hex SHA-256 `sha256`, oldest first: every node's in a
+    /// catalog that nodes share. One lookup of the `photos_sha256` index.
+    fn photos_with_sha256(&self, sha256: &str) -> Result<Vec<PhotoRecord>, CatalogError>;
 
     /// Replaces the predictions of `model_version` for one photo (ranked, best first).
     fn put_predictions(
@@ -358,14 +365,28 @@ pub trait AccessKeys: Send + Sync {
 }
 
 /// Everything a PipeStore keeps in its catalog: photos, ground truth, tasks, the model
-/// registry, the job log, the S3 objects and the access keys.
+/// registry, the job log, the S3 objects, the access keys and what duplicate finding keeps.
 pub trait Catalog:
-    PhotoCatalog + TruthCatalog + TaskCatalog + ModelRegistry + JobLog + ObjectCatalog + AccessKeys
+    PhotoCatalog
+    + TruthCatalog
+    + TaskCatalog
+    + ModelRegistry
+    + JobLog
+    + ObjectCatalog
+    + AccessKeys
+    + DuplicateCatalog
 {
 }
 
 impl<
-    T: PhotoCatalog + TruthCatalog + TaskCatalog + ModelRegistry + JobLog + ObjectCatalog + AccessKeys,
+    T: PhotoCatalog
+        + TruthCatalog
+        + TaskCatalog
+        + ModelRegistry
+        + JobLog
+        + ObjectCatalog
+        + AccessKeys
+        + DuplicateCatalog,
 > Catalog for T
 {
 }

@@ -142,9 +142,11 @@ fn start() -> Result<Server, String> {
 /// The number of the migration that adds tasks.
 pub const TASKS_MIGRATION: i32 = 8;
 
-/// SQL that takes an empty catalog back to the schema before tasks ([`TASKS_MIGRATION`]), for
-/// tests of the migrations (delete its `schema_migrations` row too).
+/// SQL that takes an empty catalog back to the schema before tasks ([`TASKS_MIGRATION`]) and
+/// the migrations after it, for tests of the migrations (delete their `schema_migrations` rows
+/// too).
 pub const UNDO_TASKS: &str = "
+DROP TABLE photo_near_hashes;
 ALTER TABLE ground_truth DROP CONSTRAINT ground_truth_pkey;
 ALTER TABLE ground_truth DROP COLUMN task;
 ALTER TABLE ground_truth ADD PRIMARY KEY (photo_id);

@@ -1,6 +1,7 @@
 //! Behaviour every [`Catalog`] implementation must show, run by each implementation's tests
 //! ([`run`]), and every [`NodeRegistry`] ([`run_nodes`]).
 
+mod duplicates;
 mod search;
 mod tasks;
 
@@ -56,6 +57,7 @@ pub fn run(c: &dyn Catalog) {
     models_have_one_active(c);
     tasks::run(c);
     search::run(c);
+    duplicates::run(c);
     jobs_round_trip(c);
     buckets_create_list_and_delete_only_when_empty(c);
     objects_replace_list_by_prefix_and_follow_their_photo(c);

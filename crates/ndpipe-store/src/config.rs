@@ -8,6 +8,10 @@ use std::path::PathBuf;
 use ndpipe_model::{CodecKind, ExecutionProvider};
 use serde::{Deserialize, Serialize};
 
+use crate::duplicates::{
+    DEFAULT_NEAR_HAMMING, DEFAULT_SEMANTIC_MIN_COSINE, DuplicateSettings, ExactDuplicates, NearHash,
+};
+
 /// Default largest upload body, in bytes.
 pub const DEFAULT_MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
 
@@ -164,6 +168,18 @@ pub struct Config {
     /// Beam width while searching the similarity index (HNSW ef): more finds more true
     /// neighbours, more slowly.
     pub similar_expansion_search: usize,
+    /// What an upload of bytes the catalog already has (the same SHA-256, any node's photo on a
+    /// shared catalog) does: `existing` answers 200 with the existing photo's id as
+    /// `duplicate_of` and stores nothing; `store` stores it as a new photo and says
+    /// `duplicate_of` in the 201 (see [`ExactDuplicates`] for why `existing` is the default).
+    pub exact_duplicates: ExactDuplicates,
+    /// The perceptual hash of near duplicates: `phash`, `gradient` (dHash), `mean` or
+    /// `blockhash`, 64 bits each (changing it hashes every photo again).
+    pub near_hash: NearHash,
+    /// Largest Hamming distance, in bits of 64, between the hashes of near duplicates (0..=32).
+    pub near_hamming: u32,
+    /// Smallest cosine similarity between the features of semantic duplicates (-1..=1).
+    pub semantic_min_cosine: f64,
     /// Testing only: damage the first N feature chunks sent to the Tuner (their checksum then
     /// fails and the Tuner must fetch them again).
     pub fault_corrupt_chunks: u32,
@@ -183,6 +199,16 @@ impl Config {
                 .as_deref()
                 .is_some_and(ndpipe_catalog::is_postgres_url);
         self.replicas.unwrap_or(if in_cluster { 2 } else { 1 })
+    }
+
+    /// The settings of duplicate finding.
+    pub(crate) fn duplicates(&self) -> DuplicateSettings {
+        DuplicateSettings {
+            exact: self.exact_duplicates,
+            near_hash: self.near_hash,
+            near_hamming: self.near_hamming,
+            semantic_min_cosine: self.semantic_min_cosine,
+        }
     }
 
     /// The HTTP server's limits.
@@ -272,6 +298,10 @@ impl Default for Config {
             similar_connectivity: 16,
             similar_expansion_add: 128,
             similar_expansion_search: 64,
+            exact_duplicates: ExactDuplicates::default(),
+            near_hash: NearHash::default(),
+            near_hamming: DEFAULT_NEAR_HAMMING,
+            semantic_min_cosine: DEFAULT_SEMANTIC_MIN_COSINE,
         }
     }
 }
@@ -336,9 +366,31 @@ pub struct GatewayConfig {
     pub similar_default_k: usize,
     /// Largest `k` a similarity query may ask for.
     pub similar_max_k: usize,
+    /// What an upload of bytes the catalog already has (the same SHA-256, any node's photo on a
+    /// shared catalog) does: `existing` answers 200 with the existing photo's id as
+    /// `duplicate_of` and stores nothing; `store` stores it as a new photo and says
+    /// `duplicate_of` in the 201 (see [`ExactDuplicates`] for why `existing` is the default).
+    pub exact_duplicates: ExactDuplicates,
+    /// The perceptual hash of near duplicates: `phash`, `gradient` (dHash), `mean` or
+    /// `blockhash`, 64 bits each (changing it hashes every photo again).
+    pub near_hash: NearHash,
+    /// Largest Hamming distance, in bits of 64, between the hashes of near duplicates (0..=32).
+    pub near_hamming: u32,
+    /// Smallest cosine similarity between the features of semantic duplicates (-1..=1).
+    pub semantic_min_cosine: f64,
 }
 
 impl GatewayConfig {
+    /// The settings of duplicate finding.
+    pub(crate) fn duplicates(&self) -> DuplicateSettings {
+        DuplicateSettings {
+            exact: self.exact_duplicates,
+            near_hash: self.near_hash,
+            near_hamming: self.near_hamming,
+            semantic_min_cosine: self.semantic_min_cosine,
+        }
+    }
+
     /// The HTTP server's limits.
     pub(crate) fn http_limits(&self) -> ndpipe_util::serve::HttpLimits {
         ndpipe_util::serve::HttpLimits::from_config(
@@ -376,6 +428,10 @@ impl Default for GatewayConfig {
             similar_timeout_ms: store.similar_timeout_ms,
             similar_default_k: store.similar_default_k,
             similar_max_k: store.similar_max_k,
+            exact_duplicates: store.exact_duplicates,
+            near_hash: store.near_hash,
+            near_hamming: store.near_hamming,
+            semantic_min_cosine: store.semantic_min_cosine,
         }
     }
 }

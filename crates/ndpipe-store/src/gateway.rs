@@ -19,6 +19,7 @@ use tracing::info;
 use crate::api::http::{self, GatewayState};
 use crate::api::s3;
 use crate::config::GatewayConfig;
+use crate::duplicates::exact::ExactCheck;
 use crate::error::Error;
 use crate::keys::KeyStore;
 use crate::metrics::StoreMetrics;
@@ -54,6 +55,10 @@ impl Gateway {
                 });
             }
         };
+        config
+            .duplicates()
+            .check()
+            .map_err(|(setting, reason)| Error::Config { setting, reason })?;
         if config.replicas == 0 {
             return Err(Error::Config {
                 setting: "replicas",
@@ -103,9 +108,10 @@ impl Gateway {
                 max_message: config.max_upload_bytes.saturating_add(1 << 20),
             }),
         );
+        let exact = ExactCheck::new(config.exact_duplicates, pg.clone());
         let front = FrontDoor::new(
             None,
-            pg.clone(),
+            (pg.clone(), exact),
             metrics.clone(),
             (secret, tls),
             FrontDoorConfig::new(
@@ -138,7 +144,10 @@ impl Gateway {
             metrics,
             similar,
         } = self;
-        let state = GatewayState::new(front.clone(), catalog.clone(), metrics.clone(), similar);
+        let state = GatewayState::new(front.clone(), catalog.clone(), metrics.clone(), similar)
+            // Semantic pairs come from the PipeStores' indexes, each over its own photos; a
+            // gateway holds none, so `level=semantic` is refused here and asked of a PipeStore.
+            .with_duplicates(config.duplicates(), None);
         let guard = http::Guard {
             keys: keys.clone(),
             metrics,

@@ -11,8 +11,9 @@
 //! public too: the [`PhotoStore`] ([`StoreConfig`], [`NewPhoto`], [`RecoveryReport`],
 //! [`CompactionReport`], [`StoreError`]), the [`FeatureStore`], the similarity index's graph
 //! ([`AnnIndex`], [`AnnOptions`], [`Scalar`], [`AnnError`]), and a full re-labelling with a
-//! [`Relabeler`] ([`ActiveModel`], [`RelabelOptions`], [`Pending`], [`RelabelReport`], [`InferenceError`]).
-//! Everything else is internal.
+//! [`Relabeler`] ([`ActiveModel`], [`RelabelOptions`], [`Pending`], [`RelabelReport`],
+//! [`InferenceError`]), and duplicate finding's perceptual hash ([`NearHash`],
+//! [`PerceptualHasher`]) and pair search ([`near_pairs`]). Everything else is internal.
 //!
 //! # Module map
 //!
@@ -33,6 +34,9 @@
 //!   the 201, reads that fall back to another copy and repair a damaged one, deletes behind a
 //!   tombstone, and the background worker that repairs, sweeps and scrubs; `gateway` serves
 //!   its front door alone, in a process that holds no photo;
+//! - `duplicates`: exact duplicates at upload ([`ExactDuplicates`]), the worker that gives every
+//!   photo a perceptual hash, near pairs by multi-index hashing, and pairs of every level
+//!   grouped with a reason per member and a keeper (`GET /v1/duplicates`);
 //! - `keys`: access keys ([`KeyStore`]): secrets sealed under the data directory's master key,
 //!   roles, the bearer token as an admin key;
 //! - `jobs`: long-running re-labellings, one at a time, resumed after a restart;
@@ -55,6 +59,7 @@
 
 mod api;
 mod config;
+mod duplicates;
 mod error;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
@@ -77,6 +82,10 @@ mod testing;
 mod words;
 
 pub use config::{Config, DEFAULT_MAX_UPLOAD_BYTES, GatewayConfig};
+pub use duplicates::{
+    DEFAULT_NEAR_HAMMING, DEFAULT_SEMANTIC_MIN_COSINE, ExactDuplicates, HASH_BITS, NearHash,
+    NearPair, PerceptualHasher, near_pairs,
+};
 pub use error::Error;
 pub use gateway::{Gateway, RunningGateway};
 pub use inference::{

@@ -78,6 +78,10 @@ impl PipeStore {
                 reason: e.to_string(),
             })?;
         check_rebalance(&config)?;
+        config
+            .duplicates()
+            .check()
+            .map_err(|(setting, reason)| Error::Config { setting, reason })?;
         let token = token(config.token.as_ref(), config.token_file.as_ref())?;
         let cluster_secret = cluster_secret(config.cluster_secret_file.as_ref())?;
         let tls = tls(
@@ -156,6 +160,7 @@ impl PipeStore {
                 .decode_threads
                 .unwrap_or_else(|| IngestConfig::default().max_parallel_decodes),
             decode_budget_bytes: config.decode_budget_bytes,
+            exact_duplicates: config.exact_duplicates,
         };
         let mut ingestor = Ingestor::new(
             store.clone(),

@@ -19,6 +19,7 @@ use crate::api::http::{self, AppState};
 use crate::api::replication::ReplicationService;
 use crate::api::s3;
 use crate::api::similar::SimilarService;
+use crate::duplicates::hasher::HashWorker;
 use crate::error::Error;
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
@@ -26,7 +27,7 @@ use crate::keys::KeyStore;
 use crate::membership::{self, Member, Readiness};
 use crate::node::PipeStoreNode;
 use crate::pipestore::PipeStore;
-use crate::similar::NodeSimilar;
+use crate::similar::{IndexPairs, NodeSimilar};
 use crate::storage::PhotoStore;
 use crate::words::Words;
 
@@ -149,6 +150,7 @@ impl PipeStore {
                 &m.active().get(),
             )
         });
+        let catalog_for_hashes = catalog.clone();
         let state = AppState::new(
             ingestor.clone(),
             store.clone(),
@@ -161,7 +163,22 @@ impl PipeStore {
         .with_readiness(readiness.clone(), node.is_some())
         .with_models(models.clone(), words)
         .with_replication(replication.clone())
-        .with_similar(similar.front.clone());
+        .with_similar(similar.front.clone())
+        .with_duplicates(
+            config.duplicates(),
+            similar.front.clone().map(IndexPairs::source),
+        );
+        let hashing = HashWorker::new(
+            store.clone(),
+            catalog_for_hashes,
+            config.near_hash,
+            ingestor.hash_queue(),
+        )
+        .map_err(|source| Error::Thread {
+            what: "perceptual hashing",
+            source,
+        })?;
+        tokio::spawn(hashing.run(stopped.clone()));
         if let Some(replication) = replication {
             tokio::spawn(replication.run_worker(stopped.clone()));
             info!("replication worker started (repair, scrub, free-space reports)");

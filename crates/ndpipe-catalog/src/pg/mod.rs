@@ -23,6 +23,8 @@
 //! - `truths`: [`TruthCatalog`](crate::TruthCatalog), ground truth per task;
 //! - `tasks`: [`TaskCatalog`](crate::TaskCatalog), the cluster's tasks;
 //! - `search`: label search by the label index, of one node or of the cluster;
+//! - `duplicates`: [`DuplicateCatalog`](crate::DuplicateCatalog), perceptual hashes and
+//!   exact-duplicate sets of the whole cluster;
 //! - `models`: [`ModelRegistry`](crate::ModelRegistry), each node's active version per task;
 //! - `jobs`: [`JobLog`](crate::JobLog);
 //! - `nodes`: [`NodeRegistry`](crate::NodeRegistry), the cluster's PipeStores and their leases;
@@ -38,6 +40,7 @@
 
 mod blob_copies;
 mod connect;
+mod duplicates;
 mod error;
 mod ids;
 mod jobs;

@@ -15,9 +15,9 @@ use crate::{
     SearchHit,
 };
 
-const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
+pub(super) const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
                              p.created_ms";
-const PHOTO_FROM: &str = "photos p";
+pub(super) const PHOTO_FROM: &str = "photos p";
 
 pub(super) fn photo_from_row(row: &Row) -> Result<PhotoRecord, CatalogError> {
     let int = |i: usize| row.try_get::<_, i64>(i).map_err(db("read photo"));
@@ -209,6 +209,10 @@ impl PhotoCatalog for PgCatalog {
             attach_truths(conn, &mut photos)?;
             Ok(photos.pop())
         })
+    }
+
+    fn photos_with_sha256(&self, sha256: &str) -> Result<Vec<PhotoRecord>, CatalogError> {
+        self.with(|conn| super::duplicates::photos_with_sha256(conn, sha256))
     }
 
     fn existing_photo_ids(&self, ids: &[PhotoId]) -> Result<HashSet<PhotoId>, CatalogError> {

@@ -210,6 +210,15 @@ ALTER TABLE ground_truth ADD PRIMARY KEY (photo_id, task);
 ALTER TABLE ground_truth ALTER COLUMN task DROP DEFAULT;
 CREATE INDEX ground_truth_task ON ground_truth (task, split, photo_id);
 "#,
+    // Duplicate finding: one perceptual hash per photo, by the algorithm named (a photo whose
+    // hash is by another algorithm is hashed again); written by the node that holds the photo.
+    r#"
+CREATE TABLE photo_near_hashes (
+    photo_id   BIGINT PRIMARY KEY REFERENCES photos (id) ON DELETE CASCADE,
+    algorithm  TEXT   NOT NULL,
+    hash       BIGINT NOT NULL
+);
+"#,
 ];
 
 /// Applies the migrations this database lacks, all in one transaction, under an advisory lock

@@ -9,8 +9,11 @@
 //! - `jobs`: the job log ([`JobLog`](crate::JobLog));
 //! - `objects`: buckets and objects of the S3 API ([`ObjectCatalog`](crate::ObjectCatalog));
 //! - `keys`: access keys ([`AccessKeys`](crate::AccessKeys));
+//! - `duplicates`: perceptual hashes and exact-duplicate sets
+//!   ([`DuplicateCatalog`](crate::DuplicateCatalog));
 //! - `nodes`: the Tuner's node registry ([`NodeRegistry`](crate::NodeRegistry)).
 
+mod duplicates;
 mod jobs;
 mod keys;
 mod models;

@@ -11,10 +11,10 @@ use crate::{
     CatalogError, OTHER_CLASS, PhotoCatalog, PhotoId, PhotoMeta, PhotoRecord, Prediction, SearchHit,
 };
 
-const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
+pub(super) const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
                              p.created_ms";
 
-fn photo_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PhotoRecord> {
+pub(super) fn photo_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PhotoRecord> {
     Ok(PhotoRecord::new(
         row.get::<_, i64>(0)?.cast_unsigned(),
         PhotoMeta {
@@ -176,6 +176,10 @@ impl PhotoCatalog for SqliteCatalog {
             attach_truths(conn, &mut photos)?;
             Ok(photos)
         })
+    }
+
+    fn photos_with_sha256(&self, sha256: &str) -> Result<Vec<PhotoRecord>, CatalogError> {
+        self.with(|conn| super::duplicates::photos_with_sha256(conn, sha256))
     }
 
     fn count_photos(&self) -> Result<u64, CatalogError> {

@@ -157,4 +157,13 @@ DROP TABLE ground_truth;
 ALTER TABLE task_ground_truth RENAME TO ground_truth;
 CREATE INDEX ground_truth_task ON ground_truth(task, split, photo_id);
 "#,
+    // Duplicate finding: one perceptual hash per photo, by the algorithm named (a photo whose
+    // hash is by another algorithm is hashed again).
+    r#"
+CREATE TABLE IF NOT EXISTS photo_near_hashes (
+    photo_id   INTEGER PRIMARY KEY REFERENCES photos(id) ON DELETE CASCADE,
+    algorithm  TEXT    NOT NULL,
+    hash       INTEGER NOT NULL
+);
+"#,
 ];

@@ -20,6 +20,8 @@ use sha2::{Digest, Sha256};
 use super::copies::{intact, meta_from_json};
 use super::peers::Peers;
 use super::{ReplicationError, placement};
+use crate::duplicates::ExactDuplicates;
+use crate::duplicates::exact::{ExactCheck, Uploaded};
 use crate::metrics::StoreMetrics;
 
 /// How long a front door reuses the node list it read from the catalog.
@@ -61,19 +63,22 @@ pub(crate) struct FrontDoor {
     pub(super) peers: Peers,
     pub(super) metrics: Arc<StoreMetrics>,
     nodes: Mutex<Option<(Instant, Vec<PlacementNode>)>>,
+    /// The exact-duplicate check of uploads (on the whole cluster's photos).
+    exact: ExactCheck,
 }
 
 impl FrontDoor {
     /// A front door on node `here` (`None`: on no node) over the replica map `catalog`,
-    /// calling the nodes with `secret` over `tls`.
+    /// calling the nodes with `secret` over `tls`, checking uploads with `exact`.
     pub(crate) fn new(
         here: Option<String>,
-        catalog: Arc<dyn ReplicaCatalog>,
+        (catalog, exact): (Arc<dyn ReplicaCatalog>, ExactCheck),
         metrics: Arc<StoreMetrics>,
         (secret, tls): (Option<ClusterSecret>, Option<Tls>),
         config: FrontDoorConfig,
     ) -> Self {
         FrontDoor {
+            exact,
             here,
             peers: Peers::new(secret, tls, config.peer_timeout, config.max_message),
             config,
@@ -146,8 +151,37 @@ impl FrontDoor {
     }
 
     /// Stores an upload on `replicas` nodes: ingested by the primary, copied to the others, and
-    /// catalogued once every copy is durable.
+    /// catalogued once every copy is durable; bytes the cluster already has are answered as
+    /// `exact_duplicates` says, before anything is sent.
     pub(crate) async fn upload(
+        &self,
+        bytes: bytes::Bytes,
+        truth: Option<GroundTruth>,
+    ) -> Result<Uploaded, ReplicationError> {
+        self.exact
+            .upload(bytes, truth, |b, t| self.place_and_forward(b, t))
+            .await
+    }
+
+    /// [`FrontDoor::upload`] in `mode` rather than the configured one.
+    pub(crate) async fn upload_as(
+        &self,
+        mode: ExactDuplicates,
+        bytes: bytes::Bytes,
+        truth: Option<GroundTruth>,
+    ) -> Result<Uploaded, ReplicationError> {
+        self.exact
+            .upload_as(mode, bytes, truth, |b, t| self.place_and_forward(b, t))
+            .await
+    }
+
+    /// The exact-duplicate check of this front door's uploads.
+    pub(crate) fn exact(&self) -> &ExactCheck {
+        &self.exact
+    }
+
+    /// Places an upload and has its primary ingest it.
+    async fn place_and_forward(
         &self,
         bytes: bytes::Bytes,
         truth: Option<GroundTruth>,

@@ -163,6 +163,12 @@ impl SimilarIndex {
             .map(|f| (backbone, f)))
     }
 
+    /// The photos with stored features under the active backbone (the index's photos once it is
+    /// built), ascending. Blocks.
+    pub(crate) fn stored_ids(&self) -> Result<Vec<u64>, SimilarError> {
+        Ok(self.shared.features.ids(&self.active_backbone())?)
+    }
+
     /// The active backbone and, for each of `ids`, its stored features under it (`None`: not
     /// labelled yet, or not held here); one backbone for all, even if it changes meanwhile.
     /// Blocks.

@@ -28,6 +28,7 @@ pub(crate) mod merge;
 pub(crate) mod metrics;
 pub(crate) mod neighbours;
 mod node;
+mod pairs;
 mod peers;
 mod persist;
 #[cfg(test)]
@@ -44,6 +45,7 @@ pub(crate) use index::{IndexSettings, NodeHits, Queries, SimilarIndex};
 pub(crate) use merge::Answer;
 pub(crate) use neighbours::Neighbours;
 pub(crate) use node::{NodeSimilar, front_settings};
+pub(crate) use pairs::IndexPairs;
 
 use crate::storage::StoreError;
 use ann::AnnError;

@@ -98,8 +98,8 @@ impl FeatureStore {
         Ok(())
     }
 
-    /// The features of one photo under `backbone`.
-    pub(crate) fn get(&self, backbone: &str, id: u64) -> Result<Option<Vec<f32>>, StoreError> {
+    /// The features of one photo under `backbone` (what a benchmark compares photos by).
+    pub fn get(&self, backbone: &str, id: u64) -> Result<Option<Vec<f32>>, StoreError> {
         self.db.read(|db| {
             let txn = db.begin_read().map_err(StoreError::index)?;
             let table = txn.open_table(FEATURES).map_err(StoreError::index)?;

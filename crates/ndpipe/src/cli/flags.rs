@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use ndpipe_model::{CodecKind, ExecutionProvider};
+use ndpipe_store::{ExactDuplicates, NearHash};
 use serde::Serialize;
 
 /// Flags of `ndpipe serve` and `ndpipe pipestore`: keys of `[pipestore]`.
@@ -64,6 +65,9 @@ pub(crate) struct PipeStoreFlags {
     #[command(flatten)]
     #[serde(flatten)]
     pub(crate) similar_index: SimilarIndexFlags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) duplicates: DuplicateFlags,
     /// Largest accepted image in pixels, checked before decoding [max_pixels; default: 64 Mpx].
     #[arg(long, env = "NDPIPE_MAX_PIXELS")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -337,6 +341,9 @@ pub(crate) struct GatewayFlags {
     #[command(flatten)]
     #[serde(flatten)]
     pub(crate) peers: PeerFlags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) duplicates: DuplicateFlags,
     /// Deadline of each call to a PipeStore, an upload's ingest and copies included, in ms
     /// [peer_timeout_ms; default: 30000].
     #[arg(long, env = "NDPIPE_PEER_TIMEOUT_MS")]
@@ -379,6 +386,33 @@ pub(crate) struct ClientFlags {
     #[arg(long, env = "NDPIPE_MAX_UPLOADS_PER_CLIENT")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_uploads_per_client: Option<usize>,
+}
+
+/// Flags of duplicate finding, on the servers that take uploads (PipeStores and gateways); the
+/// same keys in `[pipestore]` and `[gateway]`.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+pub(crate) struct DuplicateFlags {
+    /// An upload of bytes the catalog already has: existing (200 with the existing photo's id
+    /// as duplicate_of, nothing stored) or store (201, a new photo, duplicate_of said)
+    /// [exact_duplicates; default: existing].
+    #[arg(long, env = "NDPIPE_EXACT_DUPLICATES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) exact_duplicates: Option<ExactDuplicates>,
+    /// Perceptual hash of near duplicates: phash, gradient, mean or blockhash [near_hash;
+    /// default: phash].
+    #[arg(long, env = "NDPIPE_NEAR_HASH")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) near_hash: Option<NearHash>,
+    /// Largest Hamming distance, in bits of 64, between near duplicates' hashes, 0..=32
+    /// [near_hamming; default: 12].
+    #[arg(long, env = "NDPIPE_NEAR_HAMMING")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) near_hamming: Option<u32>,
+    /// Smallest cosine similarity between semantic duplicates' features, -1..=1
+    /// [semantic_min_cosine; default: 0.9].
+    #[arg(long, env = "NDPIPE_SEMANTIC_MIN_COSINE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) semantic_min_cosine: Option<f64>,
 }
 
 /// Flags of every server on how it meets its peers and clients: the cluster secret, mutual

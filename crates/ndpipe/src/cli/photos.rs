@@ -79,6 +79,18 @@ enum Action {
         #[arg(long)]
         k: Option<usize>,
     },
+    /// Print the groups of duplicate photos, each member with its reason (exact: the same
+    /// bytes; near: a resized, recompressed or cropped copy; semantic: alike features) and the
+    /// photo to keep.
+    Duplicates {
+        /// Levels to look at, comma-separated: exact, near, semantic (semantic needs a
+        /// PipeStore with a model).
+        #[arg(long, default_value = "exact,near")]
+        level: String,
+        /// How many groups to print at most.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
     /// Delete a photo.
     Delete {
         /// Photo id.
@@ -182,11 +194,88 @@ pub(super) async fn run(args: PhotosArgs) -> Result<()> {
             Ok(())
         }
         Action::Similar { id, file, k } => similar(&client, id, file, k).await,
+        Action::Duplicates { level, limit } => duplicates(&client, &level, limit).await,
         Action::Delete { id } => {
             client.delete(&format!("/v1/photos/{id}")).await?;
             println!("deleted photo {id}");
             Ok(())
         }
+    }
+}
+
+/// Prints up to `limit` duplicate groups at `levels`, a page at a time.
+async fn duplicates(client: &Client, levels: &str, limit: usize) -> Result<()> {
+    let mut after: Option<u64> = None;
+    let mut left = limit;
+    while left > 0 {
+        let mut path = format!(
+            "/v1/duplicates?level={}&limit={}",
+            encode(levels),
+            left.min(1000)
+        );
+        if let Some(a) = after {
+            path.push_str(&format!("&after={a}"));
+        }
+        let page: Value = client.get_json(&path).await?;
+        if after.is_none() {
+            print_header(&page);
+        }
+        let groups = page["groups"].as_array().cloned().unwrap_or_default();
+        for g in &groups {
+            print_group(g);
+        }
+        left -= groups.len().min(left);
+        match page["next_after"].as_u64() {
+            Some(n) if !groups.is_empty() => after = Some(n),
+            _ => break,
+        }
+    }
+    Ok(())
+}
+
+/// What a duplicates answer was searched with, and the photos it could not see yet.
+fn print_header(page: &Value) {
+    let levels: Vec<&str> = page["levels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    print!("levels {}", levels.join(","));
+    if levels.contains(&"near") {
+        print!(
+            " (near: {} within {} bits)",
+            page["near_hash"].as_str().unwrap_or("?"),
+            page["near_hamming"].as_u64().unwrap_or(0)
+        );
+    }
+    println!();
+    if let Some(n) = page["unhashed"].as_u64().filter(|n| *n > 0) {
+        println!("{n} photos are not hashed yet: the near level does not see them");
+    }
+}
+
+/// One group: its keeper, then each member with its reason.
+fn print_group(g: &Value) {
+    let keeper = g["keeper"].as_u64().unwrap_or(0);
+    let members = g["members"].as_array().cloned().unwrap_or_default();
+    println!(
+        "group {}: {} photos, keep {keeper}",
+        g["id"].as_u64().unwrap_or(0),
+        members.len()
+    );
+    for m in &members {
+        let id = m["id"].as_u64().unwrap_or(0);
+        println!(
+            "  {:>10}  {:<8}  {:.3}  with {:<10}  {:>11} px  {:>10} bytes{}",
+            id,
+            m["reason"].as_str().unwrap_or("?"),
+            m["score"].as_f64().unwrap_or(0.0),
+            m["linked_to"].as_u64().unwrap_or(0),
+            m["pixels"].as_u64().unwrap_or(0),
+            m["bytes"].as_u64().unwrap_or(0),
+            if id == keeper { "  keeper" } else { "" },
+        );
     }
 }
 

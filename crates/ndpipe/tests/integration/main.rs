@@ -5,6 +5,8 @@
 //! - `disk`: a full disk (a tmpfs the test mounts): 507 below the reserve, nothing lost, start
 //!   read-only, uploads again once space returns.
 //! - `cli`: the import and photos commands.
+//! - `duplicates`: the same bytes again per `--exact-duplicates`, edited copies grouped as near
+//!   duplicates with their original as keeper, `ndpipe photos duplicates`.
 //! - `config`: the configuration file, and flags over it.
 //! - `inference`: labels at ingest with the real model, search, re-labelling jobs, model faults.
 //! - `cache`: the cache policies on a real training run reading a PipeStore (quick mode).
@@ -42,6 +44,7 @@ mod cluster;
 mod common;
 mod config;
 mod disk;
+mod duplicates;
 mod durability;
 mod faults;
 mod gateway;

@@ -16,10 +16,13 @@ use axum::{Json, Router};
 use ndpipe_catalog::Catalog;
 use serde::Serialize;
 
+use super::duplicates::{self, DuplicateParams, DuplicatesReply};
 use super::error::{ApiError, Counted, count, parse_id};
 use super::labels;
 use super::photos::{self, MetaReply, Page, PageParams, UploadParams, UploadReply};
 use super::{finish, limited_upload, ops};
+use crate::duplicates::DuplicateSettings;
+use crate::duplicates::semantic::SemanticPairs;
 use crate::metrics::StoreMetrics;
 use crate::replication::{ClusterStatus, FrontDoor};
 use crate::similar::SimilarFront;
@@ -31,6 +34,8 @@ pub(crate) struct GatewayState {
     catalog: Arc<dyn Catalog>,
     metrics: Arc<StoreMetrics>,
     similar: Arc<SimilarFront>,
+    /// The settings of `GET /v1/duplicates` and its source of semantic pairs.
+    duplicates: duplicates::Finding,
 }
 
 impl GatewayState {
@@ -47,6 +52,20 @@ impl GatewayState {
             catalog,
             metrics,
             similar,
+            duplicates: duplicates::Finding::default(),
+        }
+    }
+
+    /// The same state, finding duplicates with `settings`, the semantic level's pairs from
+    /// `semantic` (without one, `level=semantic` is refused).
+    pub(crate) fn with_duplicates(
+        self,
+        settings: DuplicateSettings,
+        semantic: Option<Arc<dyn SemanticPairs>>,
+    ) -> Self {
+        GatewayState {
+            duplicates: duplicates::Finding { settings, semantic },
+            ..self
         }
     }
 }
@@ -73,6 +92,7 @@ pub(crate) fn gateway_router(
         .route("/v1/photos/{id}/meta", get(get_meta))
         .route("/v1/photos/{id}/labels", get(get_labels))
         .route("/v1/cluster", get(cluster))
+        .route("/v1/duplicates", get(list_duplicates))
         .route("/healthz", get(health))
         .route("/readyz", get(ready))
         .route("/metrics", get(ops::metrics::<GatewayState>))
@@ -98,6 +118,15 @@ async fn upload(
     }
     .await;
     photos::answer_upload(&state, started, result)
+}
+
+/// `GET /v1/duplicates`: the cluster's groups of duplicate photos, from the catalog.
+async fn list_duplicates(
+    State(state): State<GatewayState>,
+    query: Result<Query<DuplicateParams>, QueryRejection>,
+) -> Result<Json<DuplicatesReply>, ApiError> {
+    let (catalog, finding) = (state.catalog.clone(), state.duplicates.clone());
+    duplicates::answer(&state, catalog, finding, query).await
 }
 
 /// `GET /v1/photos/{id}`: the original from the first holder whose copy is intact.

@@ -3,15 +3,17 @@
 //!
 //! Route groups: [`photos`] (upload, read, list, delete, ground truth), [`labels`] (labels,
 //! search, models), [`jobs`] (re-labelling jobs), [`ops`] (health, metrics, compaction),
-//! [`keys`] (access keys), [`similar`] (similar photos, cluster-wide); [`gateway`] is the photo routes of `ndpipe gateway`, a front door
-//! with no store of its own. [`auth`] gives every call the role it needs (bearer token or an
-//! access key's secret). Every error is a JSON body
-//! (`{"error": kind, "message": ...}`) and is counted by kind ([`error`]): handlers answer
-//! [`ApiError`]s, and a layer gives one to any error that comes without a body (405 from the
-//! router, 431 for oversized headers, ...).
+//! [`keys`] (access keys), [`similar`] (similar photos, cluster-wide), [`duplicates`] (groups
+//! of duplicate photos), [`tasks`] (tasks and their labels); [`gateway`] is the
+//! photo routes of `ndpipe gateway`, a front door with no store of its own. [`auth`] gives
+//! every call the role it needs (bearer token or an access key's secret). Every error is a
+//! JSON body (`{"error": kind, "message": ...}`) and is counted by kind ([`error`]): handlers
+//! answer [`ApiError`]s, and a layer gives one to any error that comes without a body (405
+//! from the router, 431 for oversized headers, ...).
 
 mod auth;
 mod cluster;
+mod duplicates;
 mod error;
 mod gateway;
 mod jobs;
@@ -35,6 +37,8 @@ use axum::routing::{MethodRouter, delete, get, post, put};
 use ndpipe_catalog::Catalog;
 use ndpipe_util::per_client::{PerClientLimit, limit_per_client};
 
+use crate::duplicates::DuplicateSettings;
+use crate::duplicates::semantic::SemanticPairs;
 use crate::inference::model::Models;
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
@@ -80,6 +84,8 @@ pub(crate) struct AppState {
     words: Option<Arc<Words>>,
     /// Similarity queries (`None` without a model).
     similar: Option<Arc<SimilarFront>>,
+    /// The settings of `GET /v1/duplicates` and its source of semantic pairs.
+    duplicates: duplicates::Finding,
 }
 
 impl AppState {
@@ -106,6 +112,20 @@ impl AppState {
             models: None,
             words: None,
             similar: None,
+            duplicates: duplicates::Finding::default(),
+        }
+    }
+
+    /// The same state, finding duplicates with `settings`, the semantic level's pairs from
+    /// `semantic` (without one, `level=semantic` is refused).
+    pub(crate) fn with_duplicates(
+        self,
+        settings: DuplicateSettings,
+        semantic: Option<Arc<dyn SemanticPairs>>,
+    ) -> Self {
+        AppState {
+            duplicates: duplicates::Finding { settings, semantic },
+            ..self
         }
     }
 
@@ -192,6 +212,7 @@ pub(crate) fn router(
         .route("/v1/search", get(labels::search))
         .route("/v1/tasks", get(tasks::list))
         .route("/v1/tasks/{task}", get(tasks::get_task))
+        .route("/v1/duplicates", get(duplicates::list))
         .route("/v1/models", get(labels::models))
         .route("/v1/jobs", get(jobs::list))
         .route("/v1/jobs/{id}", get(jobs::get_job))

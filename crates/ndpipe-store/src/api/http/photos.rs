@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{ApiError, Counted, MAX_PHOTO_ID, blocking, count, parse_id};
 use super::{AppState, page_limit, tasks};
+use crate::duplicates::exact::Uploaded;
 use crate::replication::FrontDoor;
 
 /// Query parameters of an upload; the same values may come as `x-ndpipe-label`/`x-ndpipe-split`.
@@ -32,9 +33,14 @@ pub(super) struct UploadReply {
     bytes: u64,
     width: u32,
     height: u32,
+    /// The oldest photo that already had these bytes (`exact_duplicates`); absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duplicate_of: Option<u64>,
 }
 
-/// `POST /v1/photos`: stores a photo durably (201 once it is on disk; labelling follows).
+/// `POST /v1/photos`: stores a photo durably (201 once it is on disk; labelling follows), or,
+/// when the catalog has its bytes already and `exact_duplicates` is `existing`, answers 200
+/// with that photo.
 pub(super) async fn upload(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -47,7 +53,7 @@ pub(super) async fn upload(
         tasks::check_truth(&state.catalog, truth.as_ref()).await?;
         Ok(match &state.replication {
             Some(replication) => replication.upload(body, truth).await?,
-            None => state.ingestor.ingest(body, truth).await?,
+            None => state.ingestor.upload(body, truth).await?,
         })
     }
     .await;
@@ -75,28 +81,39 @@ pub(super) fn upload_input(
     Ok((body, ground_truth(headers, params)?))
 }
 
-/// The answer to an upload that began at `started`: 201 with the photo, or the error; timed
-/// and counted either way.
+/// The answer to an upload that began at `started`: 201 with the new photo, 200 with the
+/// existing one when nothing was stored, or the error; timed and counted either way.
 pub(super) fn answer_upload(
     state: &impl Counted,
     started: Instant,
-    result: Result<PhotoRecord, ApiError>,
+    result: Result<Uploaded, ApiError>,
 ) -> Result<(StatusCode, Json<UploadReply>), ApiError> {
     let metrics = state.metrics();
     metrics
         .ingest_seconds
         .observe(started.elapsed().as_secs_f64());
-    let PhotoRecord { id, meta, .. } = result.map_err(|e| count(state, e))?;
+    let Uploaded {
+        record: PhotoRecord { id, meta, .. },
+        duplicate_of,
+        stored,
+    } = result.map_err(|e| count(state, e))?;
     metrics.uploads.inc();
-    metrics.upload_bytes.inc_by(meta.bytes);
+    if stored {
+        metrics.upload_bytes.inc_by(meta.bytes);
+    }
     Ok((
-        StatusCode::CREATED,
+        if stored {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        },
         Json(UploadReply {
             id,
             sha256: meta.sha256,
             bytes: meta.bytes,
             width: meta.width,
             height: meta.height,
+            duplicate_of,
         }),
     ))
 }

@@ -6,12 +6,14 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use ndpipe_catalog::{Catalog, GroundTruth, PhotoId, PhotoRecord, Prediction, TaskName};
+use ndpipe_catalog::{Catalog, GroundTruth, PhotoId, Prediction, TaskName};
 use s3s::S3Result;
 use s3s::crypto::{Checksum as _, Sha256};
 
 use super::blocking;
 use super::errors::{self, catalog as catalog_error};
+use crate::duplicates::ExactDuplicates;
+use crate::duplicates::exact::Uploaded;
 use crate::ingest::Ingestor;
 use crate::replication::{FrontDoor, Replication, StoredBlob};
 use crate::storage::{Blobs, PhotoStore, blobs};
@@ -31,18 +33,36 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// Stores a photo (ingested once, labelled near its data).
+    /// Stores a photo (ingested once, labelled near its data), or with `mode`
+    /// [`ExactDuplicates::Existing`] answers the photo that has its bytes already.
     pub(crate) async fn put_photo(
         &self,
+        mode: ExactDuplicates,
         bytes: Bytes,
         truth: Option<GroundTruth>,
-    ) -> S3Result<PhotoRecord> {
+    ) -> S3Result<Uploaded> {
         match self {
-            Backend::Local { ingestor, .. } => {
-                ingestor.ingest(bytes, truth).await.map_err(errors::ingest)
-            }
-            Backend::Node(r) => r.upload(bytes, truth).await.map_err(errors::replication),
-            Backend::Gateway(f) => f.upload(bytes, truth).await.map_err(errors::replication),
+            Backend::Local { ingestor, .. } => ingestor
+                .upload_as(mode, bytes, truth)
+                .await
+                .map_err(errors::ingest),
+            Backend::Node(r) => r
+                .upload_as(mode, bytes, truth)
+                .await
+                .map_err(errors::replication),
+            Backend::Gateway(f) => f
+                .upload_as(mode, bytes, truth)
+                .await
+                .map_err(errors::replication),
+        }
+    }
+
+    /// What an upload of bytes the catalog already has does here (`exact_duplicates`).
+    pub(crate) fn exact_duplicates(&self) -> ExactDuplicates {
+        match self {
+            Backend::Local { ingestor, .. } => ingestor.exact().mode(),
+            Backend::Node(r) => r.front().exact().mode(),
+            Backend::Gateway(f) => f.exact().mode(),
         }
     }
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use ndpipe_catalog::{GroundTruth, ObjectBody, ObjectRecord, Split, TaskName};
+use ndpipe_catalog::{GroundTruth, ObjectBody, ObjectRecord, PhotoRecord, Split, TaskName};
 use ndpipe_model::PhotoFormat;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
@@ -15,6 +15,7 @@ use super::body::{self, Expected};
 use super::buckets::{require, timestamp};
 use super::errors::{catalog as catalog_error, no_such_key};
 use super::{S3State, blocking, labels};
+use crate::duplicates::ExactDuplicates;
 
 /// User-metadata names that set the ground truth of an image instead of being stored.
 pub(super) const LABEL_META: &str = "ndpipe-label";
@@ -151,8 +152,8 @@ async fn check_task(state: &S3State, truth: Option<&GroundTruth>) -> S3Result<()
 }
 
 /// Stores `object` at (`bucket`, `key`): an image through ingest (nothing is stored when it
-/// does not decode), anything else as a blob; then the catalog row, replacing the key's old
-/// object, whose photo or blob is then removed.
+/// does not decode; see [`photo_of`] for bytes stored already), anything else as a blob; then
+/// the catalog row, replacing the key's old object, whose photo or blob is then removed.
 pub(crate) async fn store(
     state: &S3State,
     bucket: &str,
@@ -162,8 +163,10 @@ pub(crate) async fn store(
     let truth = ground_truth(&mut object.metadata)?;
     check_task(state, truth.as_ref()).await?;
     let bytes = object.bytes.clone();
+    let mut stored = true;
     let (body, content_type, sha256) = if is_photo(object.content_type.as_deref(), &bytes) {
-        let photo = state.backend.put_photo(bytes, truth).await?;
+        let (photo, new) = photo_of(state, bucket, key, bytes, truth).await?;
+        stored = new;
         (
             ObjectBody::Photo(photo.id),
             photo.meta.content_type,
@@ -197,14 +200,51 @@ pub(crate) async fn store(
     let catalog = state.catalog.clone();
     let row = record.clone();
     match blocking(move || catalog.put_object(&row).map_err(catalog_error)).await {
+        // The same bytes again at the same key, in `existing` mode: the photo stays.
+        Ok(Some(old)) if old.body == record.body => {}
         Ok(Some(old)) => remove_body(state, &old.body).await,
         Ok(None) => {}
         Err(e) => {
-            remove_body(state, &record.body).await;
+            if stored {
+                remove_body(state, &record.body).await;
+            }
             return Err(e);
         }
     }
     Ok(record)
+}
+
+/// The photo of an image object at (`bucket`, `key`), and whether it was stored now. With
+/// `exact_duplicates = "existing"`, bytes the catalog has already name the existing photo,
+/// unless another key names it (the object catalog gives a photo one key at most): then, as
+/// with `store`, the object gets a new photo of its own. Either way the object is created.
+async fn photo_of(
+    state: &S3State,
+    bucket: &str,
+    key: &str,
+    bytes: Bytes,
+    truth: Option<GroundTruth>,
+) -> S3Result<(PhotoRecord, bool)> {
+    let mode = state.backend.exact_duplicates();
+    let uploaded = state
+        .backend
+        .put_photo(mode, bytes.clone(), truth.clone())
+        .await?;
+    if uploaded.stored {
+        return Ok((uploaded.record, true));
+    }
+    let (id, catalog) = (uploaded.record.id, state.catalog.clone());
+    let named = blocking(move || catalog.object_of_photo(id).map_err(catalog_error)).await?;
+    match named {
+        Some(other) if (other.bucket.as_str(), other.key.as_str()) != (bucket, key) => {
+            let fresh = state
+                .backend
+                .put_photo(ExactDuplicates::Store, bytes, truth)
+                .await?;
+            Ok((fresh.record, true))
+        }
+        _ => Ok((uploaded.record, false)),
+    }
 }
 
 /// Removes the photo or blob an object no longer names; a failure is logged (a photo that
