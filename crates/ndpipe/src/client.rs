@@ -20,8 +20,12 @@ pub use ndpipe_util::http::ErrorBody;
 
 /// Reply to an upload.
 #[derive(Debug, Deserialize)]
-struct Uploaded {
-    id: u64,
+pub struct Uploaded {
+    /// The photo's id: the new photo's, or the stored one's when the store had the bytes.
+    pub id: u64,
+    /// The photo that already had these bytes, when one did.
+    #[serde(default)]
+    pub duplicate_of: Option<u64>,
 }
 
 /// The ground truth an upload carries.
@@ -77,12 +81,22 @@ impl Client {
         }
     }
 
-    /// Uploads one photo with optional ground truth.
+    /// Uploads one photo with optional ground truth; its id.
     pub async fn upload(
         &self,
         bytes: Vec<u8>,
         truth: Option<Truth<'_>>,
     ) -> Result<u64, UploadError> {
+        self.upload_reply(bytes, truth).await.map(|u| u.id)
+    }
+
+    /// Uploads one photo with optional ground truth; the id and whether the store had the
+    /// bytes already.
+    pub async fn upload_reply(
+        &self,
+        bytes: Vec<u8>,
+        truth: Option<Truth<'_>>,
+    ) -> Result<Uploaded, UploadError> {
         let mut query = Vec::new();
         if let Some(t) = truth {
             query.push(("label", t.label));
@@ -106,7 +120,6 @@ impl Client {
             return resp
                 .json::<Uploaded>()
                 .await
-                .map(|u| u.id)
                 .map_err(|e| UploadError::Failed(anyhow!(e).context("reading the upload reply")));
         }
         let body: Result<ErrorBody, _> = resp.json().await;

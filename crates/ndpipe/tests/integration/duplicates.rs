@@ -181,3 +181,61 @@ async fn store_mode_stores_the_same_bytes_again_and_groups_them_as_exact() {
         "the same size: the older one"
     );
 }
+
+#[tokio::test]
+async fn semantic_duplicates_come_from_the_similarity_index_and_labels_reach_the_stored_photo() {
+    let inst = Instance::start_with_model(&[]);
+    let original = sample("chelsea.png");
+    let id = upload_expecting(&inst, original.clone(), 201).await["id"]
+        .as_u64()
+        .unwrap();
+    // A mirror image: another perceptual hash, the same content.
+    let mirrored = image::load_from_memory(&original).unwrap().fliph();
+    let mirror = upload_expecting(&inst, jpeg_of(&mirrored, 90), 201).await["id"]
+        .as_u64()
+        .unwrap();
+    let mut unrelated = Vec::new();
+    for name in ["coffee.png", "rocket.jpg", "astronaut.png"] {
+        let reply = upload_expecting(&inst, sample(name), 201).await;
+        unrelated.push(reply["id"].as_u64().unwrap());
+    }
+
+    // The same bytes again with ground truth: nothing stored, the stored photo labelled.
+    let (status, again) = inst.upload(original, "?label=cat&split=val").await;
+    assert_eq!(
+        (status, again["duplicate_of"].as_u64()),
+        (200, Some(id)),
+        "{again}"
+    );
+    let listed = inst.json("/v1/photos").await;
+    let stored = listed["photos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"].as_u64() == Some(id))
+        .unwrap()
+        .clone();
+    assert_eq!(stored["ground_truths"][0]["label"], "cat", "{stored}");
+    assert_eq!(stored["ground_truths"][0]["split"], "val", "{stored}");
+
+    inst.wait_labelled(5).await;
+    let page = inst.json("/v1/duplicates?level=semantic").await;
+    let groups = page["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 1, "{page}");
+    assert_eq!(
+        members(&groups[0]),
+        [
+            (id, "semantic".to_string()),
+            (mirror, "semantic".to_string())
+        ],
+        "{page}"
+    );
+
+    let storage_only = Instance::start();
+    let (status, body) = storage_only.get("/v1/duplicates?level=semantic").await;
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("level_unavailable"))
+    );
+}

@@ -69,7 +69,7 @@ pub(crate) fn jpeg(width: u32, height: u32, seed: u32) -> Vec<u8> {
         image::Rgb([
             (x + seed) as u8,
             (y * 3 + seed) as u8,
-            ((x ^ y) + seed * 7) as u8,
+            ((x ^ y) + seed * 7 + (seed >> 8) * 13) as u8,
         ])
     });
     let mut out = Vec::new();
