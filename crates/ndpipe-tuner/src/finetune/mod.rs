@@ -38,7 +38,7 @@ use ndpipe_model::InferenceBackend;
 use ndpipe_proto::pb::extract_event::Event;
 use ndpipe_proto::{ProtoError, decode_chunk, decode_tensor_chunk, pb};
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use cached::CacheReport;
 pub use quality::{ClassMetrics, Gate};
@@ -166,11 +166,17 @@ pub(crate) async fn finetune(
 }
 
 /// Whether `nodes` can fine-tune `req`'s task: they know it, and their training photos span
-/// two classes of it at least (what the job's own survey finds first).
+/// two classes of it at least (what the job's own survey finds first). A node that does not
+/// answer is left to the job, which takes over its photos from their copies or fails naming
+/// it: only what the client can fix is refused before the job starts.
 pub(crate) async fn survey_check(nodes: &[Node], req: &FinetuneRequest) -> Result<(), TunerError> {
-    Survey::take(nodes, &req.task, req.val_split)
-        .await
-        .map(drop)
+    match Survey::take(nodes, &req.task, req.val_split).await {
+        Err(TunerError::Node { node, message }) => {
+            debug!(%node, %message, "preflight: a node did not answer; the job will see");
+            Ok(())
+        }
+        other => other.map(drop),
+    }
 }
 
 /// A job in flight: the event loop's state.
