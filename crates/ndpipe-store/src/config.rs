@@ -9,7 +9,8 @@ use ndpipe_model::{CodecKind, ExecutionProvider};
 use serde::{Deserialize, Serialize};
 
 use crate::duplicates::{
-    DEFAULT_NEAR_HAMMING, DEFAULT_SEMANTIC_MIN_COSINE, DuplicateSettings, ExactDuplicates, NearHash,
+    DEFAULT_NEAR_HAMMING, DEFAULT_NEAR_MIN_SIDE, DEFAULT_SEMANTIC_MIN_COSINE, DuplicateSettings,
+    ExactDuplicates, NearHash,
 };
 
 /// Default largest upload body, in bytes.
@@ -178,6 +179,9 @@ pub struct Config {
     pub near_hash: NearHash,
     /// Largest Hamming distance, in bits of 64, between the hashes of near duplicates (0..=32).
     pub near_hamming: u32,
+    /// Smallest width and height, in pixels, of a photo paired as a near duplicate (smaller
+    /// images hash with too little detail to tell them apart).
+    pub near_min_side: u32,
     /// Smallest cosine similarity between the features of semantic duplicates (-1..=1).
     pub semantic_min_cosine: f64,
     /// Testing only: damage the first N feature chunks sent to the Tuner (their checksum then
@@ -207,6 +211,7 @@ impl Config {
             exact: self.exact_duplicates,
             near_hash: self.near_hash,
             near_hamming: self.near_hamming,
+            near_min_side: self.near_min_side,
             semantic_min_cosine: self.semantic_min_cosine,
         }
     }
@@ -301,6 +306,7 @@ impl Default for Config {
             exact_duplicates: ExactDuplicates::default(),
             near_hash: NearHash::default(),
             near_hamming: DEFAULT_NEAR_HAMMING,
+            near_min_side: DEFAULT_NEAR_MIN_SIDE,
             semantic_min_cosine: DEFAULT_SEMANTIC_MIN_COSINE,
         }
     }
@@ -376,6 +382,9 @@ pub struct GatewayConfig {
     pub near_hash: NearHash,
     /// Largest Hamming distance, in bits of 64, between the hashes of near duplicates (0..=32).
     pub near_hamming: u32,
+    /// Smallest width and height, in pixels, of a photo paired as a near duplicate (smaller
+    /// images hash with too little detail to tell them apart).
+    pub near_min_side: u32,
     /// Smallest cosine similarity between the features of semantic duplicates (-1..=1).
     pub semantic_min_cosine: f64,
 }
@@ -387,6 +396,7 @@ impl GatewayConfig {
             exact: self.exact_duplicates,
             near_hash: self.near_hash,
             near_hamming: self.near_hamming,
+            near_min_side: self.near_min_side,
             semantic_min_cosine: self.semantic_min_cosine,
         }
     }
@@ -431,6 +441,7 @@ impl Default for GatewayConfig {
             exact_duplicates: store.exact_duplicates,
             near_hash: store.near_hash,
             near_hamming: store.near_hamming,
+            near_min_side: store.near_min_side,
             semantic_min_cosine: store.semantic_min_cosine,
         }
     }

@@ -83,8 +83,8 @@ mod words;
 
 pub use config::{Config, DEFAULT_MAX_UPLOAD_BYTES, GatewayConfig};
 pub use duplicates::{
-    DEFAULT_NEAR_HAMMING, DEFAULT_SEMANTIC_MIN_COSINE, ExactDuplicates, HASH_BITS, NearHash,
-    NearPair, PerceptualHasher, near_pairs,
+    DEFAULT_NEAR_HAMMING, DEFAULT_NEAR_MIN_SIDE, DEFAULT_SEMANTIC_MIN_COSINE, ExactDuplicates,
+    HASH_BITS, NearHash, NearPair, PerceptualHasher, near_pairs,
 };
 pub use error::Error;
 pub use gateway::{Gateway, RunningGateway};

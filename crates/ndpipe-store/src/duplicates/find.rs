@@ -77,6 +77,12 @@ pub(crate) fn find(
         .into_iter()
         .map(|p| (p.id, p.meta))
         .collect();
+    let min_side = settings.near_min_side;
+    let big_enough = |id| {
+        meta.get(&id)
+            .is_some_and(|m| m.width.min(m.height) >= min_side)
+    };
+    pairs.retain(|p| p.level != Level::Near || (big_enough(p.a) && big_enough(p.b)));
     Ok(Found {
         groups: group(&pairs, &meta),
         unhashed,
@@ -140,5 +146,31 @@ mod tests {
         let (all, _) = at(&Level::ALL);
         assert_eq!(all[1], [(4, Level::Semantic), (5, Level::Semantic)]);
         assert_eq!(all.len(), 2, "5 and 6 are under the cosine threshold");
+    }
+
+    #[test]
+    fn photos_under_the_smallest_side_are_never_near_duplicates() {
+        let c = SqliteCatalog::in_memory().unwrap();
+        for (id, side) in [(1, 28), (2, 28), (3, 640), (4, 320)] {
+            let mut p = photo(id, None);
+            (p.meta.width, p.meta.height) = (side, side);
+            c.upsert_photo(&p).unwrap();
+        }
+        let settings = DuplicateSettings::default();
+        c.put_near_hashes(settings.near_hash.name(), &[(1, 0), (2, 0), (3, 1), (4, 1)])
+            .unwrap();
+        let levels = [Level::Near].into_iter().collect();
+        let found = find(&c, &settings, &levels, &[]).unwrap();
+        let groups: Vec<Vec<u64>> = found
+            .groups
+            .iter()
+            .map(|g| g.members.iter().map(|m| m.id).collect())
+            .collect();
+        assert_eq!(
+            groups,
+            [vec![3, 4]],
+            "28 px is under {}",
+            settings.near_min_side
+        );
     }
 }

@@ -33,6 +33,12 @@ pub const HASH_BITS: u32 = 64;
 /// The default Hamming threshold of near duplicates, from `ndpipe-bench duplicates`.
 pub const DEFAULT_NEAR_HAMMING: u32 = 12;
 
+/// The default smallest side, in pixels, of a photo the near level pairs: a perceptual hash of
+/// a smaller image (a 28x28 thumbnail, upscaled to the stored 224x224 tensor) has too little
+/// detail, and most such images of one kind pair with each other (`make demo`'s Fashion-MNIST:
+/// one group of 293 distinct photos at 12 bits).
+pub const DEFAULT_NEAR_MIN_SIDE: u32 = 64;
+
 /// The default cosine threshold of semantic duplicates, from `ndpipe-bench duplicates`.
 pub const DEFAULT_SEMANTIC_MIN_COSINE: f64 = 0.9;
 
@@ -45,6 +51,8 @@ pub(crate) struct DuplicateSettings {
     pub(crate) near_hash: NearHash,
     /// Largest Hamming distance of near duplicates' hashes.
     pub(crate) near_hamming: u32,
+    /// Smallest width and height, in pixels, of a photo the near level pairs.
+    pub(crate) near_min_side: u32,
     /// Smallest cosine similarity of semantic duplicates' features.
     pub(crate) semantic_min_cosine: f64,
 }
@@ -55,6 +63,7 @@ impl Default for DuplicateSettings {
             exact: ExactDuplicates::default(),
             near_hash: NearHash::default(),
             near_hamming: DEFAULT_NEAR_HAMMING,
+            near_min_side: DEFAULT_NEAR_MIN_SIDE,
             semantic_min_cosine: DEFAULT_SEMANTIC_MIN_COSINE,
         }
     }

@@ -408,6 +408,11 @@ pub(crate) struct DuplicateFlags {
     #[arg(long, env = "NDPIPE_NEAR_HAMMING")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) near_hamming: Option<u32>,
+    /// Smallest width and height, in pixels, of a photo paired as a near duplicate
+    /// [near_min_side; default: 64].
+    #[arg(long, env = "NDPIPE_NEAR_MIN_SIDE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) near_min_side: Option<u32>,
     /// Smallest cosine similarity between semantic duplicates' features, -1..=1
     /// [semantic_min_cosine; default: 0.9].
     #[arg(long, env = "NDPIPE_SEMANTIC_MIN_COSINE")]

@@ -244,9 +244,10 @@ fn print_header(page: &Value) {
     print!("levels {}", levels.join(","));
     if levels.contains(&"near") {
         print!(
-            " (near: {} within {} bits)",
+            " (near: {} within {} bits, photos of {} px and up)",
             page["near_hash"].as_str().unwrap_or("?"),
-            page["near_hamming"].as_u64().unwrap_or(0)
+            page["near_hamming"].as_u64().unwrap_or(0),
+            page["near_min_side"].as_u64().unwrap_or(0)
         );
     }
     println!();

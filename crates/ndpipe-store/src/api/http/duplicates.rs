@@ -54,6 +54,8 @@ pub(super) struct DuplicatesReply {
     near_hash: NearHash,
     /// Its Hamming threshold.
     near_hamming: u32,
+    /// The smallest width and height of a photo it pairs.
+    near_min_side: u32,
     /// Photos without a perceptual hash yet, which the near level does not see until the
     /// hashing worker reaches them (absent without the near level).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -103,6 +105,7 @@ pub(super) async fn answer(
         levels: levels.into_iter().collect(),
         near_hash: settings.near_hash,
         near_hamming: settings.near_hamming,
+        near_min_side: settings.near_min_side,
         unhashed: found.unhashed,
         groups,
         next_after,
