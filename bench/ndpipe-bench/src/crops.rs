@@ -65,6 +65,14 @@ impl Sources {
     /// side anywhere in it, rescaled to a shorter side of 224-448 pixels, mirrored half the time.
     pub(crate) fn crops(&self, n: usize, seed: u64) -> Result<Vec<ImageTensor>> {
         let pre = Preprocessor::new(PreprocessConfig::default());
+        self.crop_pngs(n, seed)?
+            .par_iter()
+            .map(|png| Ok(pre.run(png).context("preprocessing a crop")?.tensor))
+            .collect()
+    }
+
+    /// The crops of [`Sources::crops`] as PNG files, as a user would upload them.
+    pub(crate) fn crop_pngs(&self, n: usize, seed: u64) -> Result<Vec<Vec<u8>>> {
         (0..n)
             .into_par_iter()
             .map(|i| {
@@ -74,7 +82,7 @@ impl Sources {
                 let mut png = Vec::new();
                 crop.write_to(&mut Cursor::new(&mut png), ImageFormat::Png)
                     .context("encoding a crop as PNG")?;
-                Ok(pre.run(&png).context("preprocessing a crop")?.tensor)
+                Ok(png)
             })
             .collect()
     }

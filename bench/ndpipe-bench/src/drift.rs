@@ -115,7 +115,14 @@ pub(crate) async fn run(args: DriftBench) -> Result<()> {
         );
         for (png, label, split) in &photos {
             let id = client
-                .upload(png.clone(), Some(label), Some(split))
+                .upload(
+                    png.clone(),
+                    Some(ndpipe::client::Truth {
+                        label,
+                        split,
+                        task: None,
+                    }),
+                )
                 .await
                 .map_err(|e| anyhow::anyhow!("upload failed: {e:?}"))?;
             if *split == "test" {

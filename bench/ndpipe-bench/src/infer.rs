@@ -110,11 +110,7 @@ pub(crate) async fn run(args: InferBench) -> Result<()> {
         ..Results::default()
     };
 
-    let fp32 = ActiveModel {
-        backend: backend.clone(),
-        version: "fp32".into(),
-        head: None,
-    };
+    let fp32 = ActiveModel::named(backend.clone(), "fp32");
     // (a) and (b) alternate and the best of each counts: load from elsewhere on the machine
     // must not decide their ratio.
     for round in 1..=args.rounds {
@@ -130,14 +126,13 @@ pub(crate) async fn run(args: InferBench) -> Result<()> {
         }
     }
     eprintln!("(d) feed rate, ours...");
-    let noop = ActiveModel {
-        backend: Arc::new(Noop {
+    let noop = ActiveModel::named(
+        Arc::new(Noop {
             info: info.clone(),
             max_batch: args.batch,
         }),
-        version: "noop".into(),
-        head: None,
-    };
+        "noop",
+    );
     r.feed_ours = bench.relabel(&noop, args.batch)?.images_per_second;
 
     let python = args
@@ -167,11 +162,7 @@ pub(crate) async fn run(args: InferBench) -> Result<()> {
         let (int8_dir, search, held_out) = run.quantise()?;
         let int8: Arc<dyn InferenceBackend> = Arc::new(load(&int8_dir, &args)?);
         r.int8 = Some(run.measure(&*backend, &*int8, &tensors, search, &held_out)?);
-        let int8_model = ActiveModel {
-            backend: int8,
-            version: "int8".into(),
-            head: None,
-        };
+        let int8_model = ActiveModel::named(int8, "int8");
         r.int8_relabel = Some(bench.relabel(&int8_model, args.batch)?.images_per_second);
         let (agree, n) = bench.agreement("fp32", "int8", 1, distinct.len())?;
         r.int8_agreement_stored = Some(agree);
@@ -273,7 +264,7 @@ impl BenchStore {
                 let store = store.clone();
                 async move {
                     let meta = photo.meta.clone();
-                    store.put(photo).await.map(|id| PhotoRecord { id, meta })
+                    store.put(photo).await.map(|id| PhotoRecord::new(id, meta))
                 }
             });
             for record in futures::future::try_join_all(puts).await? {
@@ -448,7 +439,7 @@ async fn label_latency(args: &InferBench, work: &Path) -> Result<(f64, f64)> {
     let mut latencies = Vec::new();
     for i in 0..args.latency_photos {
         let id = client
-            .upload(photos[i % photos.len()].clone(), None, None)
+            .upload(photos[i % photos.len()].clone(), None)
             .await
             .map_err(|e| anyhow::anyhow!("upload failed: {e:?}"))?;
         let acked = Instant::now();

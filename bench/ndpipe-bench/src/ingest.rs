@@ -213,7 +213,7 @@ async fn end_to_end(photos: &[Vec<u8>], concurrency: usize) -> Result<(f64, Vec<
             let client = client.clone();
             async move {
                 let t = Instant::now();
-                let r = client.upload(bytes, None, None).await;
+                let r = client.upload(bytes, None).await;
                 (r, t.elapsed())
             }
         })

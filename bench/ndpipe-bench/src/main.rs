@@ -11,12 +11,17 @@ mod cluster;
 mod cost;
 mod crops;
 mod drift;
+mod dup_set;
+mod dup_stats;
+mod dup_store;
+mod duplicates;
 mod emulated;
 mod finetune;
 mod fuzz;
 mod infer;
 mod ingest;
 mod int8;
+mod other;
 mod replication;
 mod replication_s3;
 mod rollout;
@@ -26,6 +31,9 @@ mod s3;
 mod scale;
 mod scaling;
 mod serve_process;
+mod similar;
+mod words;
+mod words_eval;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -74,6 +82,13 @@ enum Which {
     /// Scale: one node filled to N photos; ingest rate, search and listing p99, disk per photo
     /// and RSS at every step, then a fine-tune from stored features and its re-labelling.
     Scale(scale::ScaleBench),
+    /// Similar photos: the node's HNSW index against exact cosine search over 10^5 real and
+    /// perturbed EfficientNet-Lite0 vectors: recall@10, query p50/p99, build time, bytes.
+    Similar(similar::SimilarBench),
+    /// Duplicates: precision and recall of exact, near and semantic pairs on real photos and
+    /// their edited copies against controls, the threshold sweep, and the near-pair search's
+    /// time among 10^5 hashes against a full scan.
+    Duplicates(duplicates::DuplicatesBench),
     /// Drift: classes arrive in stages; stale vs fine-tuned accuracy at each stage.
     Drift(drift::DriftBench),
     /// SpiderCache and its peers on a real training run reading a PipeStore (or a replay).
@@ -88,6 +103,13 @@ enum Which {
     /// copies of each photo) at a random moment of concurrent uploads, deletes and compactions,
     /// restart, and check every acknowledged write.
     Crash(faultbench::cli::CrashArgs),
+    /// Search in words: a written query list mapped onto ImageNet's and Fashion-MNIST's classes
+    /// by the words model against exact/substring matching and shuffled names; top-1, top-3,
+    /// load, build and query costs.
+    Words(words::WordsBench),
+    /// Labels people can trust: in-task photos kept vs held-out classes and real photos sent
+    /// to `other`, under each label rule (none, floor, novelty, both), over seeds.
+    Other(other::OtherBench),
 }
 
 fn main() -> ExitCode {
@@ -118,6 +140,7 @@ async fn run(which: Which) -> Result<()> {
         Which::Infer(b) => infer::run(b).await,
         Which::Finetune(b) => finetune::run(b).await,
         Which::Drift(b) => drift::run(b).await,
+        Which::Duplicates(b) => duplicates::run(b).await,
         Which::S3(b) => s3::run(b).await,
         Which::Scaling(b) => scaling::run(b).await,
         Which::Rsweep(b) => rsweep::run(b).await,
@@ -127,6 +150,9 @@ async fn run(which: Which) -> Result<()> {
         Which::Replication(b) => replication::run(b).await,
         Which::Fuzz(b) => fuzz::run(b).await,
         Which::Scale(b) => scale::run(b).await,
+        Which::Words(b) => words::run(b).await,
+        Which::Other(b) => other::run(b).await,
+        Which::Similar(b) => similar::run(b).await,
         Which::Cache(b) => {
             let ndpipe = ndpipe_binary()?;
             tokio::task::spawn_blocking(move || cachebench::cli::run(b, ndpipe)).await?

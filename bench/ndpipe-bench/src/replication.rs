@@ -352,7 +352,7 @@ pub(crate) async fn upload_all(
     concurrency: usize,
 ) -> Result<Vec<u64>> {
     let uploads = futures::stream::iter(photos.iter().cloned())
-        .map(|bytes| async move { front.upload(bytes, None, None).await })
+        .map(|bytes| async move { front.upload(bytes, None).await })
         .buffer_unordered(concurrency)
         .collect::<Vec<_>>()
         .await;

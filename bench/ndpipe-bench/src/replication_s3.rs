@@ -106,6 +106,8 @@ pub(crate) async fn start_gateway(
         s3_staging: Some(staging.path().to_path_buf()),
         catalog: Some(url.to_string()),
         replicas,
+        // The same photos are uploaded again and again: each is stored, as on the nodes.
+        exact_duplicates: ndpipe_store::ExactDuplicates::Store,
         ..GatewayConfig::default()
     };
     let gateway = Gateway::open(config).await.context("opening the gateway")?;

@@ -87,7 +87,7 @@ pub(crate) async fn run(args: RolloutBench) -> Result<()> {
                 "  {n} emulated PipeStores, rollout of backbone {} (round {round})",
                 &added.backbone[..12]
             );
-            reports.push(cluster.tuner().rollout(&added.backbone).await?);
+            reports.push(cluster.tuner().rollout(&added.backbone, false).await?);
         }
         cluster.stop().await?;
         rows.push(row(n, &reports));

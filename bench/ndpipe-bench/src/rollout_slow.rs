@@ -65,7 +65,9 @@ pub(crate) async fn run(
             "  a fast and a {slowdown}x slower emulated PipeStore, rollout of backbone {} (round {round})",
             &added.backbone[..12]
         );
-        done.push(measure(&cluster.tuner().rollout(&added.backbone).await?));
+        done.push(measure(
+            &cluster.tuner().rollout(&added.backbone, false).await?,
+        ));
     }
     cluster.stop().await?;
     let of = |f: fn(&SlowRound) -> f64| Spread::of(&done.iter().map(f).collect::<Vec<_>>());

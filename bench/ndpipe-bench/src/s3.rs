@@ -222,7 +222,7 @@ async fn v1_upload(http: &Client, photos: &[Vec<u8>], n: usize) -> Result<Vec<u6
     let mut results = futures::stream::iter(photos.iter().cloned())
         .map(|bytes| {
             let http = http.clone();
-            async move { http.upload(bytes, None, None).await }
+            async move { http.upload(bytes, None).await }
         })
         .buffer_unordered(n.max(1));
     let mut ids = Vec::with_capacity(photos.len());

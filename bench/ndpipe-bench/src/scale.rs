@@ -272,7 +272,14 @@ async fn upload(
         .map(|i| {
             let (png, class) = &photos[i % photos.len()];
             let split = if i % 10 == 0 { "val" } else { "train" };
-            client.upload(png.clone(), Some(class), Some(split))
+            client.upload(
+                png.clone(),
+                Some(ndpipe::client::Truth {
+                    label: class,
+                    split,
+                    task: None,
+                }),
+            )
         })
         .buffer_unordered(concurrency.max(1));
     while let Some(result) = results.next().await {

@@ -42,6 +42,9 @@ impl Server {
             .arg("--listen")
             .arg(addr.to_string())
             .args(["--s3-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"])
+            // Photo i is Fashion-MNIST image i mod 60000: past 60000 the same bytes are stored
+            // again (as before exact duplicates were looked up), so that the node fills to N.
+            .args(["--exact-duplicates", "store"])
             .arg("--model-dir")
             .arg(model_dir)
             .args(flags)

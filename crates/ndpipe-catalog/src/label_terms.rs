@@ -38,6 +38,12 @@ pub(crate) fn query_terms(query: &str) -> [(i32, String); 2] {
     ]
 }
 
+/// Whether a search for `query` finds a photo labelled `label` (the rules above).
+pub fn label_matches(label: &str, query: &str) -> bool {
+    let terms = label_terms(label);
+    query_terms(query).iter().any(|q| terms.contains(q))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,6 +63,14 @@ mod tests {
         assert_eq!(names("comma,without space"), ["comma"]);
         assert_eq!(names("trailing, "), ["", "trailing"]);
         assert_eq!(names("Éclair, x"), ["x", "Éclair"]);
+    }
+
+    #[test]
+    fn a_query_matches_the_whole_label_or_one_name() {
+        assert!(label_matches("tabby, tabby cat", "Tabby Cat"));
+        assert!(label_matches("Trouser", "Trouser"));
+        assert!(!label_matches("Trouser", "trouser"));
+        assert!(!label_matches("tabby, tabby cat", "cat"));
         assert!(names("Egyptian cat").is_empty());
         assert_eq!(
             label_terms("Egyptian cat"),

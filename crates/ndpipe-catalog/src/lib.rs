@@ -8,13 +8,17 @@
 //!
 //! The interface is split by the role each part serves, so that a component depends only on what
 //! it uses:
-//! - [`PhotoCatalog`]: photos, ground truth, predictions and search (a PipeStore's ingest, labelling
-//!   and HTTP API);
-//! - [`ModelRegistry`]: model versions and which one serves (PipeStores and the Tuner);
+//! - [`PhotoCatalog`]: photos, predictions and search (a PipeStore's ingest, labelling and HTTP
+//!   API);
+//! - [`TruthCatalog`]: ground truth, per task;
+//! - [`TaskCatalog`]: tasks, the named classifiers over one backbone (`general`, the backbone's
+//!   own, and any number of custom ones), each with its classes, versions and labels;
+//! - [`ModelRegistry`]: model versions and which one serves each task (PipeStores and the Tuner);
 //! - [`JobLog`]: long-running jobs and their resumable state;
-//! - [`Catalog`]: all five, as one PipeStore uses them;
+//! - [`Catalog`]: everything one PipeStore uses (all but the node and replica registries);
 //! - [`ObjectCatalog`]: buckets and objects of the S3 API, each object a photo or a plain blob;
 //! - [`AccessKeys`]: the access keys of a PipeStore's APIs, with their roles;
+//! - [`DuplicateCatalog`]: perceptual hashes of photos and sets of photos with the same bytes;
 //! - [`NodeRegistry`]: the PipeStores registered with a Tuner and their leases (the Tuner's
 //!   registry; not part of [`Catalog`]);
 //! - [`ReplicaCatalog`]: which nodes hold a copy of each photo, deleted photos' tombstones, and
@@ -27,6 +31,7 @@
 #![deny(missing_docs)]
 
 mod blob_copies;
+mod duplicates;
 mod error;
 mod keys;
 mod label_terms;
@@ -43,15 +48,17 @@ mod types;
 use std::collections::HashSet;
 
 pub use blob_copies::{BlobCatalog, BlobCounts, BlobHolders};
+pub use duplicates::DuplicateCatalog;
 pub use error::CatalogError;
 pub use keys::{AccessKeyRecord, Role};
+pub use label_terms::label_matches;
 pub use objects::{Bucket, ObjectBody, ObjectRecord};
 pub use pg::{OpenedCatalog, PgCatalog, PgOptions, PhotoIdBlocks, describe, is_postgres_url, open};
 pub use replicas::{FailOver, PhotoCopies, PlacementNode, ReplicaCatalog, ReplicationCounts};
 pub use sqlite::SqliteCatalog;
 pub use types::{
-    GroundTruth, JobRecord, ModelVersion, NodeHit, NodeRecord, NodeState, PhotoId, PhotoMeta,
-    PhotoRecord, Prediction, SearchHit, Split,
+    GroundTruth, JobRecord, ModelVersion, NodeHit, NodeRecord, NodeState, OTHER_CLASS, PhotoId,
+    PhotoMeta, PhotoRecord, Prediction, SearchHit, Split, Task, TaskHit, TaskName, TaskTruth,
 };
 
 /// Photos, their ground truth and predicted labels. Implementations are thread-safe and every
@@ -77,23 +84,12 @@ pub trait PhotoCatalog: Send + Sync {
         limit: usize,
     ) -> Result<Vec<PhotoRecord>, CatalogError>;
 
-    /// Photos with ground truth in `split`, as (id, label), in id order.
-    fn labelled(&self, split: Split) -> Result<Vec<(PhotoId, String)>, CatalogError>;
-
-    /// Every photo with ground truth, as (id, label, split), in id order: one read, so that a
-    /// job's training and validation sets come from the same moment of the catalog.
-    fn ground_truths(&self) -> Result<Vec<(PhotoId, String, Split)>, CatalogError>;
-
     /// Number of photos.
     fn count_photos(&self) -> Result<u64, CatalogError>;
 
-    /// Sets or clears a photo's ground truth. Fails with [`CatalogError::NotFound`] for an
-    /// unknown photo.
-    fn set_ground_truth(
-        &self,
-        id: PhotoId,
-        truth: Option<&GroundTruth>,
-    ) -> Result<(), CatalogError>;
+    /// Photos whose original has the hex SHA-256 `sha256`, oldest first: every node's in a
+    /// catalog that nodes share. One lookup of the `photos_sha256` index.
+    fn photos_with_sha256(&self, sha256: &str) -> Result<Vec<PhotoRecord>, CatalogError>;
 
     /// Replaces the predictions of `model_version` for one photo (ranked, best first).
     fn put_predictions(
@@ -113,6 +109,10 @@ pub trait PhotoCatalog: Send + Sync {
 
     /// Photos that have no predictions under `model_version`, in id order.
     fn unlabelled(&self, model_version: &str) -> Result<Vec<PhotoId>, CatalogError>;
+
+    /// How many photos have labels under `model_version`, and how many of them are labelled
+    /// [`OTHER_CLASS`] (their top-1).
+    fn label_counts(&self, model_version: &str) -> Result<(u64, u64), CatalogError>;
 
     /// The predictions of every model version for one photo, grouped by version, best first.
     fn predictions(&self, id: PhotoId) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError>;
@@ -148,9 +148,86 @@ pub trait PhotoCatalog: Send + Sync {
             })
             .collect())
     }
+
+    /// [`search_cluster`](Self::search_cluster) under several versions (one per task, say),
+    /// merged best score first, each hit with the task and version that gave the label: the
+    /// page from `offset`, at most `limit`.
+    fn search_versions(
+        &self,
+        label: &str,
+        versions: &[ModelVersion],
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<TaskHit>, CatalogError> {
+        let end = offset.saturating_add(limit);
+        let mut hits = Vec::new();
+        for version in versions {
+            for hit in self.search_cluster(label, &version.id, 0, end)? {
+                hits.push(TaskHit {
+                    task: version.task.clone(),
+                    model_version: version.id.clone(),
+                    hit,
+                });
+            }
+        }
+        hits.sort_by(|a, b| {
+            b.hit
+                .hit
+                .score
+                .total_cmp(&a.hit.hit.score)
+                .then(a.hit.hit.id.cmp(&b.hit.hit.id))
+        });
+        Ok(hits.into_iter().skip(offset).take(limit).collect())
+    }
 }
 
-/// Model versions: their lineage, metrics, and the one that serves.
+/// Ground truth, per task: what people and data sets say a photo is. Every method is one
+/// transaction; a label for a task that does not exist is [`CatalogError::NotFound`].
+pub trait TruthCatalog: Send + Sync {
+    /// Photos with ground truth of `task` in `split`, as (id, label), in id order.
+    fn labelled(
+        &self,
+        task: &TaskName,
+        split: Split,
+    ) -> Result<Vec<(PhotoId, String)>, CatalogError>;
+
+    /// Every photo with ground truth of `task`, in id order: one read, so that a job's training
+    /// and validation sets come from the same moment of the catalog.
+    fn ground_truths(&self, task: &TaskName) -> Result<Vec<TaskTruth>, CatalogError>;
+
+    /// Sets a photo's ground truth in its task. Fails with [`CatalogError::NotFound`] for an
+    /// unknown photo or task.
+    fn set_ground_truth(&self, id: PhotoId, truth: &GroundTruth) -> Result<(), CatalogError>;
+
+    /// Sets the ground truth of many photos in one transaction; photos that do not exist are
+    /// skipped. Returns the ids written.
+    fn set_ground_truths(
+        &self,
+        rows: &[(PhotoId, GroundTruth)],
+    ) -> Result<Vec<PhotoId>, CatalogError>;
+
+    /// Clears a photo's ground truth in `task`; returns whether it had one.
+    fn clear_ground_truth(&self, id: PhotoId, task: &TaskName) -> Result<bool, CatalogError>;
+}
+
+/// Tasks: named classifiers over the backbone's features, each with its own classes,
+/// versions and labels. `general` and `default` always exist.
+pub trait TaskCatalog: Send + Sync {
+    /// Records a task. Fails with [`CatalogError::Conflict`] if it exists.
+    fn create_task(&self, task: &Task) -> Result<(), CatalogError>;
+
+    /// Every task, in name order.
+    fn tasks(&self) -> Result<Vec<Task>, CatalogError>;
+
+    /// One task.
+    fn task(&self, name: &TaskName) -> Result<Option<Task>, CatalogError>;
+
+    /// Sets (or with `None` clears) a task's own score floor. Fails with
+    /// [`CatalogError::NotFound`] for an unknown task.
+    fn set_task_floor(&self, name: &TaskName, floor: Option<f32>) -> Result<(), CatalogError>;
+}
+
+/// Model versions: their lineage, metrics, and the one that serves each task.
 pub trait ModelRegistry: Send + Sync {
     /// Records a model version. Fails with [`CatalogError::Conflict`] if the id exists.
     fn register_model(&self, model: &ModelVersion) -> Result<(), CatalogError>;
@@ -161,11 +238,18 @@ pub trait ModelRegistry: Send + Sync {
     /// One model version.
     fn model(&self, id: &str) -> Result<Option<ModelVersion>, CatalogError>;
 
-    /// The version that serves now, if any.
-    fn active_model(&self) -> Result<Option<ModelVersion>, CatalogError>;
+    /// The version that serves `task` now, if any.
+    fn active_model(&self, task: &TaskName) -> Result<Option<ModelVersion>, CatalogError>;
 
-    /// Makes `id` the one active version. Fails with [`CatalogError::NotFound`] if unknown.
+    /// The versions that serve now, one per task that has one, in task order.
+    fn active_models(&self) -> Result<Vec<ModelVersion>, CatalogError>;
+
+    /// Makes `id` the active version of its task. Fails with [`CatalogError::NotFound`] if
+    /// unknown.
     fn set_active_model(&self, id: &str) -> Result<(), CatalogError>;
+
+    /// Leaves `task` without an active version; returns whether it had one.
+    fn deactivate_task(&self, task: &TaskName) -> Result<bool, CatalogError>;
 }
 
 /// Long-running jobs (e.g. re-labelling) with their resumable state.
@@ -280,8 +364,29 @@ pub trait AccessKeys: Send + Sync {
     fn count_keys(&self) -> Result<u64, CatalogError>;
 }
 
-/// Everything a PipeStore keeps in its catalog: photos, the model registry, the job log, the
-/// S3 objects and the access keys.
-pub trait Catalog: PhotoCatalog + ModelRegistry + JobLog + ObjectCatalog + AccessKeys {}
+/// Everything a PipeStore keeps in its catalog: photos, ground truth, tasks, the model
+/// registry, the job log, the S3 objects, the access keys and what duplicate finding keeps.
+pub trait Catalog:
+    PhotoCatalog
+    + TruthCatalog
+    + TaskCatalog
+    + ModelRegistry
+    + JobLog
+    + ObjectCatalog
+    + AccessKeys
+    + DuplicateCatalog
+{
+}
 
-impl<T: PhotoCatalog + ModelRegistry + JobLog + ObjectCatalog + AccessKeys> Catalog for T {}
+impl<
+    T: PhotoCatalog
+        + TruthCatalog
+        + TaskCatalog
+        + ModelRegistry
+        + JobLog
+        + ObjectCatalog
+        + AccessKeys
+        + DuplicateCatalog,
+> Catalog for T
+{
+}

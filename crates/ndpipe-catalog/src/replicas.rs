@@ -1,7 +1,7 @@
 //! Which nodes hold a copy of each photo, what was deleted, and where copies may go: what the
 //! PipeStores of a replicated cluster share ([`ReplicaCatalog`]).
 
-use crate::{BlobCatalog, CatalogError, PhotoId, PhotoMeta, Prediction};
+use crate::{BlobCatalog, CatalogError, PhotoId, PhotoMeta, Prediction, TaskName, TaskTruth};
 
 /// A registered PipeStore as placement sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +127,10 @@ pub trait ReplicaCatalog: BlobCatalog + Send + Sync {
     /// without a catalog row (a node's start-up sweep over its copies).
     fn copies_many(&self, ids: &[PhotoId]) -> Result<Vec<PhotoCopies>, CatalogError>;
 
+    /// The ground truth of `task` of the photos whose primary is `node`, in id order (a
+    /// fine-tune that lost `node` takes its training photos over from their copies).
+    fn task_truths_of(&self, node: &str, task: &TaskName) -> Result<Vec<TaskTruth>, CatalogError>;
+
     /// Photo `id`'s predictions by model version, whichever node's row it is (what any front
     /// door answers for labels).
     fn cluster_predictions(
@@ -134,8 +138,14 @@ pub trait ReplicaCatalog: BlobCatalog + Send + Sync {
         id: PhotoId,
     ) -> Result<Vec<(String, Vec<Prediction>)>, CatalogError>;
 
-    /// Photo `id`'s predictions by the model active on its primary, best first (empty before
-    /// it is labelled, or when its primary has no active model): the labels any front door
-    /// shows beside the photo.
-    fn cluster_active_predictions(&self, id: PhotoId) -> Result<Vec<Prediction>, CatalogError>;
+    /// The versions active on photo `id`'s primary (one per task), in task order.
+    fn primary_active_versions(&self, id: PhotoId) -> Result<Vec<String>, CatalogError>;
+
+    /// Photo `id`'s predictions by the versions active on its primary, one list per task in
+    /// task order, best first (a task is left out before the photo is labelled for it): the
+    /// labels any front door shows beside the photo.
+    fn cluster_active_predictions(
+        &self,
+        id: PhotoId,
+    ) -> Result<Vec<(TaskName, Vec<Prediction>)>, CatalogError>;
 }

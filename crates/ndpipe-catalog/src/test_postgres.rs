@@ -138,3 +138,21 @@ fn start() -> Result<Server, String> {
     let log = erx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
     Err(format!("{SCRIPT} {failure}; it said:\n{log}"))
 }
+
+/// The number of the migration that adds tasks.
+pub const TASKS_MIGRATION: i32 = 8;
+
+/// SQL that takes an empty catalog back to the schema before tasks ([`TASKS_MIGRATION`]) and
+/// the migrations after it, for tests of the migrations (delete their `schema_migrations` rows
+/// too).
+pub const UNDO_TASKS: &str = "
+DROP TABLE photo_near_hashes;
+ALTER TABLE ground_truth DROP CONSTRAINT ground_truth_pkey;
+ALTER TABLE ground_truth DROP COLUMN task;
+ALTER TABLE ground_truth ADD PRIMARY KEY (photo_id);
+ALTER TABLE active_models DROP CONSTRAINT active_models_pkey;
+ALTER TABLE active_models DROP COLUMN task;
+ALTER TABLE active_models ADD PRIMARY KEY (node);
+ALTER TABLE model_versions DROP COLUMN task;
+DROP TABLE tasks;
+";

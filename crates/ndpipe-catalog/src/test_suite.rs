@@ -1,37 +1,44 @@
 //! Behaviour every [`Catalog`] implementation must show, run by each implementation's tests
 //! ([`run`]), and every [`NodeRegistry`] ([`run_nodes`]).
 
+mod duplicates;
 mod search;
+mod tasks;
 
 pub use search::{INDEX_LABELS, index_label_answers, store_index_labels};
 
 use crate::{
     AccessKeyRecord, Bucket, Catalog, CatalogError, GroundTruth, JobRecord, ModelVersion,
     NodeRegistry, NodeState, ObjectBody, ObjectRecord, PhotoMeta, PhotoRecord, Prediction, Role,
-    Split,
+    Split, TaskName, TaskTruth,
 };
 
-/// A photo record with predictable fields, for tests.
+/// A photo record with predictable fields (the default task's ground truth), for tests.
 pub fn photo(id: u64, truth: Option<(&str, Split)>) -> PhotoRecord {
-    PhotoRecord {
+    PhotoRecord::new(
         id,
-        meta: PhotoMeta {
+        PhotoMeta {
             sha256: format!("{id:064x}"),
             bytes: 100 + id,
             width: 640,
             height: 480,
             content_type: "image/jpeg".into(),
             created_ms: 1_700_000_000_000 + id.cast_signed(),
-            ground_truth: truth.map(|(label, split)| GroundTruth {
-                label: label.into(),
-                split,
-            }),
+            ground_truth: truth.map(|(label, split)| GroundTruth::new(label, split)),
         },
-    }
+    )
+}
+
+/// `photo` as the catalog reads it back: its ground truth listed per task too.
+fn read_back(id: u64, truth: Option<(&str, Split)>) -> PhotoRecord {
+    let mut p = photo(id, truth);
+    p.ground_truths = p.meta.ground_truth.iter().cloned().collect();
+    p
 }
 
 fn model(id: &str, active: bool, created_ms: i64) -> ModelVersion {
     ModelVersion {
+        task: TaskName::default_task(),
         id: id.into(),
         backbone: "b".repeat(64),
         parent: None,
@@ -48,7 +55,9 @@ pub fn run(c: &dyn Catalog) {
     ground_truth_updates(c);
     predictions_replace_per_version(c);
     models_have_one_active(c);
+    tasks::run(c);
     search::run(c);
+    duplicates::run(c);
     jobs_round_trip(c);
     buckets_create_list_and_delete_only_when_empty(c);
     objects_replace_list_by_prefix_and_follow_their_photo(c);
@@ -78,31 +87,33 @@ fn photos_round_trip_and_page(c: &dyn Catalog) {
             .unwrap();
     }
     assert_eq!(c.count_photos().unwrap(), 5);
+    let default = TaskName::default_task();
     assert_eq!(
-        c.labelled(Split::Train).unwrap(),
+        c.labelled(&default, Split::Train).unwrap(),
         vec![(2, "dog".to_string()), (4, "dog".to_string())]
     );
-    assert!(c.labelled(Split::Val).unwrap().is_empty());
-    c.set_ground_truth(
-        5,
-        Some(&GroundTruth {
-            label: "cat".into(),
-            split: Split::Test,
-        }),
-    )
-    .unwrap();
+    assert!(c.labelled(&default, Split::Val).unwrap().is_empty());
+    c.set_ground_truth(5, &GroundTruth::new("cat", Split::Test))
+        .unwrap();
+    let truth = |id: u64, label: &str, split| TaskTruth {
+        id,
+        label: label.into(),
+        split,
+        sha256: format!("{id:064x}"),
+    };
     assert_eq!(
-        c.ground_truths().unwrap(),
+        c.ground_truths(&default).unwrap(),
         vec![
-            (2, "dog".to_string(), Split::Train),
-            (4, "dog".to_string(), Split::Train),
-            (5, "cat".to_string(), Split::Test)
+            truth(2, "dog", Split::Train),
+            truth(4, "dog", Split::Train),
+            truth(5, "cat", Split::Test)
         ]
     );
-    c.set_ground_truth(5, None).unwrap();
+    assert!(c.clear_ground_truth(5, &default).unwrap());
+    assert!(!c.clear_ground_truth(5, &default).unwrap());
     assert_eq!(
         c.photo(2).unwrap().unwrap(),
-        photo(2, Some(("dog", Split::Train)))
+        read_back(2, Some(("dog", Split::Train)))
     );
     assert_eq!(c.photo(3).unwrap().unwrap().meta.ground_truth, None);
     let page: Vec<u64> = c
@@ -143,18 +154,23 @@ fn existing_photo_ids_answer_a_batch(c: &dyn Catalog) {
 }
 
 fn ground_truth_updates(c: &dyn Catalog) {
-    let truth = GroundTruth {
-        label: "cat".into(),
-        split: Split::Test,
-    };
-    c.set_ground_truth(1, Some(&truth)).unwrap();
+    let truth = GroundTruth::new("cat", Split::Test);
+    c.set_ground_truth(1, &truth).unwrap();
     assert_eq!(c.photo(1).unwrap().unwrap().meta.ground_truth, Some(truth));
-    c.set_ground_truth(1, None).unwrap();
+    assert!(c.clear_ground_truth(1, &TaskName::default_task()).unwrap());
     assert_eq!(c.photo(1).unwrap().unwrap().meta.ground_truth, None);
     assert!(matches!(
-        c.set_ground_truth(999, None),
+        c.set_ground_truth(999, &GroundTruth::new("cat", Split::Test)),
         Err(CatalogError::NotFound { .. })
     ));
+    let unknown = GroundTruth {
+        task: "no-such-task".parse().unwrap(),
+        ..GroundTruth::new("cat", Split::Test)
+    };
+    assert!(
+        matches!(c.set_ground_truth(1, &unknown), Err(CatalogError::NotFound { what }) if what.contains("task")),
+        "a label of an unknown task is refused"
+    );
 }
 
 fn predictions_replace_per_version(c: &dyn Catalog) {
@@ -205,7 +221,12 @@ fn models_have_one_active(c: &dyn Catalog) {
         .map(|m| m.id)
         .collect();
     assert_eq!(active, vec!["m2".to_string()]);
-    assert_eq!(c.active_model().unwrap().map(|m| m.id), Some("m2".into()));
+    assert_eq!(
+        c.active_model(&TaskName::default_task())
+            .unwrap()
+            .map(|m| m.id),
+        Some("m2".into())
+    );
     assert_eq!(c.model("m1").unwrap().map(|m| m.created_ms), Some(1));
     assert_eq!(c.model("nope").unwrap(), None);
     assert!(matches!(

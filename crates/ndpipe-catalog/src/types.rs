@@ -52,13 +52,41 @@ impl FromStr for Split {
     }
 }
 
-/// A label supplied by a person or a data set, with its split.
+/// A label supplied by a person or a data set, with its split, for one task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroundTruth {
+    /// The task the label belongs to (records from before tasks belong to [`TaskName::default_task`]).
+    #[serde(default = "TaskName::default_task")]
+    pub task: TaskName,
     /// The class name.
     pub label: String,
     /// The split.
     pub split: Split,
+}
+
+impl GroundTruth {
+    /// A label of the default task.
+    pub fn new(label: impl Into<String>, split: Split) -> Self {
+        GroundTruth {
+            task: TaskName::default_task(),
+            label: label.into(),
+            split,
+        }
+    }
+}
+
+/// One photo's ground truth in a task, as a job's training and validation sets are built from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskTruth {
+    /// The photo.
+    pub id: PhotoId,
+    /// Its class.
+    pub label: String,
+    /// Its split.
+    pub split: Split,
+    /// Hex SHA-256 of its original: copies of the same bytes share it, so a carve by it never
+    /// puts two copies on both sides of the train/validation line.
+    pub sha256: String,
 }
 
 /// What is known about a photo without reading its bytes. The store keeps it in the photo's
@@ -82,6 +110,10 @@ pub struct PhotoMeta {
 }
 
 /// A stored photo as the catalog lists it: its id and metadata (one flat JSON object).
+///
+/// Written to the catalog, `meta.ground_truth` is the uploader's label (filed under its task);
+/// read from it, `meta.ground_truth` is the photo's label in the default task (what clients of
+/// before tasks read) and `ground_truths` holds every task's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PhotoRecord {
     /// Store-assigned id.
@@ -89,6 +121,20 @@ pub struct PhotoRecord {
     /// Everything else.
     #[serde(flatten)]
     pub meta: PhotoMeta,
+    /// The photo's ground truth in every task that has one, by task name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ground_truths: Vec<GroundTruth>,
+}
+
+impl PhotoRecord {
+    /// A photo with no ground truth but what `meta` carries.
+    pub fn new(id: PhotoId, meta: PhotoMeta) -> Self {
+        PhotoRecord {
+            id,
+            meta,
+            ground_truths: Vec::new(),
+        }
+    }
 }
 
 /// One predicted label.
@@ -100,11 +146,14 @@ pub struct Prediction {
     pub score: f32,
 }
 
-/// A model version known to the system.
+/// A model version known to the system: one task's classifier over one backbone.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelVersion {
     /// Unique id, e.g. a content hash.
     pub id: String,
+    /// The task it labels for: [`TaskName::general`] for a backbone's own classifier.
+    #[serde(default = "TaskName::default_task")]
+    pub task: TaskName,
     /// The backbone this version runs on (sha256 of its ONNX file).
     pub backbone: String,
     /// The version this one was derived from.
@@ -113,8 +162,8 @@ pub struct ModelVersion {
     pub metrics: serde_json::Value,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_ms: i64,
-    /// Whether this is the version currently serving (on the node the catalog handle belongs
-    /// to: each node of a shared catalog has its own active version).
+    /// Whether this is the version currently serving its task (on the node the catalog handle
+    /// belongs to: each node of a shared catalog has its own active versions).
     pub active: bool,
 }
 
@@ -142,6 +191,18 @@ pub struct NodeHit {
     /// The hit.
     #[serde(flatten)]
     pub hit: SearchHit,
+}
+
+/// A search hit of one of several versions: the task and version that gave the label.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskHit {
+    /// The task.
+    pub task: TaskName,
+    /// The version.
+    pub model_version: String,
+    /// The hit, with the node that holds the photo.
+    #[serde(flatten)]
+    pub hit: NodeHit,
 }
 
 /// A long-running job (e.g. a re-labelling), with its resumable state.
@@ -221,4 +282,99 @@ pub struct NodeRecord {
     pub registered_ms: i64,
     /// Last registration or heartbeat, ms since the Unix epoch.
     pub last_seen_ms: i64,
+}
+
+/// A task's name: 1 to 64 of `a-z`, `0-9`, `-` and `_`, starting with a letter or a digit.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TaskName(String);
+
+impl TaskName {
+    /// The built-in task: the backbone's own classifier (ImageNet's 1,000 classes for the
+    /// default model). A fine-tune never replaces it.
+    pub const GENERAL: &'static str = "general";
+    /// The task of labels and fine-tunes that name none (and of every label and head from
+    /// before tasks).
+    pub const DEFAULT: &'static str = "default";
+
+    /// The built-in `general` task.
+    pub fn general() -> Self {
+        TaskName(Self::GENERAL.to_string())
+    }
+
+    /// The `default` task.
+    pub fn default_task() -> Self {
+        TaskName(Self::DEFAULT.to_string())
+    }
+
+    /// Whether this is the built-in `general` task.
+    pub fn is_general(&self) -> bool {
+        self.0 == Self::GENERAL
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TaskName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for TaskName {
+    type Err = CatalogError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let valid = (1..=64).contains(&s.len())
+            && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+        if valid {
+            Ok(TaskName(s.to_string()))
+        } else {
+            Err(CatalogError::Invalid(format!(
+                "task name {s:?}: 1 to 64 of a-z, 0-9, '-' and '_', starting with a letter or digit"
+            )))
+        }
+    }
+}
+
+impl TryFrom<String> for TaskName {
+    type Error = CatalogError;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<TaskName> for String {
+    fn from(t: TaskName) -> String {
+        t.0
+    }
+}
+
+impl PartialEq<str> for TaskName {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+/// The class name that stands for "none of this task's classes": a head labels a photo
+/// `other` when no class reaches its floor or the photo lies outside what the head was trained
+/// on, and photos labelled `other` as ground truth train it as a class of its own.
+pub const OTHER_CLASS: &str = "other";
+
+/// A named classifier over the backbone's features, with its own classes, versions and labels.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    /// Its name.
+    pub name: TaskName,
+    /// The least probability a class label needs to be kept, set by an operator; `None` uses
+    /// the floor calibrated with the task's active head (the general task: no floor).
+    pub floor: Option<f32>,
+    /// Creation time, ms since the Unix epoch (0 for the built-in tasks).
+    pub created_ms: i64,
 }

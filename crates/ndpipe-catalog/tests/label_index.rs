@@ -26,6 +26,7 @@ fn the_migration_indexes_the_labels_already_stored() {
             &[&LABEL_MIGRATION],
         )
         .unwrap();
+    client.batch_execute(support::UNDO_TASKS).unwrap();
     client
         .batch_execute("DROP TABLE photo_labels; DROP TABLE blob_copies; DROP INDEX objects_blob")
         .unwrap();

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use ndpipe_catalog::test_postgres as support;
 use ndpipe_catalog::test_suite::{self, photo};
 use ndpipe_catalog::{
-    CatalogError, JobLog, JobRecord, ModelRegistry, ModelVersion, NodeRegistry, PgCatalog,
-    PgOptions, PhotoCatalog, PhotoIdBlocks, PhotoRecord, Prediction, SqliteCatalog,
+    CatalogError, GroundTruth, JobLog, JobRecord, ModelRegistry, ModelVersion, NodeRegistry,
+    PgCatalog, PgOptions, PhotoCatalog, PhotoIdBlocks, PhotoRecord, Prediction, SqliteCatalog,
+    TaskName, TruthCatalog,
 };
 
 fn node(url: &str, name: &str) -> PgCatalog {
@@ -29,6 +30,7 @@ fn p(label: &str, score: f32) -> Prediction {
 
 fn model(id: &str) -> ModelVersion {
     ModelVersion {
+        task: TaskName::default_task(),
         id: id.into(),
         backbone: "b".repeat(64),
         parent: None,
@@ -112,7 +114,13 @@ fn two_handles_on_one_database_see_each_others_writes() {
     assert_eq!(a.search("tabby", "m1", 0, 10).unwrap()[0].id, 1);
     a.register_model(&model("m1")).unwrap();
     b.set_active_model("m1").unwrap();
-    assert_eq!(a.active_model().unwrap().unwrap().id, "m1");
+    assert_eq!(
+        a.active_model(&TaskName::default_task())
+            .unwrap()
+            .unwrap()
+            .id,
+        "m1"
+    );
     let job = JobRecord {
         id: "j".into(),
         kind: "relabel".into(),
@@ -255,16 +263,13 @@ fn ids_beyond_i64_max_are_refused() {
     let invalid = |r: Result<(), CatalogError>| {
         assert!(matches!(r, Err(CatalogError::Invalid(_))), "{r:?}");
     };
-    let with_id = |id| PhotoRecord {
-        id,
-        meta: photo(1, None).meta,
-    };
+    let with_id = |id| PhotoRecord::new(id, photo(1, None).meta);
     invalid(c.upsert_photo(&with_id(big)));
     invalid(c.photo(big).map(drop));
     invalid(c.existing_photo_ids(&[1, big]).map(drop));
     invalid(c.delete_photo(big).map(drop));
     invalid(c.list_photos(Some(big), 1).map(drop));
-    invalid(c.set_ground_truth(big, None));
+    invalid(c.set_ground_truth(big, &GroundTruth::new("x", ndpipe_catalog::Split::Train)));
     invalid(c.put_predictions(big, "v", &[]));
     invalid(c.put_predictions_many("v", &[(big, vec![])]).map(drop));
     invalid(c.predictions(big).map(drop));
@@ -299,7 +304,12 @@ fn each_node_sees_its_own_photos_and_jobs_and_the_clusters_models() {
         found.sort_unstable();
         assert_eq!(found, [1, 2], "either node's photos, not the missing one");
     }
-    assert_eq!(a.labelled(ndpipe_catalog::Split::Train).unwrap().len(), 1);
+    assert_eq!(
+        a.labelled(&TaskName::default_task(), ndpipe_catalog::Split::Train)
+            .unwrap()
+            .len(),
+        1
+    );
     assert_eq!(b.list_photos(None, 10).unwrap()[0].id, 2);
     assert!(matches!(
         b.upsert_photo(&photo(1, None)),
@@ -307,7 +317,7 @@ fn each_node_sees_its_own_photos_and_jobs_and_the_clusters_models() {
     ));
     assert!(!b.delete_photo(1).unwrap());
     assert!(matches!(
-        b.set_ground_truth(1, None),
+        b.set_ground_truth(1, &GroundTruth::new("x", ndpipe_catalog::Split::Train)),
         Err(CatalogError::NotFound { .. })
     ));
     assert!(matches!(
@@ -359,11 +369,14 @@ fn each_node_sees_its_own_photos_and_jobs_and_the_clusters_models() {
     a.register_model(&model("m")).unwrap();
     b.set_active_model("m").unwrap();
     assert_eq!(
-        b.active_model().unwrap().unwrap().metrics,
+        b.active_model(&TaskName::default_task())
+            .unwrap()
+            .unwrap()
+            .metrics,
         model("m").metrics
     );
     assert_eq!(
-        a.active_model().unwrap(),
+        a.active_model(&TaskName::default_task()).unwrap(),
         None,
         "b's active version is b's own"
     );
@@ -378,8 +391,20 @@ fn each_node_sees_its_own_photos_and_jobs_and_the_clusters_models() {
         ..model("m2")
     })
     .unwrap();
-    assert_eq!(a.active_model().unwrap().unwrap().id, "m2");
-    assert_eq!(b.active_model().unwrap().unwrap().id, "m");
+    assert_eq!(
+        a.active_model(&TaskName::default_task())
+            .unwrap()
+            .unwrap()
+            .id,
+        "m2"
+    );
+    assert_eq!(
+        b.active_model(&TaskName::default_task())
+            .unwrap()
+            .unwrap()
+            .id,
+        "m"
+    );
 }
 
 #[test]

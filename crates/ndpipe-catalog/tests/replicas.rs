@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use ndpipe_catalog::{
     BlobCatalog, Bucket, ModelRegistry, ModelVersion, NodeRegistry, ObjectBody, ObjectCatalog,
-    ObjectRecord, PgCatalog, PgOptions, PhotoCatalog, Prediction, ReplicaCatalog,
+    ObjectRecord, PgCatalog, PgOptions, PhotoCatalog, Prediction, ReplicaCatalog, TaskName,
 };
 
 fn node(url: &str, name: &str) -> PgCatalog {
@@ -294,6 +294,7 @@ fn any_node_reads_a_photo_s_labels_under_its_primary_s_active_model() {
     let (a, b) = (node(&db.url, "a"), node(&db.url, "b"));
     for v in ["v1", "v2"] {
         a.register_model(&ModelVersion {
+            task: TaskName::default_task(),
             id: v.into(),
             backbone: "b".repeat(64),
             parent: None,
@@ -318,11 +319,15 @@ fn any_node_reads_a_photo_s_labels_under_its_primary_s_active_model() {
     );
     a.set_active_model("v1").unwrap();
     b.set_active_model("v2").unwrap();
-    assert_eq!(b.cluster_active_predictions(1).unwrap(), [label("cat")]);
+    let default = TaskName::default_task;
+    assert_eq!(
+        b.cluster_active_predictions(1).unwrap(),
+        [(default(), vec![label("cat")])]
+    );
     a.set_active_model("v2").unwrap();
     assert_eq!(
         b.cluster_active_predictions(1).unwrap(),
-        [label("dog"), label("fox")]
+        [(default(), vec![label("dog"), label("fox")])]
     );
     assert!(b.cluster_active_predictions(9).unwrap().is_empty());
 }

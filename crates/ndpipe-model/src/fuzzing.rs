@@ -172,6 +172,7 @@ mod tests {
         )
         .unwrap();
         let version = HeadVersion {
+            task: "default".into(),
             id: "v1".into(),
             backbone: "ab".repeat(4),
             parent: None,

@@ -4,9 +4,11 @@
 //! head with [`HeadWeights`] (a matrix multiply per photo, no framework), and both sides keep
 //! heads in one file format, [`HeadFile`]: safetensors holding the layers (`output.weight`
 //! `[C, in]`, `output.bias` `[C]`, and `hidden.weight`/`hidden.bias` for a head with a hidden
-//! layer), with JSON metadata under [`HEAD_METADATA_KEY`] (`{"version": 1, "config": {...}}`,
-//! where `config` holds at least `classes`, `input_dim` and `hidden`) and, when the file belongs to
-//! a registered model version, [`MODEL_METADATA_KEY`] ([`HeadVersion`]). Files of the Tuner from
+//! layer) and its rules for keeping labels ([`Acceptance`]: `accept.center` `[in]` and
+//! `accept.centroids` `[C, in]` when it has a novelty check), with JSON metadata under
+//! [`HEAD_METADATA_KEY`] (`{"version": 1, "config": {...}}`, where `config` holds at least
+//! `classes`, `input_dim` and `hidden`, and `floor` and `min_cosine` for the label rules) and,
+//! when the file belongs to a registered model version, [`MODEL_METADATA_KEY`] ([`HeadVersion`]). Files of the Tuner from
 //! before this format kept the config's fields beside `version` (`{"version": 1, "classes": ...}`);
 //! they are read too.
 
@@ -17,6 +19,7 @@ use safetensors::SafeTensors;
 use safetensors::tensor::{Dtype, TensorView};
 use serde::{Deserialize, Serialize};
 
+use crate::accept::{Acceptance, Novelty, OTHER};
 use crate::backend::top_k;
 
 /// Metadata key of the head's layout and settings.
@@ -56,13 +59,15 @@ fn invalid(reason: impl Into<String>) -> HeadError {
     }
 }
 
-/// A linear classifier head as PipeStores run it: `logits = weights · features + bias`.
+/// A linear classifier head as PipeStores run it: `logits = weights · features + bias`, with
+/// its rules for keeping labels ([`Acceptance`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeadWeights {
     classes: Vec<String>,
     input_dim: usize,
     weights: Vec<f32>,
     bias: Vec<f32>,
+    acceptance: Acceptance,
 }
 
 impl HeadWeights {
@@ -87,7 +92,38 @@ impl HeadWeights {
             input_dim,
             weights,
             bias,
+            acceptance: Acceptance::default(),
         })
+    }
+
+    /// The head with `acceptance` as its rules for keeping labels; fails when the novelty
+    /// check's shapes do not match the head's.
+    pub fn with_acceptance(mut self, acceptance: Acceptance) -> Result<Self, HeadError> {
+        if let Some(n) = &acceptance.novelty
+            && (n.center.len() != self.input_dim
+                || n.centroids.len() != self.classes.len() * self.input_dim)
+        {
+            return Err(invalid(format!(
+                "novelty check of {} + {} values for {} classes of {} inputs",
+                n.center.len(),
+                n.centroids.len(),
+                self.classes.len(),
+                self.input_dim
+            )));
+        }
+        if !acceptance.floor.is_finite() || !(0.0..=1.0).contains(&acceptance.floor) {
+            return Err(invalid(format!(
+                "floor {} is not a probability",
+                acceptance.floor
+            )));
+        }
+        self.acceptance = acceptance;
+        Ok(self)
+    }
+
+    /// The head's rules for keeping labels.
+    pub fn acceptance(&self) -> &Acceptance {
+        &self.acceptance
     }
 
     /// Class names, in output order.
@@ -126,6 +162,26 @@ impl HeadWeights {
             .map(|(class, p)| (self.classes[class].as_str(), p))
             .collect()
     }
+
+    /// The labels a photo gets: its `k` most probable classes with at least `floor` (the
+    /// head's own when `None`), or [`OTHER`] alone (scored `1 - ` the best probability) when
+    /// none reaches it or the photo is novel to the head.
+    pub fn label(&self, features: &[f32], k: usize, floor: Option<f32>) -> Vec<(&str, f32)> {
+        let top = self.top_k(features, k.max(1));
+        let best = top.first().map_or(0.0, |t| t.1);
+        let novel = self
+            .acceptance
+            .novelty
+            .as_ref()
+            .is_some_and(|n| n.is_novel(features));
+        let floor = floor.unwrap_or(self.acceptance.floor);
+        let kept: Vec<(&str, f32)> = top.into_iter().filter(|t| t.1 >= floor).collect();
+        if novel || kept.is_empty() {
+            vec![(OTHER, 1.0 - best)]
+        } else {
+            kept
+        }
+    }
 }
 
 /// The model version a head file belongs to.
@@ -133,12 +189,19 @@ impl HeadWeights {
 pub struct HeadVersion {
     /// The version id.
     pub id: String,
+    /// The task the head labels for (files from before tasks: the `default` task).
+    #[serde(default = "default_task")]
+    pub task: String,
     /// The backbone it was trained on (sha256 of its ONNX file).
     pub backbone: String,
     /// The version it was derived from.
     pub parent: Option<String>,
     /// Its metrics (accuracy, ...), as the registry keeps them.
     pub metrics: serde_json::Value,
+}
+
+fn default_task() -> String {
+    "default".to_string()
 }
 
 /// The layout every head file's `config` holds; other settings ride along untouched.
@@ -148,6 +211,11 @@ struct Layout {
     input_dim: usize,
     #[serde(default)]
     hidden: Option<usize>,
+    /// Files from before label rules keep every top-k label.
+    #[serde(default)]
+    floor: f32,
+    #[serde(default)]
+    min_cosine: Option<f32>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -190,22 +258,36 @@ pub struct HeadFile {
 }
 
 impl HeadFile {
-    /// The file of a linear head.
+    /// The file of a linear head, with its rules for keeping labels (`config.floor`,
+    /// `config.min_cosine`, tensors `accept.center` and `accept.centroids`).
     pub fn from_linear(head: &HeadWeights, version: Option<HeadVersion>) -> Self {
         let c = head.classes.len();
-        let tensors = BTreeMap::from([
+        let mut tensors = BTreeMap::from([
             (
                 "output.weight".to_string(),
                 (vec![c, head.input_dim], head.weights.clone()),
             ),
             ("output.bias".to_string(), (vec![c], head.bias.clone())),
         ]);
+        let mut config = serde_json::json!({
+            "classes": head.classes,
+            "input_dim": head.input_dim,
+            "hidden": null,
+            "floor": head.acceptance.floor,
+        });
+        if let Some(n) = &head.acceptance.novelty {
+            config["min_cosine"] = serde_json::json!(n.min_cosine);
+            tensors.insert(
+                "accept.center".to_string(),
+                (vec![head.input_dim], n.center.clone()),
+            );
+            tensors.insert(
+                "accept.centroids".to_string(),
+                (vec![c, head.input_dim], n.centroids.clone()),
+            );
+        }
         HeadFile {
-            config: serde_json::json!({
-                "classes": head.classes,
-                "input_dim": head.input_dim,
-                "hidden": null,
-            }),
+            config,
             tensors,
             version,
         }
@@ -222,12 +304,26 @@ impl HeadFile {
         let c = layout.classes.len();
         let weights = self.tensor("output.weight", &[c, layout.input_dim])?;
         let bias = self.tensor("output.bias", &[c])?;
+        let novelty = match layout.min_cosine {
+            Some(min_cosine) => Some(Novelty {
+                center: self.tensor("accept.center", &[layout.input_dim])?.to_vec(),
+                centroids: self
+                    .tensor("accept.centroids", &[c, layout.input_dim])?
+                    .to_vec(),
+                min_cosine,
+            }),
+            None => None,
+        };
         HeadWeights::new(
             layout.classes,
             layout.input_dim,
             weights.to_vec(),
             bias.to_vec(),
-        )
+        )?
+        .with_acceptance(Acceptance {
+            floor: layout.floor,
+            novelty,
+        })
     }
 
     /// The values of tensor `name`, checked to have `shape`.
@@ -383,6 +479,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v1.safetensors");
         let version = HeadVersion {
+            task: "default".into(),
             id: "v1".into(),
             backbone: "b".repeat(64),
             parent: Some("v0".into()),
@@ -402,6 +499,51 @@ mod tests {
         wrong.config["input_dim"] = serde_json::json!(3);
         assert!(wrong.to_linear().is_err());
         assert!(HeadFile::from_bytes(b"not a head").is_err());
+    }
+
+    #[test]
+    fn labels_keep_the_floor_and_send_novel_photos_to_other() {
+        let novelty = Novelty {
+            center: vec![0.0, 0.0],
+            centroids: vec![1.0, 0.0, 0.0, 1.0],
+            min_cosine: 0.5,
+        };
+        let h = head()
+            .with_acceptance(Acceptance {
+                floor: 0.6,
+                novelty: Some(novelty),
+            })
+            .unwrap();
+        assert_eq!(h.label(&[5.0, 0.1], 2, None)[0].0, "cat");
+        assert_eq!(
+            h.label(&[5.0, 0.1], 2, None).len(),
+            1,
+            "cup is below the floor"
+        );
+        assert_eq!(
+            h.label(&[5.0, 0.1], 2, Some(0.0)).len(),
+            2,
+            "a task's own floor wins"
+        );
+        assert_eq!(
+            h.label(&[1.0, 1.6], 2, None)[0].0,
+            OTHER,
+            "no class reaches 0.6"
+        );
+        assert_eq!(h.label(&[-3.0, -3.0], 2, Some(0.0))[0].0, OTHER, "novel");
+        let back = HeadFile::from_bytes(&HeadFile::from_linear(&h, None).to_bytes().unwrap())
+            .unwrap()
+            .to_linear()
+            .unwrap();
+        assert_eq!(back, h, "the rules are kept in the file");
+        assert!(
+            head()
+                .with_acceptance(Acceptance {
+                    floor: 2.0,
+                    novelty: None
+                })
+                .is_err()
+        );
     }
 
     #[test]

@@ -13,10 +13,14 @@
 //!   normalisation, [`top_k`], and with feature `testing` a deterministic `FakeBackend`;
 //!   [`extract_features`] runs it over many tensors.
 //! - [`head`]: fine-tuned classifier heads over the features: [`HeadWeights`] (what PipeStores
-//!   run to label photos) and [`HeadFile`], the one on-disk head format.
+//!   run to label photos) and [`HeadFile`], the one on-disk head format; [`Acceptance`], a
+//!   head's rules for keeping labels (a floor, and a [`Novelty`] check that sends photos
+//!   unlike the training photos to [`OTHER`]).
 //! - [`RateCapped`]: a model capped at a throughput, to emulate a slower accelerator.
 //! - `session` (feature `ort`, on by default): [`OrtBackend`], the model run by ONNX Runtime loaded
 //!   from a shared library at run time, checked against its manifest at load.
+//! - `words` (feature `words`): search in words, a text-embedding model (all-MiniLM-L6-v2 on
+//!   candle) that maps free text onto class names (`words::ClassMatcher`).
 //!
 //! Sibling crates: `ndpipe-store` keeps the original photo and this tensor in volumes,
 //! `ndpipe-catalog` records labels, and the `ndpipe` binary wires them into servers.
@@ -37,6 +41,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod accept;
 pub mod backend;
 mod extract;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -49,7 +54,10 @@ mod rate_cap;
 #[cfg(feature = "ort")]
 pub mod session;
 pub mod tensor;
+#[cfg(feature = "words")]
+pub mod words;
 
+pub use accept::{Acceptance, Novelty, OTHER};
 #[cfg(feature = "testing")]
 pub use backend::FakeBackend;
 pub use backend::{InferenceBackend, ModelError, ModelInfo, Normalizer, Outputs, top_k};

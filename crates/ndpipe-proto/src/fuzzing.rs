@@ -6,8 +6,8 @@
 use prost::Message;
 
 use crate::{
-    BackboneAssembly, RunPlan, chunk_crc, decode_chunk, decode_tensor_chunk, head_bytes,
-    head_from_request, pb,
+    BackboneAssembly, RunPlan, chunk_crc, decode_chunk, decode_tensor_chunk, head_from_request, pb,
+    put_head,
 };
 
 /// The messages, in the order the first input byte picks them.
@@ -132,15 +132,17 @@ fn checked_chunk(c: &pb::FeatureChunk) {
 fn stage_head(r: &pb::StageHeadRequest) {
     checked_head(r);
     let mut fixed = r.clone();
-    fixed.crc32c = crc32c::crc32c(&r.weights);
+    fixed.crc32c = crc32c::crc32c_append(crc32c::crc32c(&r.weights), &r.novelty);
     checked_head(&fixed);
 }
 
 fn checked_head(r: &pb::StageHeadRequest) {
     if let Ok(head) = head_from_request(r) {
-        let (bytes, crc) = head_bytes(&head);
-        assert_eq!(bytes, r.weights);
-        assert_eq!(crc, r.crc32c);
+        let mut back = r.clone();
+        put_head(&mut back, &head);
+        assert_eq!(back.weights, r.weights);
+        assert_eq!(back.novelty, r.novelty);
+        assert_eq!(back.crc32c, r.crc32c);
     }
 }
 
@@ -214,21 +216,16 @@ mod tests {
             vec![0.5, -0.5],
         )
         .unwrap();
-        let (weights, crc32c) = head_bytes(&head);
-        seed(
-            "stage-head",
-            1,
-            &pb::StageHeadRequest {
-                version: "v2".into(),
-                backbone_version: "ab".into(),
-                classes: head.classes().to_vec(),
-                input_dim: 2,
-                weights,
-                crc32c,
-                parent: "v1".into(),
-                metrics_json: "{\"accuracy\":0.9}".into(),
-            },
-        );
+        let mut stage = pb::StageHeadRequest {
+            version: "v2".into(),
+            backbone_version: "ab".into(),
+            parent: "v1".into(),
+            metrics_json: "{\"accuracy\":0.9}".into(),
+            task: "default".into(),
+            ..Default::default()
+        };
+        put_head(&mut stage, &head);
+        seed("stage-head", 1, &stage);
         seed(
             "extract",
             2,
@@ -296,7 +293,8 @@ mod tests {
                     val: 1,
                     test: 0,
                 }],
-                active_version: "v1".into(),
+                active_version: "general=v1".into(),
+                task_known: true,
             },
         );
     }

@@ -9,7 +9,7 @@
 //! [`CountedChannel`] counts the bytes that cross a channel.
 #![deny(missing_docs)]
 
-use ndpipe_model::HeadWeights;
+use ndpipe_model::{Acceptance, HeadWeights, Novelty};
 
 /// Generated protobuf and gRPC code.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -23,12 +23,14 @@ mod counted;
 #[doc(hidden)]
 pub mod fuzzing;
 mod plan;
+mod serving;
 mod tls;
 pub mod transport;
 
 pub use backbone::{BACKBONE_CHUNK, BackboneAssembly, backbone_chunks};
 pub use counted::{ByteCounter, CountedChannel};
 pub use plan::{MAX_RUNS, RunPlan};
+pub use serving::Serving;
 
 /// The protocol version this build speaks; a node with another version is refused.
 pub const PROTOCOL_VERSION: u32 = 2;
@@ -239,20 +241,32 @@ pub fn decode_chunk(c: &pb::FeatureChunk, num_classes: usize) -> Result<Features
     })
 }
 
-/// The wire form of a linear head: weights then bias as f32 LE, and their CRC-32C.
-pub fn head_bytes(head: &HeadWeights) -> (Vec<u8>, u32) {
-    let mut out = Vec::with_capacity((head.weights().len() + head.bias().len()) * 4);
-    for v in head.weights().iter().chain(head.bias()) {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-    let crc = crc32c::crc32c(&out);
-    (out, crc)
+/// Writes `head` into a stage request: classes, input size, weights then bias as f32 LE, the
+/// label rules, and the CRC-32C of the weights then the novelty check.
+pub fn put_head(request: &mut pb::StageHeadRequest, head: &HeadWeights) {
+    let f32s = |values: &mut dyn Iterator<Item = &f32>| -> Vec<u8> {
+        values.flat_map(|v| v.to_le_bytes()).collect()
+    };
+    let acceptance = head.acceptance();
+    request.classes = head.classes().to_vec();
+    request.input_dim = u32::try_from(head.input_dim()).unwrap_or(u32::MAX);
+    request.weights = f32s(&mut head.weights().iter().chain(head.bias()));
+    request.floor = acceptance.floor;
+    (request.novelty, request.min_cosine) = match &acceptance.novelty {
+        Some(n) => (f32s(&mut n.center.iter().chain(&n.centroids)), n.min_cosine),
+        None => (Vec::new(), 0.0),
+    };
+    request.crc32c = head_crc(request);
+}
+
+fn head_crc(r: &pb::StageHeadRequest) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&r.weights), &r.novelty)
 }
 
 /// Parses and checks a staged head: its checksum, then that its bytes match its shape.
 pub fn head_from_request(r: &pb::StageHeadRequest) -> Result<HeadWeights, ProtoError> {
     let what = format!("head {}", r.version);
-    if crc32c::crc32c(&r.weights) != r.crc32c {
+    if head_crc(r) != r.crc32c {
         return Err(ProtoError::Checksum { what });
     }
     let (c, d) = (r.classes.len(), r.input_dim as usize);
@@ -266,13 +280,39 @@ pub fn head_from_request(r: &pb::StageHeadRequest) -> Result<HeadWeights, ProtoE
             r.weights.len()
         )));
     }
-    let mut values: Vec<f32> = r
-        .weights
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let floats = |bytes: &[u8]| -> Vec<f32> {
+        bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    };
+    let mut values = floats(&r.weights);
     let bias = values.split_off(c * d);
-    HeadWeights::new(r.classes.clone(), d, values, bias).map_err(|e| malformed(e.to_string()))
+    let novelty = match r.novelty.len() {
+        0 => None,
+        n if n == (d + c * d) * 4 => {
+            let mut center = floats(&r.novelty);
+            let centroids = center.split_off(d);
+            Some(Novelty {
+                center,
+                centroids,
+                min_cosine: r.min_cosine,
+            })
+        }
+        n => {
+            return Err(malformed(format!(
+                "{n} novelty bytes for {c} classes of {d} inputs"
+            )));
+        }
+    };
+    HeadWeights::new(r.classes.clone(), d, values, bias)
+        .and_then(|h| {
+            h.with_acceptance(Acceptance {
+                floor: r.floor,
+                novelty,
+            })
+        })
+        .map_err(|e| malformed(e.to_string()))
 }
 
 #[cfg(test)]
@@ -325,16 +365,31 @@ mod tests {
             vec![0.5, -0.5],
         )
         .unwrap();
-        let (weights, crc32c) = head_bytes(&head);
         let mut req = pb::StageHeadRequest {
             version: "v".into(),
-            classes: head.classes().to_vec(),
-            input_dim: 2,
-            weights,
-            crc32c,
             ..Default::default()
         };
+        put_head(&mut req, &head);
         assert_eq!(head_from_request(&req).unwrap(), head);
+        let ruled = head
+            .clone()
+            .with_acceptance(Acceptance {
+                floor: 0.4,
+                novelty: Some(Novelty {
+                    center: vec![0.1, 0.2],
+                    centroids: vec![1.0, 0.0, 0.0, 1.0],
+                    min_cosine: 0.3,
+                }),
+            })
+            .unwrap();
+        put_head(&mut req, &ruled);
+        assert_eq!(head_from_request(&req).unwrap(), ruled);
+        req.novelty[0] ^= 1;
+        assert!(matches!(
+            head_from_request(&req),
+            Err(ProtoError::Checksum { .. })
+        ));
+        put_head(&mut req, &head);
         req.input_dim = 3;
         assert!(matches!(
             head_from_request(&req),

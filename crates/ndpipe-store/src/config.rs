@@ -8,6 +8,11 @@ use std::path::PathBuf;
 use ndpipe_model::{CodecKind, ExecutionProvider};
 use serde::{Deserialize, Serialize};
 
+use crate::duplicates::{
+    DEFAULT_NEAR_HAMMING, DEFAULT_NEAR_MIN_SIDE, DEFAULT_SEMANTIC_MIN_COSINE, DuplicateSettings,
+    ExactDuplicates, NearHash,
+};
+
 /// Default largest upload body, in bytes.
 pub const DEFAULT_MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
 
@@ -114,6 +119,15 @@ pub struct Config {
     pub model_rate_limit: f64,
     /// Where inference runs: `cpu`, `cuda` or `tensorrt`.
     pub execution_provider: ExecutionProvider,
+    /// The words model's folder, which maps a search in words ("kitty") onto class names
+    /// (unset: `MODEL_DIR/words`, where `make setup` puts it). Without the model the store runs
+    /// on and searches by class name; a search in words is then an error.
+    pub words_model_dir: Option<PathBuf>,
+    /// Least cosine similarity of a class to a search in words (-1..=1); exact class names and
+    /// synonyms always match.
+    pub words_min_score: f32,
+    /// Most classes of each task one search in words maps to (at least 1).
+    pub words_max_classes: usize,
     /// Longest wait, in ms, for concurrent uploads to fill an online-labelling batch.
     pub label_wait_ms: u64,
     /// Copies of each photo on the cluster's nodes; 2 or more makes every node's client API a
@@ -135,6 +149,41 @@ pub struct Config {
     pub rebalance_page_photos: u32,
     /// Deadline of each call to another node for a copy, in ms.
     pub peer_timeout_ms: u64,
+    /// Where each backbone's similarity index is saved (default: `DATA/index`).
+    pub similar_index_dir: Option<PathBuf>,
+    /// How often a changed similarity index is saved, in ms (and at a clean stop; after a
+    /// crash the index is reconciled with the feature store at start).
+    pub similar_save_interval_ms: u64,
+    /// Deadline of a similarity query, in ms: nodes that have not answered by then are named
+    /// in a partial answer.
+    pub similar_timeout_ms: u64,
+    /// Similar photos answered when the query names no `k`.
+    pub similar_default_k: usize,
+    /// Largest `k` a similarity query may ask for.
+    pub similar_max_k: usize,
+    /// Graph degree (HNSW M) of the similarity index: more finds more true neighbours, at
+    /// more memory and build time.
+    pub similar_connectivity: usize,
+    /// Beam width while adding to the similarity index (HNSW ef_construction).
+    pub similar_expansion_add: usize,
+    /// Beam width while searching the similarity index (HNSW ef): more finds more true
+    /// neighbours, more slowly.
+    pub similar_expansion_search: usize,
+    /// What an upload of bytes the catalog already has (the same SHA-256, any node's photo on a
+    /// shared catalog) does: `existing` answers 200 with the existing photo's id as
+    /// `duplicate_of` and stores nothing; `store` stores it as a new photo and says
+    /// `duplicate_of` in the 201 (see [`ExactDuplicates`] for why `existing` is the default).
+    pub exact_duplicates: ExactDuplicates,
+    /// The perceptual hash of near duplicates: `phash`, `gradient` (dHash), `mean` or
+    /// `blockhash`, 64 bits each (changing it hashes every photo again).
+    pub near_hash: NearHash,
+    /// Largest Hamming distance, in bits of 64, between the hashes of near duplicates (0..=32).
+    pub near_hamming: u32,
+    /// Smallest width and height, in pixels, of a photo paired as a near duplicate (smaller
+    /// images hash with too little detail to tell them apart).
+    pub near_min_side: u32,
+    /// Smallest cosine similarity between the features of semantic duplicates (-1..=1).
+    pub semantic_min_cosine: f64,
     /// Testing only: damage the first N feature chunks sent to the Tuner (their checksum then
     /// fails and the Tuner must fetch them again).
     pub fault_corrupt_chunks: u32,
@@ -156,6 +205,17 @@ impl Config {
         self.replicas.unwrap_or(if in_cluster { 2 } else { 1 })
     }
 
+    /// The settings of duplicate finding.
+    pub(crate) fn duplicates(&self) -> DuplicateSettings {
+        DuplicateSettings {
+            exact: self.exact_duplicates,
+            near_hash: self.near_hash,
+            near_hamming: self.near_hamming,
+            near_min_side: self.near_min_side,
+            semantic_min_cosine: self.semantic_min_cosine,
+        }
+    }
+
     /// The HTTP server's limits.
     pub(crate) fn http_limits(&self) -> ndpipe_util::serve::HttpLimits {
         ndpipe_util::serve::HttpLimits::from_config(
@@ -163,6 +223,21 @@ impl Config {
             self.body_idle_timeout_ms,
             self.max_connections,
         )
+    }
+
+    /// The words model's folder: `words_model_dir`, else `MODEL_DIR/words`.
+    pub fn words_model_dir(&self) -> PathBuf {
+        self.words_model_dir
+            .clone()
+            .unwrap_or_else(|| self.model_dir.join(ndpipe_model::words::WORDS_SUBDIR))
+    }
+
+    /// What a search in words maps to: `words_min_score` and `words_max_classes`.
+    pub fn words_options(&self) -> ndpipe_model::words::MatchOptions {
+        ndpipe_model::words::MatchOptions {
+            min_score: self.words_min_score,
+            max_classes: self.words_max_classes,
+        }
     }
 }
 
@@ -208,6 +283,9 @@ impl Default for Config {
             max_batch: 32,
             model_rate_limit: 0.0,
             execution_provider: ExecutionProvider::Cpu,
+            words_model_dir: None,
+            words_min_score: ndpipe_model::words::MatchOptions::default().min_score,
+            words_max_classes: ndpipe_model::words::MatchOptions::default().max_classes,
             label_wait_ms: 5,
             fault_corrupt_chunks: 0,
             fault_fail_commits: 0,
@@ -217,6 +295,19 @@ impl Default for Config {
             rebalance_moves_per_round: 32,
             rebalance_page_photos: 256,
             peer_timeout_ms: 30_000,
+            similar_index_dir: None,
+            similar_save_interval_ms: 60_000,
+            similar_timeout_ms: 2_000,
+            similar_default_k: 10,
+            similar_max_k: 1000,
+            similar_connectivity: 16,
+            similar_expansion_add: 128,
+            similar_expansion_search: 64,
+            exact_duplicates: ExactDuplicates::default(),
+            near_hash: NearHash::default(),
+            near_hamming: DEFAULT_NEAR_HAMMING,
+            near_min_side: DEFAULT_NEAR_MIN_SIDE,
+            semantic_min_cosine: DEFAULT_SEMANTIC_MIN_COSINE,
         }
     }
 }
@@ -274,9 +365,42 @@ pub struct GatewayConfig {
     pub max_uploads_per_client: usize,
     /// Deadline of each call to a PipeStore (an upload's ingest and copies included), in ms.
     pub peer_timeout_ms: u64,
+    /// Deadline of a similarity query, in ms: PipeStores that have not answered by then are
+    /// named in a partial answer.
+    pub similar_timeout_ms: u64,
+    /// Similar photos answered when the query names no `k`.
+    pub similar_default_k: usize,
+    /// Largest `k` a similarity query may ask for.
+    pub similar_max_k: usize,
+    /// What an upload of bytes the catalog already has (the same SHA-256, any node's photo on a
+    /// shared catalog) does: `existing` answers 200 with the existing photo's id as
+    /// `duplicate_of` and stores nothing; `store` stores it as a new photo and says
+    /// `duplicate_of` in the 201 (see [`ExactDuplicates`] for why `existing` is the default).
+    pub exact_duplicates: ExactDuplicates,
+    /// The perceptual hash of near duplicates: `phash`, `gradient` (dHash), `mean` or
+    /// `blockhash`, 64 bits each (changing it hashes every photo again).
+    pub near_hash: NearHash,
+    /// Largest Hamming distance, in bits of 64, between the hashes of near duplicates (0..=32).
+    pub near_hamming: u32,
+    /// Smallest width and height, in pixels, of a photo paired as a near duplicate (smaller
+    /// images hash with too little detail to tell them apart).
+    pub near_min_side: u32,
+    /// Smallest cosine similarity between the features of semantic duplicates (-1..=1).
+    pub semantic_min_cosine: f64,
 }
 
 impl GatewayConfig {
+    /// The settings of duplicate finding.
+    pub(crate) fn duplicates(&self) -> DuplicateSettings {
+        DuplicateSettings {
+            exact: self.exact_duplicates,
+            near_hash: self.near_hash,
+            near_hamming: self.near_hamming,
+            near_min_side: self.near_min_side,
+            semantic_min_cosine: self.semantic_min_cosine,
+        }
+    }
+
     /// The HTTP server's limits.
     pub(crate) fn http_limits(&self) -> ndpipe_util::serve::HttpLimits {
         ndpipe_util::serve::HttpLimits::from_config(
@@ -311,6 +435,14 @@ impl Default for GatewayConfig {
             max_upload_bytes: store.max_upload_bytes,
             max_uploads_per_client: store.max_uploads_per_client,
             peer_timeout_ms: store.peer_timeout_ms,
+            similar_timeout_ms: store.similar_timeout_ms,
+            similar_default_k: store.similar_default_k,
+            similar_max_k: store.similar_max_k,
+            exact_duplicates: store.exact_duplicates,
+            near_hash: store.near_hash,
+            near_hamming: store.near_hamming,
+            near_min_side: store.near_min_side,
+            semantic_min_cosine: store.semantic_min_cosine,
         }
     }
 }
@@ -334,5 +466,25 @@ mod tests {
         assert_eq!(with(&None, &tuner, None).replicas(), 1, "SQLite");
         assert_eq!(with(&pg, &tuner, Some(1)).replicas(), 1, "set");
         assert_eq!(with(&None, &None, Some(3)).replicas(), 3);
+    }
+
+    #[test]
+    fn the_words_model_defaults_to_the_model_dir() {
+        let c = Config {
+            model_dir: PathBuf::from("/m"),
+            ..Config::default()
+        };
+        assert_eq!(c.words_model_dir(), PathBuf::from("/m/words"));
+        let set = Config {
+            words_model_dir: Some(PathBuf::from("/w")),
+            words_max_classes: 5,
+            ..c
+        };
+        assert_eq!(set.words_model_dir(), PathBuf::from("/w"));
+        assert_eq!(set.words_options().max_classes, 5);
+        assert_eq!(
+            Config::default().words_options(),
+            ndpipe_model::words::MatchOptions::default()
+        );
     }
 }

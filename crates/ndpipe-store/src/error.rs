@@ -61,6 +61,15 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A thread of the node could not be started.
+    #[error("starting the {what} thread")]
+    Thread {
+        /// Which thread.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The catalog could not be opened.
     #[error("opening the catalog {what}: {source}")]
     Catalog {

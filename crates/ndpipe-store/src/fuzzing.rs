@@ -122,10 +122,10 @@ mod tests {
         use crate::storage::{PhotoStore, StoreConfig};
         let photo = |n| {
             let mut p = photo(n);
-            p.meta.ground_truth = Some(ndpipe_catalog::GroundTruth {
-                label: "cat".into(),
-                split: ndpipe_catalog::Split::Train,
-            });
+            p.meta.ground_truth = Some(ndpipe_catalog::GroundTruth::new(
+                "cat",
+                ndpipe_catalog::Split::Train,
+            ));
             p
         };
         let dir = tempfile::tempdir().unwrap();

@@ -19,12 +19,14 @@ use tracing::info;
 use crate::api::http::{self, GatewayState};
 use crate::api::s3;
 use crate::config::GatewayConfig;
+use crate::duplicates::exact::ExactCheck;
 use crate::error::Error;
 use crate::keys::KeyStore;
 use crate::metrics::StoreMetrics;
 use crate::pipestore::{cluster_secret, tls, token};
 use crate::replication::{FrontDoor, FrontDoorConfig};
 use crate::server::{S3Listen, bind, local_addr, start_s3};
+use crate::similar::{ClusterAccess, SimilarError, SimilarFront, front_settings};
 
 /// The name a gateway's catalog handle goes by (it owns no photos, jobs or ids).
 const CATALOG_NODE: &str = "gateway";
@@ -36,6 +38,7 @@ pub struct Gateway {
     catalog: Arc<dyn Catalog>,
     keys: Arc<KeyStore>,
     metrics: Arc<StoreMetrics>,
+    similar: Arc<SimilarFront>,
 }
 
 impl Gateway {
@@ -52,6 +55,10 @@ impl Gateway {
                 });
             }
         };
+        config
+            .duplicates()
+            .check()
+            .map_err(|(setting, reason)| Error::Config { setting, reason })?;
         if config.replicas == 0 {
             return Err(Error::Config {
                 setting: "replicas",
@@ -79,9 +86,32 @@ impl Gateway {
         let pg = Arc::new(pg);
         info!(catalog = %what, replicas = config.replicas, "gateway catalog open");
         let metrics = Arc::new(StoreMetrics::default());
+        let similar = SimilarFront::new(
+            front_settings(
+                config.similar_timeout_ms,
+                config.similar_default_k,
+                config.similar_max_k,
+            )
+            .map_err(|e| match e {
+                SimilarError::Config { setting, reason } => Error::Config { setting, reason },
+                e => Error::Config {
+                    setting: "similar_timeout_ms",
+                    reason: e.to_string(),
+                },
+            })?,
+            metrics.similar.clone(),
+            None,
+            Some(ClusterAccess {
+                catalog: pg.clone(),
+                secret: secret.clone(),
+                tls: tls.clone(),
+                max_message: config.max_upload_bytes.saturating_add(1 << 20),
+            }),
+        );
+        let exact = ExactCheck::new(config.exact_duplicates, pg.clone());
         let front = FrontDoor::new(
             None,
-            pg.clone(),
+            (pg.clone(), exact),
             metrics.clone(),
             (secret, tls),
             FrontDoorConfig::new(
@@ -99,6 +129,7 @@ impl Gateway {
             front: Arc::new(front),
             catalog: pg,
             metrics,
+            similar: Arc::new(similar),
             config,
         })
     }
@@ -111,8 +142,12 @@ impl Gateway {
             catalog,
             keys,
             metrics,
+            similar,
         } = self;
-        let state = GatewayState::new(front.clone(), catalog.clone(), metrics.clone());
+        let state = GatewayState::new(front.clone(), catalog.clone(), metrics.clone(), similar)
+            // Semantic pairs come from the PipeStores' indexes, each over its own photos; a
+            // gateway holds none, so `level=semantic` is refused here and asked of a PipeStore.
+            .with_duplicates(config.duplicates(), None);
         let guard = http::Guard {
             keys: keys.clone(),
             metrics,

@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use ndpipe_catalog::{CatalogError, GroundTruth, PhotoCatalog, PhotoMeta, PhotoRecord};
+use ndpipe_catalog::{Catalog, CatalogError, GroundTruth, PhotoCatalog, PhotoMeta, PhotoRecord};
 use ndpipe_model::{
     Codec, ImageTensor, PreprocessConfig, PreprocessError, Preprocessor, TensorBlob, TensorError,
 };
@@ -24,7 +24,10 @@ use tracing::{info, warn};
 
 use ndpipe_util::sync::lock;
 
-use crate::inference::labeler::{Labeler, Labelled};
+use crate::duplicates::ExactDuplicates;
+use crate::duplicates::exact::{ExactCheck, Uploaded};
+use crate::duplicates::hasher::HashQueue;
+use crate::inference::labeler::{Labeler, Labelled, file_labels};
 use crate::metrics::StoreMetrics;
 use crate::storage::{FeatureStore, NewPhoto, PhotoStore, StoreError};
 
@@ -73,6 +76,8 @@ pub(crate) struct IngestConfig {
     /// Bytes that decodes in flight may take together (see [`Preprocessor::decode_cost`]); a
     /// photo larger than the whole budget decodes alone.
     pub(crate) decode_budget_bytes: u64,
+    /// What an upload of bytes the catalog already has does.
+    pub(crate) exact_duplicates: ExactDuplicates,
 }
 
 impl Default for IngestConfig {
@@ -82,6 +87,7 @@ impl Default for IngestConfig {
             tensor_codec: Codec::Zstd { level: 3 },
             max_parallel_decodes: std::thread::available_parallelism().map_or(2, |n| n.get()),
             decode_budget_bytes: DEFAULT_DECODE_BUDGET,
+            exact_duplicates: ExactDuplicates::default(),
         }
     }
 }
@@ -137,7 +143,7 @@ pub(crate) struct Ingestor {
     labeler: Option<Labeler>,
     store: Arc<PhotoStore>,
     features: Arc<FeatureStore>,
-    catalog: Arc<dyn PhotoCatalog>,
+    catalog: Arc<dyn Catalog>,
     metrics: Arc<StoreMetrics>,
     preprocessor: Preprocessor,
     codec: Codec,
@@ -147,6 +153,10 @@ pub(crate) struct Ingestor {
     decode_budget_mib: u32,
     /// Photos gone from the store whose catalog row or features are not removed yet.
     unfinished_deletes: Mutex<BTreeSet<u64>>,
+    /// The exact-duplicate check of [`Ingestor::upload`].
+    exact: ExactCheck,
+    /// Every photo catalogued here, for the perceptual-hash worker.
+    hash_queue: Arc<HashQueue>,
 }
 
 impl Ingestor {
@@ -154,12 +164,14 @@ impl Ingestor {
     pub(crate) fn new(
         store: Arc<PhotoStore>,
         features: Arc<FeatureStore>,
-        catalog: Arc<dyn PhotoCatalog>,
+        catalog: Arc<dyn Catalog>,
         metrics: Arc<StoreMetrics>,
         config: IngestConfig,
     ) -> Self {
         Ingestor {
             labeler: None,
+            exact: ExactCheck::new(config.exact_duplicates, catalog.clone()),
+            hash_queue: Arc::default(),
             store,
             features,
             catalog,
@@ -184,6 +196,40 @@ impl Ingestor {
         if let Some(labeler) = &self.labeler {
             labeler.stop();
         }
+    }
+
+    /// An upload: [`Ingestor::ingest`] behind the exact-duplicate check (bytes the catalog
+    /// already has are answered as `exact_duplicates` says).
+    pub(crate) async fn upload(
+        &self,
+        bytes: bytes::Bytes,
+        truth: Option<GroundTruth>,
+    ) -> Result<Uploaded, IngestError> {
+        self.exact
+            .upload(bytes, truth, |b, t| self.ingest(b, t))
+            .await
+    }
+
+    /// [`Ingestor::upload`] in `mode` rather than the configured one.
+    pub(crate) async fn upload_as(
+        &self,
+        mode: ExactDuplicates,
+        bytes: bytes::Bytes,
+        truth: Option<GroundTruth>,
+    ) -> Result<Uploaded, IngestError> {
+        self.exact
+            .upload_as(mode, bytes, truth, |b, t| self.ingest(b, t))
+            .await
+    }
+
+    /// The exact-duplicate check of this node's uploads.
+    pub(crate) fn exact(&self) -> &ExactCheck {
+        &self.exact
+    }
+
+    /// The photos catalogued here that wait for their perceptual hash.
+    pub(crate) fn hash_queue(&self) -> Arc<HashQueue> {
+        self.hash_queue.clone()
     }
 
     /// Validates, preprocesses, stores and catalogs one photo. Nothing is written unless the
@@ -273,7 +319,7 @@ impl Ingestor {
             self.take_back(id).await;
             return Err(e);
         }
-        let record = PhotoRecord { id, meta };
+        let record = PhotoRecord::new(id, meta);
         let catalog = self.catalog.clone();
         let row = record.clone();
         if let Err(e) = tokio::task::spawn_blocking(move || catalog.upsert_photo(&row)).await? {
@@ -283,6 +329,7 @@ impl Ingestor {
             return Err(self.catalog_failure(e.into()));
         }
         self.metrics.photos.inc();
+        self.hash_queue.push(id);
         self.file_labels(id, labelling).await;
         Ok(record)
     }
@@ -293,9 +340,8 @@ impl Ingestor {
         match labelling {
             Labelling::Done(done) => {
                 let catalog = self.catalog.clone();
-                let rows = [(id, done.predictions)];
                 let filed = tokio::task::spawn_blocking(move || {
-                    catalog.put_predictions_many(&done.version, &rows)
+                    file_labels(&*catalog, vec![(id, done.labels)])
                 })
                 .await;
                 if !matches!(filed, Ok(Ok(_))) {
@@ -449,7 +495,7 @@ impl Ingestor {
         }
         if let Some(labeler) = &self.labeler {
             let catalog = self.catalog.clone();
-            let version = labeler.model().get().version;
+            let version = labeler.model().get().general_version().to_string();
             let unlabelled =
                 tokio::task::spawn_blocking(move || catalog.unlabelled(&version)).await??;
             report.queued_for_labels = unlabelled.len() as u64;
@@ -552,10 +598,7 @@ fn add_missing_rows(store: &PhotoStore, catalog: &dyn PhotoCatalog) -> Result<u6
         let ids: Vec<u64> = page.iter().map(|(id, _)| *id).collect();
         let existing = catalog.existing_photo_ids(&ids)?;
         for (id, entry) in page.iter().filter(|(id, _)| !existing.contains(id)) {
-            match catalog.upsert_photo(&PhotoRecord {
-                id: *id,
-                meta: entry.meta.clone(),
-            }) {
+            match catalog.upsert_photo(&PhotoRecord::new(*id, entry.meta.clone())) {
                 Ok(()) => added += 1,
                 // Another node stored it since the page was read.
                 Err(CatalogError::Conflict { .. }) => {}

@@ -96,18 +96,19 @@ impl Jobs {
         }
     }
 
-    /// Starts re-labelling every photo with the loaded model (`version`, if given, must name it).
+    /// Starts re-labelling every photo with the loaded model, every task (`version`, if given,
+    /// must name a version it serves).
     pub(crate) fn start_relabel(
         self: &Arc<Self>,
         version: Option<&str>,
     ) -> Result<String, JobError> {
         let model = self.model.as_ref().ok_or(JobError::NoModel)?.get();
         if let Some(v) = version
-            && v != model.version
+            && model.serving_version(v).is_none()
         {
             return Err(JobError::UnknownModel {
                 requested: v.into(),
-                loaded: model.version.clone(),
+                loaded: model.serving().to_string(),
             });
         }
         let now = now_ms();
@@ -136,7 +137,10 @@ impl Jobs {
         };
         let mut report: RelabelReport =
             serde_json::from_value(record.state.clone()).unwrap_or_default();
-        let loaded = self.model.as_ref().map(|m| m.get().version.clone());
+        let loaded = self
+            .model
+            .as_ref()
+            .map(|m| m.get().general_version().to_string());
         if !report.model_version.is_empty() && loaded.as_ref() != Some(&report.model_version) {
             // Another version was deployed meanwhile: finishing with it would leave the photos
             // labelled before the checkpoint under the old version, so the job starts over.
@@ -300,11 +304,9 @@ mod tests {
     #[test]
     fn a_job_interrupted_under_another_model_starts_over_with_the_loaded_one() {
         let s = crate::testing::setup();
-        let model = SharedModel::new(ActiveModel {
-            version: "v2".into(),
-            backend: s.fake.clone(),
-            head: None,
-        });
+        let mut pretrained = ActiveModel::pretrained(s.fake.clone());
+        pretrained.tasks[0].version = "v2".into();
+        let model = SharedModel::new(pretrained);
         s.catalog.put_job(&interrupted("v1")).unwrap();
         let report = resumed(&s, &model);
         assert_eq!(report.model_version, "v2");

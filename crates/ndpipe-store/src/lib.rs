@@ -9,9 +9,11 @@
 //! [`Error`]. [`KeyStore`] manages a data directory's
 //! access keys without a server. The building blocks a benchmark needs are
 //! public too: the [`PhotoStore`] ([`StoreConfig`], [`NewPhoto`], [`RecoveryReport`],
-//! [`CompactionReport`], [`StoreError`]), the [`FeatureStore`], and a full re-labelling with a
-//! [`Relabeler`] ([`ActiveModel`], [`RelabelOptions`], [`Pending`], [`RelabelReport`], [`InferenceError`]).
-//! Everything else is internal.
+//! [`CompactionReport`], [`StoreError`]), the [`FeatureStore`], the similarity index's graph
+//! ([`AnnIndex`], [`AnnOptions`], [`Scalar`], [`AnnError`]), and a full re-labelling with a
+//! [`Relabeler`] ([`ActiveModel`], [`RelabelOptions`], [`Pending`], [`RelabelReport`],
+//! [`InferenceError`]), and duplicate finding's perceptual hash ([`NearHash`],
+//! [`PerceptualHasher`]) and pair search ([`near_pairs`]). Everything else is internal.
 //!
 //! # Module map
 //!
@@ -32,6 +34,9 @@
 //!   the 201, reads that fall back to another copy and repair a damaged one, deletes behind a
 //!   tombstone, and the background worker that repairs, sweeps and scrubs; `gateway` serves
 //!   its front door alone, in a process that holds no photo;
+//! - `duplicates`: exact duplicates at upload ([`ExactDuplicates`]), the worker that gives every
+//!   photo a perceptual hash, near pairs by multi-index hashing, and pairs of every level
+//!   grouped with a reason per member and a keeper (`GET /v1/duplicates`);
 //! - `keys`: access keys ([`KeyStore`]): secrets sealed under the data directory's master key,
 //!   roles, the bearer token as an admin key;
 //! - `jobs`: long-running re-labellings, one at a time, resumed after a restart;
@@ -45,6 +50,8 @@
 //!   photo store (group commit with fsync before any acknowledgement, tombstones, compaction,
 //!   crash recovery that cuts torn tails and rebuilds the index from the volumes) and the
 //!   feature store;
+//! - `similar`: similar photos: each node's ANN index over the stored features of its active
+//!   backbone, and the front door's query fanned out to every live node;
 //! - `metrics`: the Prometheus metrics served on `/metrics`.
 //!
 //! The byte layout of the volumes is documented in `docs/volume-format.md`.
@@ -52,6 +59,7 @@
 
 mod api;
 mod config;
+mod duplicates;
 mod error;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
@@ -67,19 +75,26 @@ mod node;
 mod pipestore;
 mod replication;
 mod server;
+mod similar;
 mod storage;
 #[cfg(test)]
 mod testing;
+mod words;
 
 pub use config::{Config, DEFAULT_MAX_UPLOAD_BYTES, GatewayConfig};
+pub use duplicates::{
+    DEFAULT_NEAR_HAMMING, DEFAULT_NEAR_MIN_SIDE, DEFAULT_SEMANTIC_MIN_COSINE, ExactDuplicates,
+    HASH_BITS, NearHash, NearPair, PerceptualHasher, near_pairs,
+};
 pub use error::Error;
 pub use gateway::{Gateway, RunningGateway};
 pub use inference::{
-    ActiveModel, InferenceError, Pending, RelabelOptions, RelabelReport, Relabeler,
+    ActiveModel, InferenceError, Pending, RelabelOptions, RelabelReport, Relabeler, TaskModel,
 };
 pub use keys::{ADMIN_ACCESS_KEY, KeyError, KeyInfo, KeyStore, NewKey};
 pub use pipestore::PipeStore;
 pub use server::Running;
+pub use similar::ann::{AnnError, AnnIndex, AnnOptions, Scalar};
 pub use storage::{
     CompactionReport, DEFAULT_FEATURE_CACHE_BYTES, FeatureStore, NewPhoto, PhotoIds, PhotoStore,
     RecoveryReport, StoreConfig, StoreError,

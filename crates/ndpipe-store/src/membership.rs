@@ -111,7 +111,14 @@ struct Session {
 
 impl Session {
     /// Registers or renews the lease once; returns how long to wait before the next beat.
+    /// Each beat also picks up the tasks' floors an operator changed through another node.
     async fn beat(&mut self) -> Duration {
+        let node = self.member.node.clone();
+        match tokio::task::spawn_blocking(move || node.refresh_floors()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, "cannot read the tasks' floors"),
+            Err(e) => warn!(error = %e, "reading the tasks' floors"),
+        }
         let version = self.member.node.active_version();
         let result = match self.id {
             None => self.register(&version).await,

@@ -8,12 +8,22 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::replication::ReplicationMetrics;
+use crate::similar::metrics::SimilarMetrics;
 
 /// Label set of the error counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ErrorLabels {
     /// The error kind, as in the JSON error body.
     pub(crate) kind: String,
+}
+
+/// Label set of the per-task label counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TaskOutcome {
+    /// The task.
+    pub(crate) task: String,
+    /// `class` when the photo got one of the task's classes, `other` when none reached the floor.
+    pub(crate) outcome: String,
 }
 
 /// All store metrics, registered under the `ndpipe_store` prefix.
@@ -35,12 +45,16 @@ pub(crate) struct StoreMetrics {
     pub(crate) photos: Gauge,
     /// Photos labelled by online inference.
     pub(crate) labelled: Counter,
+    /// Labels given at ingest, by task and outcome.
+    pub(crate) task_labels: Family<TaskOutcome, Counter>,
     /// Seconds from the durable write (the 201) to the labels being in the catalog.
     pub(crate) label_seconds: Histogram,
     /// Photo ids waiting in the online-labelling backlog.
     pub(crate) label_backlog: Gauge,
     /// Replication's copies, repairs and the cluster's copy counts.
     pub(crate) replication: ReplicationMetrics,
+    /// Similarity queries and this node's index.
+    pub(crate) similar: SimilarMetrics,
 }
 
 impl Default for StoreMetrics {
@@ -54,6 +68,7 @@ impl Default for StoreMetrics {
         let ingest_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         let photos = Gauge::default();
         let labelled = Counter::default();
+        let task_labels = Family::<TaskOutcome, Counter>::default();
         let label_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         let label_backlog = Gauge::default();
         registry.register("uploads", "Photos accepted", uploads.clone());
@@ -73,6 +88,11 @@ impl Default for StoreMetrics {
         registry.register("photos", "Live photos in the store", photos.clone());
         registry.register("labelled", "Photos labelled at ingest", labelled.clone());
         registry.register(
+            "task_labels",
+            "Labels given at ingest by task, and whether the photo was a class of it or other",
+            task_labels.clone(),
+        );
+        registry.register(
             "label_latency_seconds",
             "Seconds from the durable write of a photo to its labels",
             label_seconds.clone(),
@@ -84,7 +104,10 @@ impl Default for StoreMetrics {
         );
         let replication = ReplicationMetrics::default();
         replication.register(&mut registry);
+        let similar = SimilarMetrics::default();
+        similar.register(&mut registry);
         StoreMetrics {
+            similar,
             registry,
             replication,
             uploads,
@@ -95,6 +118,7 @@ impl Default for StoreMetrics {
             ingest_seconds,
             photos,
             labelled,
+            task_labels,
             label_seconds,
             label_backlog,
         }
@@ -106,6 +130,17 @@ impl StoreMetrics {
     pub(crate) fn error(&self, kind: &str) {
         self.errors
             .get_or_create(&ErrorLabels { kind: kind.into() })
+            .inc();
+    }
+
+    /// Counts one label of `task`: a class of it, or `other`.
+    pub(crate) fn task_label(&self, task: &str, other: bool) {
+        let outcome = if other { "other" } else { "class" };
+        self.task_labels
+            .get_or_create(&TaskOutcome {
+                task: task.into(),
+                outcome: outcome.into(),
+            })
             .inc();
     }
 

@@ -22,6 +22,7 @@ use crate::keys::KeyStore;
 use crate::metrics::StoreMetrics;
 use crate::node::PipeStoreNode;
 use crate::replication::{FrontDoorConfig, RepairConfig, Replication, ReplicationParts};
+use crate::similar::{NodeSimilar, SimilarError};
 use crate::storage::{Blobs, FeatureStore, PhotoIds, PhotoStore, StoreConfig, StoreError};
 
 /// A PipeStore, opened and ready to serve: its photo and feature stores, catalog, model,
@@ -37,10 +38,13 @@ pub struct PipeStore {
     pub(crate) ingestor: Arc<Ingestor>,
     pub(crate) jobs: Arc<Jobs>,
     pub(crate) node: Option<Arc<PipeStoreNode>>,
+    pub(crate) models: Option<Arc<Models>>,
     pub(crate) keys: Arc<KeyStore>,
     pub(crate) replication: Option<Arc<Replication>>,
     /// The plain S3 objects' files held here (`DATA/objects`).
     pub(crate) blobs: Arc<Blobs>,
+    /// Similar photos: this node's index and its front door's queries.
+    pub(crate) similar: NodeSimilar,
 }
 
 impl PipeStore {
@@ -74,6 +78,10 @@ impl PipeStore {
                 reason: e.to_string(),
             })?;
         check_rebalance(&config)?;
+        config
+            .duplicates()
+            .check()
+            .map_err(|(setting, reason)| Error::Config { setting, reason })?;
         let token = token(config.token.as_ref(), config.token_file.as_ref())?;
         let cluster_secret = cluster_secret(config.cluster_secret_file.as_ref())?;
         let tls = tls(
@@ -99,6 +107,18 @@ impl PipeStore {
             Some(backend) => Some(open_models(&config, backend, catalog.clone()).await?),
             None => None,
         };
+        let similar = NodeSimilar::open(
+            &config,
+            &name,
+            (store.clone(), features.clone()),
+            models.as_ref().map(|m| m.active().clone()),
+            metrics.similar.clone(),
+            replica_map
+                .clone()
+                .filter(|_| config.replicas() > 1)
+                .map(|map| (map, cluster_secret.clone(), tls.clone())),
+        )
+        .map_err(similar_error)?;
         let loader = backbone_loader(&config)?;
         let labeler_config = LabelerConfig {
             max_batch: config.max_batch,
@@ -140,6 +160,7 @@ impl PipeStore {
                 .decode_threads
                 .unwrap_or_else(|| IngestConfig::default().max_parallel_decodes),
             decode_budget_bytes: config.decode_budget_bytes,
+            exact_duplicates: config.exact_duplicates,
         };
         let mut ingestor = Ingestor::new(
             store.clone(),
@@ -202,7 +223,7 @@ impl PipeStore {
             store.clone(),
             features,
             catalog.clone(),
-            models.map(|m| m.active().clone()),
+            models.as_ref().map(|m| m.active().clone()),
             relabel,
         ));
         let resumer = jobs.clone();
@@ -226,9 +247,11 @@ impl PipeStore {
             ingestor,
             jobs,
             node,
+            models,
             keys,
             replication,
             blobs,
+            similar,
         })
     }
 
@@ -291,6 +314,18 @@ async fn load_model(config: &Config) -> Result<Arc<dyn InferenceBackend>, Error>
     tokio::task::spawn_blocking(move || loader.load(&at))
         .await?
         .map_err(|source| Error::Model { dir, source })
+}
+
+/// A similarity setting out of range as a configuration error, anything else as a start-up
+/// failure.
+fn similar_error(e: SimilarError) -> Error {
+    match e {
+        SimilarError::Config { setting, reason } => Error::Config { setting, reason },
+        e => Error::Startup {
+            step: "starting the similarity index",
+            source: Box::new(e),
+        },
+    }
 }
 
 /// Refuses rebalancing limits of 0, which would stop rebalancing.
@@ -398,26 +433,22 @@ async fn open_stores(
     Ok((Arc::new(store), Arc::new(features)))
 }
 
-/// The models of a node running `backend`: its pretrained version registered, the active head
-/// loaded from `DATA/heads`.
+/// The models of a node running `backend`: its pretrained version registered as the general
+/// task's, every task's active head loaded from `DATA/heads`.
 async fn open_models(
     config: &Config,
     backend: Arc<dyn InferenceBackend>,
     catalog: Arc<dyn Catalog>,
 ) -> Result<Arc<Models>, Error> {
     let heads = config.data.join("heads");
-    let pretrained = ActiveModel {
-        version: ActiveModel::pretrained_version(backend.info()),
-        backend,
-        head: None,
-    };
+    let pretrained = ActiveModel::pretrained(backend);
     let dir = heads.clone();
     let models =
         tokio::task::spawn_blocking(move || Models::open(pretrained, catalog, HeadDir::open(dir)?))
             .await?
             .map_err(|source| Error::Models { heads, source })?;
     let active = models.active().get();
-    info!(version = %active.version, backbone = %active.info().backbone_version, head = active.head.is_some(), "model loaded");
+    info!(serving = %active.serving(), backbone = %active.info().backbone_version, "model loaded");
     Ok(Arc::new(models))
 }
 

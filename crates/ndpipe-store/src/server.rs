@@ -18,6 +18,8 @@ use crate::api::grpc::PipeStoreService;
 use crate::api::http::{self, AppState};
 use crate::api::replication::ReplicationService;
 use crate::api::s3;
+use crate::api::similar::SimilarService;
+use crate::duplicates::hasher::HashWorker;
 use crate::error::Error;
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
@@ -25,7 +27,9 @@ use crate::keys::KeyStore;
 use crate::membership::{self, Member, Readiness};
 use crate::node::PipeStoreNode;
 use crate::pipestore::PipeStore;
+use crate::similar::{IndexPairs, NodeSimilar};
 use crate::storage::PhotoStore;
+use crate::words::Words;
 
 impl PipeStore {
     /// Binds `config.listen` (HTTP), `config.s3_listen` (S3) when set and, when a model is
@@ -54,9 +58,11 @@ impl PipeStore {
             ingestor,
             jobs,
             node,
+            models,
             keys,
             replication,
             blobs,
+            similar,
         } = self;
         let (shutdown, stopped) = watch::channel(false);
         let mut grpc = None;
@@ -76,6 +82,15 @@ impl PipeStore {
                     routes = routes.add_service(ReplicationService::server(
                         replication.clone(),
                         cluster_secret.clone(),
+                    ));
+                }
+                if let (Some(index), Some(embedder)) = (&similar.index, &similar.embedder) {
+                    routes = routes.add_service(SimilarService::server(
+                        index.clone(),
+                        embedder.clone(),
+                        store.clone(),
+                        metrics.similar.clone(),
+                        (cluster_secret.clone(), similar.max_message),
                     ));
                 }
                 let server = transport::server(tls.as_ref()).map_err(|e| Error::Config {
@@ -127,6 +142,15 @@ impl PipeStore {
             ),
             None => None,
         };
+        let words = models.as_ref().map(|m| {
+            Words::start(
+                config.words_model_dir(),
+                config.data.join("words"),
+                config.words_options(),
+                &m.active().get(),
+            )
+        });
+        let catalog_for_hashes = catalog.clone();
         let state = AppState::new(
             ingestor.clone(),
             store.clone(),
@@ -137,7 +161,24 @@ impl PipeStore {
         )
         .named(&name)
         .with_readiness(readiness.clone(), node.is_some())
-        .with_replication(replication.clone());
+        .with_models(models.clone(), words)
+        .with_replication(replication.clone())
+        .with_similar(similar.front.clone())
+        .with_duplicates(
+            config.duplicates(),
+            similar.front.clone().map(IndexPairs::source),
+        );
+        let hashing = HashWorker::new(
+            store.clone(),
+            catalog_for_hashes,
+            config.near_hash,
+            ingestor.hash_queue(),
+        )
+        .map_err(|source| Error::Thread {
+            what: "perceptual hashing",
+            source,
+        })?;
+        tokio::spawn(hashing.run(stopped.clone()));
         if let Some(replication) = replication {
             tokio::spawn(replication.run_worker(stopped.clone()));
             info!("replication worker started (repair, scrub, free-space reports)");
@@ -187,6 +228,7 @@ impl PipeStore {
             jobs,
             ingestor,
             store,
+            similar,
             replicas: config.replicas(),
         };
         if let Some(tuner) = config.tuner {
@@ -214,6 +256,8 @@ pub struct Running {
     jobs: Arc<Jobs>,
     ingestor: Arc<Ingestor>,
     store: Arc<PhotoStore>,
+    /// Similar photos: the index is saved at stop.
+    similar: NodeSimilar,
     /// Copies of each photo (`config.replicas()`), told to the Tuner.
     replicas: u32,
 }
@@ -265,7 +309,7 @@ impl Running {
 
     /// Stops accepting requests, drains those in flight and joins the HTTP and gRPC servers and
     /// the membership loop; then stops the running job at its next batch (it resumes at the
-    /// next start), online labelling and the store writer. Every step runs even when one
+    /// next start), online labelling, the similarity index (saved) and the store writer. Every step runs even when one
     /// fails; the first failure is returned.
     pub async fn stop(self) -> Result<(), Error> {
         let _ = self.shutdown.send(true);
@@ -290,11 +334,12 @@ impl Running {
         if let Some(membership) = self.membership {
             keep(membership.await.map_err(Error::from));
         }
-        let (jobs, ingestor, store) = (self.jobs, self.ingestor, self.store);
+        let (jobs, ingestor, store, similar) = (self.jobs, self.ingestor, self.store, self.similar);
         keep(
             tokio::task::spawn_blocking(move || {
                 jobs.shutdown();
                 ingestor.stop_labeler();
+                similar.stop();
                 store.close();
             })
             .await
@@ -482,7 +527,7 @@ mod tests {
         let url = running.grpc_url().unwrap().to_string();
         let mut client = PipeStoreClient::connect(url).await.unwrap();
         let inventory = client
-            .inventory(pb::InventoryRequest {})
+            .inventory(pb::InventoryRequest::default())
             .await
             .unwrap()
             .into_inner();
@@ -492,7 +537,8 @@ mod tests {
             "no Tuner gave an id"
         );
         assert_eq!(inventory.classes[0].label, "cat");
-        assert_eq!(inventory.active_version, pretrained);
+        assert!(inventory.task_known);
+        assert_eq!(inventory.active_version, format!("general={pretrained}"));
 
         let head = HeadWeights::new(
             vec!["cat".into(), "dog".into()],
@@ -501,17 +547,14 @@ mod tests {
             vec![1.0, 0.0],
         )
         .unwrap();
-        let (weights, crc32c) = ndpipe_proto::head_bytes(&head);
-        let stage = pb::StageHeadRequest {
+        let mut stage = pb::StageHeadRequest {
             version: "ft-1-abc".into(),
             backbone_version: inventory.backbone_version.clone(),
-            classes: head.classes().to_vec(),
-            input_dim: 16,
-            weights,
-            crc32c,
             parent: pretrained.clone(),
             metrics_json: "{}".into(),
+            ..Default::default()
         };
+        ndpipe_proto::put_head(&mut stage, &head);
         let wrong = pb::StageHeadRequest {
             backbone_version: "another".into(),
             ..stage.clone()
@@ -546,9 +589,10 @@ mod tests {
         assert_eq!(progress, [(1, 1)]);
         assert_eq!((relabel.mode.as_str(), relabel.photos), ("head", 1));
         assert_eq!((relabel.compared, relabel.changed), (1, 1));
-        let search = json(addr, "/v1/search?label=cat").await;
+        let search = json(addr, "/v1/search?label=cat&task=default").await;
         assert_eq!(search["model_version"], "ft-1-abc");
         assert_eq!(search["hits"][0]["id"], id);
+        assert_eq!(search["hits"][0]["task"], "default");
         running.stop().await.unwrap();
         assert!(data.join("heads/ft-1-abc.safetensors").exists());
 
@@ -567,12 +611,13 @@ mod tests {
                 .await
                 .unwrap();
             let inventory = client
-                .inventory(pb::InventoryRequest {})
+                .inventory(pb::InventoryRequest::default())
                 .await
                 .unwrap()
                 .into_inner();
             assert_eq!(
-                inventory.active_version, "ft-1-abc",
+                inventory.active_version,
+                format!("default=ft-1-abc,general={pretrained}"),
                 "legacy file: {legacy}"
             );
             running.stop().await.unwrap();

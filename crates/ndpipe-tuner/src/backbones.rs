@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64_simd::STANDARD as BASE64;
-use ndpipe_catalog::ModelVersion;
+use ndpipe_catalog::{ModelVersion, TaskName};
 use ndpipe_model::manifest::MANIFEST_FILE;
 use ndpipe_model::{InferenceBackend, ModelError, ModelManifest, OrtBackend, RuntimeConfig};
 use ndpipe_util::fs::sync_dir;
@@ -71,6 +71,8 @@ pub(crate) struct BackboneFiles {
     pub(crate) manifest_json: String,
     /// The class names.
     pub(crate) classes: Vec<String>,
+    /// Its feature vectors' length.
+    pub(crate) feature_dim: usize,
     /// The ONNX file.
     pub(crate) onnx: Vec<u8>,
 }
@@ -179,6 +181,7 @@ impl Backbones {
             sync_dir(&self.dir).map_err(io(self.dir.clone()))?;
         }
         registry.record(&ModelVersion {
+            task: TaskName::general(),
             id: info.pretrained_version(),
             backbone: info.backbone_version.clone(),
             parent: None,
@@ -206,6 +209,7 @@ impl Backbones {
             version: view.model_version,
             manifest_json,
             classes: manifest.class_names().to_vec(),
+            feature_dim: manifest.feature_dim,
             onnx: read(manifest.model_path())?,
         })
     }

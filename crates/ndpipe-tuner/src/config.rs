@@ -2,7 +2,7 @@
 //! `ndpipe tuner` flags override.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -48,6 +48,15 @@ pub struct Config {
     /// ones (unset: `model_dir/lib/libonnxruntime.so` with `model_dir`, else the loader's
     /// `libonnxruntime.so`).
     pub ort_lib: Option<PathBuf>,
+    /// The words model's folder, which maps a search in words ("kitty") onto class names in
+    /// `GET /v1/search` (unset: `model_dir/words` with `model_dir`, else `.cache/model/words`,
+    /// where `make setup` puts it). Without the model a search in words is an error.
+    pub words_model_dir: Option<PathBuf>,
+    /// Least cosine similarity of a class to a search in words (-1..=1); exact class names and
+    /// synonyms always match.
+    pub words_min_score: f32,
+    /// Most classes of each task one search in words maps to (at least 1).
+    pub words_max_classes: usize,
     /// Largest backbone (ONNX file) `ndpipe models add` may upload, in bytes.
     pub max_backbone_bytes: usize,
     /// A job fails, naming the node, when it hears nothing from a node for this long (ms): no
@@ -60,6 +69,11 @@ pub struct Config {
     /// The repair job that follows a node's removal fails when the photos and plain objects
     /// short of copies have not gone down for this long, in ms.
     pub repair_stall_ms: u64,
+    /// A fine-tuned version deploys only when its validation top-1 is at most this far (a share:
+    /// 0.01 is one point) below its parent's on the same photos; otherwise it stays a candidate
+    /// (a request's `deploy_margin` or `force` overrides it). Rollouts gate each task's
+    /// retrained head the same way.
+    pub deploy_margin: f32,
 }
 
 impl Config {
@@ -74,6 +88,26 @@ impl Config {
             dylib,
             intra_threads: self.intra_threads,
             ..ndpipe_model::RuntimeConfig::default()
+        }
+    }
+
+    /// The words model's folder: `words_model_dir`, else `model_dir/words`, else
+    /// `.cache/model/words`.
+    pub fn words_model_dir(&self) -> PathBuf {
+        let model_dir = self
+            .model_dir
+            .as_deref()
+            .unwrap_or(Path::new(".cache/model"));
+        self.words_model_dir
+            .clone()
+            .unwrap_or_else(|| model_dir.join(ndpipe_model::words::WORDS_SUBDIR))
+    }
+
+    /// What a search in words maps to: `words_min_score` and `words_max_classes`.
+    pub fn words_options(&self) -> ndpipe_model::words::MatchOptions {
+        ndpipe_model::words::MatchOptions {
+            min_score: self.words_min_score,
+            max_classes: self.words_max_classes,
         }
     }
 
@@ -106,10 +140,39 @@ impl Default for Config {
             model_dir: None,
             intra_threads: 0,
             ort_lib: None,
+            words_model_dir: None,
+            words_min_score: ndpipe_model::words::MatchOptions::default().min_score,
+            words_max_classes: ndpipe_model::words::MatchOptions::default().max_classes,
             max_backbone_bytes: 512 << 20,
             node_timeout_ms: 30_000,
             repair_stall_ms: 600_000,
             node_lease_ms: 15_000,
+            deploy_margin: 0.01,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_words_model_defaults_to_the_model_dir() {
+        assert_eq!(
+            Config::default().words_model_dir(),
+            PathBuf::from(".cache/model/words")
+        );
+        let with_model = Config {
+            model_dir: Some(PathBuf::from("/m")),
+            ..Config::default()
+        };
+        assert_eq!(with_model.words_model_dir(), PathBuf::from("/m/words"));
+        let set = Config {
+            words_model_dir: Some(PathBuf::from("/w")),
+            words_min_score: 0.7,
+            ..with_model
+        };
+        assert_eq!(set.words_model_dir(), PathBuf::from("/w"));
+        assert_eq!(set.words_options().min_score, 0.7);
     }
 }

@@ -34,6 +34,8 @@ pub(crate) struct JobEnv<'a> {
     pub(crate) nodes: &'a Nodes,
     pub(crate) registry: &'a Registry,
     pub(crate) progress: &'a Progress,
+    /// How far below its parent a new version's validation top-1 may fall and still deploy.
+    pub(crate) deploy_margin: f32,
 }
 
 /// The Tuner's state, shared by its APIs and its job tasks.
@@ -59,6 +61,8 @@ pub(crate) struct Core {
     pub(crate) sync_started: AtomicBool,
     /// How long a repair job waits for progress before it fails.
     repair_stall: Duration,
+    /// The quality gate's default margin.
+    deploy_margin: f32,
 }
 
 /// A job's outcome, for an in-process caller that waits for it.
@@ -116,6 +120,7 @@ impl Core {
             sync_wake: Arc::new(Notify::new()),
             sync_started: AtomicBool::new(false),
             repair_stall: Duration::from_millis(config.repair_stall_ms),
+            deploy_margin: config.deploy_margin,
         })
     }
 
@@ -153,8 +158,8 @@ impl Core {
 
     /// The nodes a job may use now; none is [`TunerError::NoNodes`].
     fn members(&self) -> Result<Members, TunerError> {
-        let active = self.registry.active()?.map(|v| v.id);
-        let members = self.nodes.members(active.as_deref())?;
+        let intent = self.registry.intent()?.to_string();
+        let members = self.nodes.members(Some(&intent))?;
         if members.nodes.is_empty() {
             return Err(if members.skipped.is_empty() {
                 TunerError::NoNodes
@@ -165,18 +170,21 @@ impl Core {
         Ok(members)
     }
 
+    /// What can be known of a fine-tune before it starts: the request holds together, and the
+    /// nodes that would take part know its task and hold training photos of two classes of it.
+    pub(crate) async fn preflight(&self, req: &FinetuneRequest) -> Result<(), TunerError> {
+        req.check()?;
+        let members = self.members()?;
+        crate::finetune::survey_check(&members.nodes, req).await
+    }
+
     /// Checks `req`, then runs the fine-tuning job in the background.
     pub(crate) fn submit_finetune(
         self: &Arc<Self>,
         req: FinetuneRequest,
     ) -> Result<(JobView, Outcome<FinetuneReport>), TunerError> {
+        req.check()?;
         let guard = self.try_lock()?;
-        if req.runs == 0 || req.runs as usize > ndpipe_proto::MAX_RUNS {
-            return Err(TunerError::InvalidArgument(format!(
-                "runs must be 1 to {}",
-                ndpipe_proto::MAX_RUNS
-            )));
-        }
         let backbone = read(&self.backbone).clone();
         let conventional = match req.mode {
             Mode::NearData => None,
@@ -218,22 +226,32 @@ impl Core {
         })
     }
 
-    /// Checks that `backbone` is kept, then rolls it out in the background.
+    /// Checks that `backbone` is kept, then rolls it out in the background, carrying every
+    /// task's head to it (`force`: even when a task's cannot be).
     pub(crate) fn submit_rollout(
         self: &Arc<Self>,
         backbone: &str,
+        force: bool,
     ) -> Result<(JobView, Outcome<RolloutReport>), TunerError> {
         let guard = self.try_lock()?;
         let files = self.backbones.files(backbone)?;
         let members = self.members()?;
-        let request = serde_json::json!({ "backbone": backbone, "version": files.version });
+        let request =
+            serde_json::json!({ "backbone": backbone, "version": files.version, "force": force });
         let progress = self
             .jobs
             .start(JobKind::Rollout, request, members.skipped.clone())?;
         let wrap = |r: &RolloutReport| JobResult::Rollout(r.clone());
         self.spawn_job(guard, progress, wrap, move |core, progress| async move {
             let replicas = core.replicas.clone();
-            rollout::rollout(&core.env(&progress), &members, &files, replicas.as_ref()).await
+            rollout::rollout(
+                &core.env(&progress),
+                &members,
+                &files,
+                replicas.as_ref(),
+                force,
+            )
+            .await
         })
     }
 
@@ -243,6 +261,7 @@ impl Core {
             nodes: &self.nodes,
             registry: &self.registry,
             progress,
+            deploy_margin: self.deploy_margin,
         }
     }
 

@@ -1,5 +1,5 @@
-//! Two-phase deploy of a model version to the nodes, then the re-labelling fan-out; and
-//! bringing one lagging node to the active version (`bring`, for the syncer).
+//! Two-phase deploy of a model version (one task's) to the nodes, then the re-labelling fan-out;
+//! and bringing one lagging node to every task's active version (`bring`, for the syncer).
 //!
 //! Phase one stages the head on every node (`StageHead`; the node writes it durably before it
 //! answers); if any node refuses, every node is told to drop it (`AbortHead`) and nothing
@@ -13,7 +13,7 @@
 
 use ndpipe_catalog::ModelVersion;
 use ndpipe_proto::pb::relabel_event::Event;
-use ndpipe_proto::{head_bytes, pb};
+use ndpipe_proto::{Serving, pb, put_head};
 use ndpipe_util::churn::Churn;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
@@ -28,6 +28,9 @@ use crate::{Head, TunerError};
 pub struct DeployReport {
     /// The version now serving.
     pub version: String,
+    /// Its task.
+    #[serde(default)]
+    pub task: String,
     /// Nodes that committed it.
     pub nodes: usize,
     /// Photos re-labelled, all nodes.
@@ -51,7 +54,8 @@ pub struct DeployReport {
     pub skipped: Vec<String>,
 }
 
-/// Deploys `record` to the `members`, staging `head` first when there is one.
+/// Deploys `record` to the `members`, staging `head` first when there is one: it becomes its
+/// task's version on every node, and the nodes re-label their photos for that task.
 pub(crate) async fn deploy(
     env: &JobEnv<'_>,
     members: &Members,
@@ -68,11 +72,12 @@ pub(crate) async fn deploy(
         stage(nodes, record, head).await?;
     }
     env.registry.set_active(version)?;
+    let intent = env.registry.intent()?.to_string();
     let commits = futures::future::join_all(nodes.iter().map(|n| commit(n, version))).await;
     let mut committed = Vec::new();
     let mut lagging = Vec::new();
     for (n, result) in nodes.iter().zip(commits) {
-        match result.and_then(|()| env.nodes.set_version(n.id, version)) {
+        match result.and_then(|()| env.nodes.set_version(n.id, &intent)) {
             Ok(()) => committed.push(n.clone()),
             Err(e) => {
                 warn!(node = %n.label(), version, error = %e, "commit failed: the node is brought to the version later");
@@ -81,10 +86,12 @@ pub(crate) async fn deploy(
         }
     }
     let mut report = relabel(&committed, version, env.progress).await?;
+    report.task = record.task.to_string();
     report.lagging = lagging;
     report.skipped = members.skipped.clone();
     info!(
         version,
+        task = %record.task,
         nodes = report.nodes,
         lagging = report.lagging.len(),
         changed = report.changed_fraction,
@@ -93,63 +100,83 @@ pub(crate) async fn deploy(
     Ok(report)
 }
 
-/// Brings one node to `record`: nothing when it serves it already, else the head staged (when
-/// the version has one), committed and the node's photos re-labelled. A node on another
-/// backbone than the version's (it missed a rollout's commit) commits that backbone first,
-/// which it must have staged.
+/// Brings one node to what every node must serve, `intent`: nothing when it serves it already;
+/// else, when it runs another backbone than the intent's (it missed a rollout's commit), that
+/// backbone committed first with the heads staged for it; then each task's version it lacks:
+/// the head staged, committed and the node's photos re-labelled for the task.
 pub(crate) async fn bring(
     node: &Node,
-    record: &ModelVersion,
-    head: Option<&Head>,
+    intent: &[(ModelVersion, Option<Head>)],
 ) -> Result<(), TunerError> {
+    let before = served(node).await?;
+    let missing = |served: &Serving| -> Vec<&(ModelVersion, Option<Head>)> {
+        intent
+            .iter()
+            .filter(|(v, _)| served.version(v.task.as_str()) != Some(v.id.as_str()))
+            .collect()
+    };
+    if missing(&before.1).is_empty() {
+        return Ok(());
+    }
+    let backbone = intent.iter().map(|(v, _)| &v.backbone).next();
+    if let Some(backbone) = backbone.filter(|b| **b != before.0) {
+        let heads = intent
+            .iter()
+            .filter(|(v, h)| h.is_some() && v.backbone == *backbone)
+            .map(|(v, _)| v.id.clone())
+            .collect();
+        let request = pb::CommitBackboneRequest {
+            backbone_version: backbone.clone(),
+            heads,
+        };
+        node.unary(
+            request,
+            |mut c, r| async move { c.commit_backbone(r).await },
+        )
+        .await
+        .map_err(|e| node_error(node, format!("backbone commit failed: {}", e.message())))?;
+    }
+    let now = served(node).await?;
+    for (record, head) in missing(&now.1) {
+        if let Some(head) = head {
+            let request = stage_request(record, head)?;
+            node.unary(request, |mut c, r| async move { c.stage_head(r).await })
+                .await
+                .map_err(|e| node_error(node, format!("staging failed: {}", e.message())))?;
+        }
+        commit(node, &record.id).await?;
+        relabel_one(node, &record.id, |_, _| {}).await?;
+    }
+    Ok(())
+}
+
+/// The backbone `node` runs and the versions it serves.
+async fn served(node: &Node) -> Result<(String, Serving), TunerError> {
     let inventory = node
-        .unary(pb::InventoryRequest {}, |mut c, r| async move {
+        .unary(pb::InventoryRequest::default(), |mut c, r| async move {
             c.inventory(r).await
         })
         .await
         .map_err(|e| node_error(node, format!("inventory failed: {}", e.message())))?;
-    if inventory.active_version == record.id {
-        return Ok(());
-    }
-    if inventory.backbone_version != record.backbone {
-        let request = pb::CommitBackboneRequest {
-            backbone_version: record.backbone.clone(),
-        };
-        let reply = node
-            .unary(
-                request,
-                |mut c, r| async move { c.commit_backbone(r).await },
-            )
-            .await
-            .map_err(|e| node_error(node, format!("backbone commit failed: {}", e.message())))?;
-        if reply.model_version == record.id {
-            return Ok(());
-        }
-    }
-    if let Some(head) = head {
-        let request = stage_request(record, head)?;
-        node.unary(request, |mut c, r| async move { c.stage_head(r).await })
-            .await
-            .map_err(|e| node_error(node, format!("staging failed: {}", e.message())))?;
-    }
-    commit(node, &record.id).await?;
-    relabel_one(node, &record.id, |_, _| {}).await?;
-    Ok(())
+    let serving = inventory.active_version.parse()?;
+    Ok((inventory.backbone_version, serving))
 }
 
-fn stage_request(record: &ModelVersion, head: &Head) -> Result<pb::StageHeadRequest, TunerError> {
-    let weights = head.weights()?;
-    let (bytes, crc32c) = head_bytes(&weights);
-    Ok(pb::StageHeadRequest {
+/// The stage request of `record`'s `head`, with its task and label rules.
+pub(crate) fn stage_request(
+    record: &ModelVersion,
+    head: &Head,
+) -> Result<pb::StageHeadRequest, TunerError> {
+    let mut request = pb::StageHeadRequest {
         version: record.id.clone(),
         backbone_version: record.backbone.clone(),
-        classes: weights.classes().to_vec(),
-        input_dim: weights.input_dim() as u32,
-        weights: bytes,
-        crc32c,
         parent: record.parent.clone().unwrap_or_default(),
         metrics_json: record.metrics.to_string(),
-    })
+        task: record.task.to_string(),
+        ..Default::default()
+    };
+    put_head(&mut request, &head.weights()?);
+    Ok(request)
 }
 
 /// Phase one: every node stages the head, or every node drops it.
@@ -200,7 +227,7 @@ async fn commit(node: &Node, version: &str) -> Result<(), TunerError> {
 }
 
 /// Every node re-labels its store with `version`, reporting progress; the figures add up.
-async fn relabel(
+pub(crate) async fn relabel(
     nodes: &[Node],
     version: &str,
     progress: &Progress,

@@ -90,6 +90,24 @@ pub enum TunerError {
     /// A node name that is not registered.
     #[error("no node named {0:?} is registered")]
     UnknownNode(String),
+    /// A task that no node's catalog holds.
+    #[error("unknown task {0} (create it with `ndpipe tasks create` or POST /v1/tasks)")]
+    UnknownTask(String),
+    /// A fine-tune of a task whose ground truth has fewer than two classes with training
+    /// photos.
+    #[error("task {task} has training photos of {} class(es) ({}): a fine-tune needs at least 2; label photos of more classes", classes.len(), classes.join(", "))]
+    TooFewClasses {
+        /// The task.
+        task: String,
+        /// The classes with training photos.
+        classes: Vec<String>,
+    },
+    /// A backbone rollout that cannot carry a task's head to the new backbone: its retrained
+    /// head fell below its quality gate, or could not be trained.
+    #[error(
+        "the rollout cannot carry every task to the new backbone: {0}; fix the task (more labels) or roll out with force, which leaves such a task without a head until it is fine-tuned again"
+    )]
+    TasksNotCarried(String),
     /// A job id that the Tuner does not know.
     #[error("unknown job {0}")]
     UnknownJob(String),
@@ -150,6 +168,9 @@ impl TunerError {
             TunerError::InvalidBackbone(_) => "invalid_backbone",
             TunerError::UnknownBackbone(_) => "unknown_backbone",
             TunerError::UnknownNode(_) => "unknown_node",
+            TunerError::UnknownTask(_) => "unknown_task",
+            TunerError::TooFewClasses { .. } => "too_few_classes",
+            TunerError::TasksNotCarried(_) => "tasks_not_carried",
             TunerError::UnknownJob(_) => "unknown_job",
             TunerError::RepairStalled(_) => "repair_stalled",
             TunerError::Node { .. } => "node_failed",

@@ -66,6 +66,7 @@ pub(crate) async fn finetune_surviving(
             members.clone(),
             conventional.clone(),
             req.clone(),
+            &finetune::Target::default(),
         )
         .await;
         let (Err(TunerError::Node { node, message }), Some(map)) = (&outcome, replicas) else {
@@ -130,7 +131,7 @@ fn registered(env: &JobEnv<'_>) -> Result<bool, TunerError> {
 
 /// Whether `node` answers an inventory within [`PROBE`].
 pub(crate) async fn answers(node: &Node) -> bool {
-    let call = node.unary(pb::InventoryRequest {}, |mut c, r| async move {
+    let call = node.unary(pb::InventoryRequest::default(), |mut c, r| async move {
         c.inventory(r).await
     });
     matches!(tokio::time::timeout(PROBE, call).await, Ok(Ok(_)))

@@ -25,10 +25,13 @@
 //! - `registry`: model versions (a catalog `ModelRegistry`) and their head files;
 //! - `backbones`: backbones added for rollouts, verified and kept in `DATA/backbones/`;
 //! - `rollout`: a backbone rollout as one job (stage on every node, re-extract with a
-//!   checkpoint and resume after a node's restart, commit everywhere);
-//! - `finetune`: a job — `request`, `report`, the node `streams`, the `intake` bookkeeping, load
-//!   `balance` and take-overs, the `trainer` thread, training through a cache over the memory
-//!   budget (`cached`), and the `conventional` comparison mode;
+//!   checkpoint and resume after a node's restart, commit everywhere); `rollout_tasks`: every
+//!   task's head trained again on the new backbone, gated, and committed with it;
+//! - `finetune`: a job of one task — `request`, `report`, the node `streams`, the `intake`
+//!   bookkeeping, load `balance` and take-overs, the `trainer` thread, training through a cache
+//!   over the memory budget (`cached`), the `conventional` comparison mode, and what decides
+//!   whether the new version deploys (`quality`: per-class figures, label rules, the gate;
+//!   `assess`: the gate against the parent on the same validation photos);
 //! - `deploy`: two-phase deploy (stage, abort or commit; the intent recorded before the first
 //!   commit) and the re-labelling fan-out;
 //! - `head`: the head (candle-nn, Adam, L2), its training runs, evaluation, prediction, growth to
@@ -89,6 +92,7 @@ mod registry;
 mod repair;
 mod rollout;
 mod rollout_balance;
+mod rollout_tasks;
 mod schedule;
 mod server;
 mod sync;
@@ -100,8 +104,8 @@ pub use deploy::DeployReport;
 pub use error::TunerError;
 pub use failover::FailedOver;
 pub use finetune::{
-    CachePolicy, CacheReport, DEFAULT_MEMORY_BUDGET, FinetuneReport, FinetuneRequest, Mode,
-    NodeReport, Rebalanced, RunTimeline, ValSplit,
+    CachePolicy, CacheReport, ClassMetrics, DEFAULT_MEMORY_BUDGET, FinetuneReport, FinetuneRequest,
+    Gate, Mode, NodeReport, Rebalanced, RunTimeline, ValSplit,
 };
 pub use head::{Head, HeadConfig, Prediction, RunReport};
 pub use jobs::{JobFailure, JobKind, JobResult, JobView, NodeProgress, Phase};
@@ -109,5 +113,6 @@ pub use ndpipe_proto::RunPlan;
 pub use nodes::NodeView;
 pub use repair::RepairReport;
 pub use rollout::{NodeRollout, RolloutReport};
+pub use rollout_tasks::TaskCarry;
 pub use server::Running;
 pub use tuner::Tuner;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use ndpipe_catalog::{CatalogError, NodeRecord, NodeRegistry, NodeState};
 use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
 use ndpipe_proto::transport::{self, ClusterSecret, Tls};
-use ndpipe_proto::{ByteCounter, CountedChannel};
+use ndpipe_proto::{ByteCounter, CountedChannel, Serving};
 use ndpipe_util::sync::lock;
 use ndpipe_util::time::now_ms;
 use serde::{Deserialize, Serialize};
@@ -335,7 +335,7 @@ impl Nodes {
                 ))
             } else if !in_sync(&r, active) {
                 Some(format!(
-                    "serves {}, not the active {}; it is being brought to it",
+                    "serves {}, not the active {}; it is being brought to them",
                     r.version.as_deref().unwrap_or("an unknown version"),
                     active.unwrap_or_default()
                 ))
@@ -395,9 +395,23 @@ impl Nodes {
     }
 }
 
-/// Whether `r` serves `active` (always, while no version is active).
-fn in_sync(r: &NodeRecord, active: Option<&str>) -> bool {
-    active.is_none_or(|a| r.version.as_deref() == Some(a))
+/// Whether `r` serves what the Tuner means every node to serve, `intent` (protocol form; always,
+/// while no version is active): the same version of every task the intent names. A task the
+/// intent does not name (the general task of a Tuner that has not recorded it yet) does not
+/// count.
+pub(crate) fn in_sync(r: &NodeRecord, intent: Option<&str>) -> bool {
+    let Some(intent) = intent.filter(|i| !i.is_empty()) else {
+        return true;
+    };
+    let Ok(intent) = intent.parse::<Serving>() else {
+        return false;
+    };
+    let Some(Ok(serving)) = r.version.as_deref().map(str::parse::<Serving>) else {
+        return false;
+    };
+    intent
+        .iter()
+        .all(|(task, version)| serving.version(task) == Some(version))
 }
 
 /// A lazily connecting client for the PipeStore at `url`, with keepalive (over `tls`), its
@@ -432,29 +446,29 @@ mod tests {
         let nodes = nodes(Duration::from_secs(60));
         let a = nodes.register("ps-a", "http://127.0.0.1:1", None).unwrap();
         let b = nodes
-            .register("ps-b", "http://127.0.0.1:2", Some("v1"))
+            .register("ps-b", "http://127.0.0.1:2", Some("default=v1"))
             .unwrap();
         assert_eq!(
             nodes
-                .register("ps-a", "http://127.0.0.1:3", Some("v1"))
+                .register("ps-a", "http://127.0.0.1:3", Some("default=v1"))
                 .unwrap()
                 .id,
             a.id
         );
-        let views = nodes.views(Some("v1")).unwrap();
+        let views = nodes.views(Some("default=v1")).unwrap();
         assert_eq!(views[0].url, "http://127.0.0.1:3");
         assert!(
             views
                 .iter()
                 .all(|v| v.live && v.in_sync && v.state == NodeState::Active)
         );
-        assert_eq!(nodes.members(Some("v1")).unwrap().nodes.len(), 2);
+        assert_eq!(nodes.members(Some("default=v1")).unwrap().nodes.len(), 2);
 
         nodes.set_state("ps-b", NodeState::Draining).unwrap();
-        let members = nodes.members(Some("v1")).unwrap();
+        let members = nodes.members(Some("default=v1")).unwrap();
         assert_eq!(members.nodes.len(), 1);
         assert!(members.skipped[0].contains("ps-b") && members.skipped[0].contains("draining"));
-        let members = nodes.members(Some("v2")).unwrap();
+        let members = nodes.members(Some("default=v2")).unwrap();
         assert!(members.nodes.is_empty(), "nobody serves v2");
         assert!(
             members.skipped[0].contains("brought"),
@@ -462,12 +476,23 @@ mod tests {
             members.skipped
         );
         assert_eq!(
-            nodes.lagging("v2").unwrap().len(),
+            nodes.lagging("default=v2").unwrap().len(),
             2,
             "draining nodes are synced too"
         );
-        nodes.set_version(a.id, "v2").unwrap();
-        assert_eq!(nodes.members(Some("v2")).unwrap().nodes.len(), 1);
+        nodes.set_version(a.id, "default=v2,general=g1").unwrap();
+        assert_eq!(
+            nodes.members(Some("default=v2")).unwrap().nodes.len(),
+            1,
+            "a task the intent does not name does not count"
+        );
+        assert!(
+            nodes
+                .members(Some("default=v2,general=g2"))
+                .unwrap()
+                .nodes
+                .is_empty()
+        );
 
         nodes.remove("ps-b").unwrap();
         assert!(matches!(
@@ -478,7 +503,7 @@ mod tests {
             nodes.renew(b.id, "ps-b", None),
             Err(TunerError::UnknownNode(_))
         ));
-        assert!(nodes.renew(a.id, "ps-a", Some("v2")).is_ok());
+        assert!(nodes.renew(a.id, "ps-a", Some("default=v2")).is_ok());
         assert!(matches!(
             nodes.register(" ", "http://127.0.0.1:4", None),
             Err(TunerError::InvalidArgument(_))

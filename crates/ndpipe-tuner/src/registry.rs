@@ -1,11 +1,13 @@
-//! The model registry: every version the Tuner produced (or found deployed), with its head file.
+//! The model registry: every version the Tuner produced (or found deployed), with its head file
+//! and its task; which version every node must serve for each task (the intent).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ndpipe_catalog::{ModelRegistry, ModelVersion};
+use ndpipe_catalog::{Catalog, CatalogError, ModelVersion, Task, TaskName};
 use ndpipe_model::HeadVersion;
+use ndpipe_proto::Serving;
 use ndpipe_util::fs::{file_stem, write_durably};
 
 use crate::{Head, TunerError};
@@ -16,14 +18,14 @@ use crate::{Head, TunerError};
 /// it also turned `.` into `_`; the Tuner's ids (`ft-<ms>-<hex>`, and the PipeStores' pretrained
 /// `<name>-<hex>`) contain no `.`, so the heads of existing versions keep their file names.
 pub(crate) struct Registry {
-    models: Arc<dyn ModelRegistry>,
+    models: Arc<dyn Catalog>,
     heads: PathBuf,
 }
 
 impl Registry {
     /// The registry of `models` (the Tuner's `registry.sqlite`) with its head files in
     /// `dir/heads`, which is created if absent.
-    pub(crate) fn open(dir: &Path, models: Arc<dyn ModelRegistry>) -> Result<Self, TunerError> {
+    pub(crate) fn open(dir: &Path, models: Arc<dyn Catalog>) -> Result<Self, TunerError> {
         let heads = dir.join("heads");
         std::fs::create_dir_all(&heads).map_err(|source| TunerError::Io {
             path: heads.clone(),
@@ -49,15 +51,42 @@ impl Registry {
             .ok_or_else(|| TunerError::UnknownVersion(id.to_string()))
     }
 
-    /// The version serving now, if any.
-    pub(crate) fn active(&self) -> Result<Option<ModelVersion>, TunerError> {
-        Ok(self.models.active_model()?)
+    /// The version serving `task` now, if any.
+    pub(crate) fn active(&self, task: &TaskName) -> Result<Option<ModelVersion>, TunerError> {
+        Ok(self.models.active_model(task)?)
     }
 
-    /// Records a version (not active until deployed), unless it is known already.
+    /// The versions serving now, one per task, in task order.
+    pub(crate) fn active_all(&self) -> Result<Vec<ModelVersion>, TunerError> {
+        Ok(self.models.active_models()?)
+    }
+
+    /// What every node must serve: each task's active version (empty before any is).
+    pub(crate) fn intent(&self) -> Result<Serving, TunerError> {
+        Ok(self
+            .active_all()?
+            .into_iter()
+            .map(|v| (v.task.to_string(), v.id))
+            .collect())
+    }
+
+    /// Records a version (not active until deployed), unless it is known already, and its task
+    /// when the registry does not know it yet (a Tuner with a catalog of its own learns the
+    /// PipeStores' tasks from their jobs).
     pub(crate) fn record(&self, version: &ModelVersion) -> Result<(), TunerError> {
         if self.models.model(&version.id)?.is_some() {
             return Ok(());
+        }
+        if self.models.task(&version.task)?.is_none() {
+            let created = self.models.create_task(&Task {
+                name: version.task.clone(),
+                floor: None,
+                created_ms: ndpipe_util::time::now_ms(),
+            });
+            match created {
+                Ok(()) | Err(CatalogError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         self.models.register_model(&ModelVersion {
             active: false,
@@ -66,9 +95,16 @@ impl Registry {
         Ok(())
     }
 
-    /// Marks `id` as the serving version.
+    /// Marks `id` as the serving version of its task.
     pub(crate) fn set_active(&self, id: &str) -> Result<(), TunerError> {
         Ok(self.models.set_active_model(id)?)
+    }
+
+    /// Leaves `task` without a serving version (a rollout forced past a task whose head could
+    /// not be carried).
+    pub(crate) fn deactivate(&self, task: &TaskName) -> Result<(), TunerError> {
+        self.models.deactivate_task(task)?;
+        Ok(())
     }
 
     /// Where the photos `id` trained on are kept.
@@ -119,6 +155,7 @@ impl Registry {
     pub(crate) fn save_head(&self, version: &ModelVersion, head: &Head) -> Result<(), TunerError> {
         let label = HeadVersion {
             id: version.id.clone(),
+            task: version.task.to_string(),
             backbone: version.backbone.clone(),
             parent: version.parent.clone(),
             metrics: version.metrics.clone(),
@@ -147,6 +184,7 @@ mod tests {
 
     fn version(id: &str) -> ModelVersion {
         ModelVersion {
+            task: TaskName::default_task(),
             id: id.into(),
             backbone: "b".repeat(64),
             parent: None,
@@ -164,9 +202,17 @@ mod tests {
         registry.record(&version("ft-1-abcdef12")).unwrap();
         registry.record(&version("ft-1-abcdef12")).unwrap();
         assert_eq!(registry.list().unwrap().len(), 1);
-        assert!(registry.active().unwrap().is_none());
+        let default = TaskName::default_task();
+        assert!(registry.active(&default).unwrap().is_none());
         registry.set_active("ft-1-abcdef12").unwrap();
-        assert_eq!(registry.active().unwrap().unwrap().id, "ft-1-abcdef12");
+        assert_eq!(
+            registry.active(&default).unwrap().unwrap().id,
+            "ft-1-abcdef12"
+        );
+        assert_eq!(
+            registry.intent().unwrap().to_string(),
+            "default=ft-1-abcdef12"
+        );
         assert!(matches!(
             registry.get("nope"),
             Err(TunerError::UnknownVersion(_))

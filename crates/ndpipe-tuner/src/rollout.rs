@@ -15,11 +15,15 @@
 //!    syncer brings the node to the new backbone when it returns. Once every node's rate is known, slow nodes give the photos they have not
 //!    reached to fast nodes, and a node that has finished takes from the one furthest from
 //!    finishing ([`crate::rollout_balance`]), so that all finish together;
-//! 3. **committing**: once every node has finished (or was lost), the registry records the new pretrained
-//!    version as the one every node must serve, and every node commits (`CommitBackbone`:
-//!    photos uploaded since are caught up, then it serves the new backbone, then it times the
-//!    backbone alone on a batch of its own tensors). A node that cannot commit is waited for
-//!    and asked again too.
+//! 3. **carrying the tasks** ([`crate::rollout_tasks`]): every custom task's head is trained
+//!    again on the new features, gated against its head now, and staged on every node; a task
+//!    that cannot be carried stops the rollout here, before any commit, unless it is forced;
+//! 4. **committing**: once every node has finished (or was lost), the registry records the new
+//!    pretrained version and the carried heads as what every node must serve, and every node
+//!    commits (`CommitBackbone` with the heads: photos uploaded since are caught up, then it
+//!    serves the new backbone and heads, then it times the backbone alone on a batch of its own
+//!    tensors), then re-labels its photos for every carried task. A node that cannot commit is
+//!    waited for and asked again too.
 //!
 //! The report sets the aggregate photos per second (the photos of the nodes' passes and
 //! take-overs over the longest of them) against the sum of the nodes' model-only rates (each
@@ -44,6 +48,7 @@ use crate::failover::answers;
 use crate::jobs::Phase;
 use crate::nodes::{Members, Node, node_error};
 use crate::rollout_balance::{Watch, balance};
+use crate::rollout_tasks::{self, TaskCarry};
 
 /// How often a node that failed mid-rollout is asked again, at most, before the job fails.
 const RESUMES: u32 = 20;
@@ -74,6 +79,10 @@ pub struct RolloutReport {
     /// Registered nodes the rollout left out (draining, lease ran out, ...), with the reason.
     #[serde(default)]
     pub skipped: Vec<String>,
+    /// What became of every custom task: its head trained again on the new backbone and
+    /// carried, or (a forced rollout) left without one.
+    #[serde(default)]
+    pub tasks: Vec<TaskCarry>,
 }
 
 /// One node's part of a rollout.
@@ -132,13 +141,15 @@ enum Committed {
     Lost { reason: String, moved: u64 },
 }
 
-/// Rolls `backbone` out to the `members`; `replicas`, the replica map of a replicated
-/// cluster, lets the job lose a node whose photos all have live copies.
+/// Rolls `backbone` out to the `members`, carrying every task's head to it (`force`: even when a
+/// task's cannot be); `replicas`, the replica map of a replicated cluster, lets the job lose a
+/// node whose photos all have live copies.
 pub(crate) async fn rollout(
     env: &JobEnv<'_>,
     members: &Members,
     backbone: &BackboneFiles,
     replicas: Option<&Arc<dyn ReplicaCatalog>>,
+    force: bool,
 ) -> Result<RolloutReport, TunerError> {
     let nodes = &members.nodes;
     if nodes.is_empty() {
@@ -169,13 +180,33 @@ pub(crate) async fn rollout(
     if done.iter().all(|d| matches!(d, Extracted::Lost { .. })) {
         return Err(TunerError::NoNodes);
     }
+    let survivors = Members {
+        nodes: nodes
+            .iter()
+            .zip(&done)
+            .filter(|(_, d)| matches!(d, Extracted::Done(..)))
+            .map(|(n, _)| n.clone())
+            .collect(),
+        skipped: members.skipped.clone(),
+    };
+    let carried = rollout_tasks::carry(
+        env,
+        &survivors,
+        (backbone, backbone.feature_dim),
+        replicas,
+        force,
+    )
+    .await?;
+    let heads: Vec<String> = carried.heads.iter().map(|(v, _)| v.id.clone()).collect();
 
     env.progress.phase(Phase::Committing, &labels);
-    env.registry.set_active(&backbone.version)?;
+    rollout_tasks::record(env, backbone, &carried)?;
+    let intent = env.registry.intent()?.to_string();
+    let heads = &heads;
     let commits = futures::future::join_all(nodes.iter().zip(done).map(|(n, d)| async move {
         match d {
             Extracted::Done(extract, resumed) => {
-                let reply = commit(env, n, &backbone.sha256).await?;
+                let reply = commit(env, n, &backbone.sha256, heads).await?;
                 Ok(Committed::Yes(extract, resumed, reply))
             }
             Extracted::Lost { reason, moved } => {
@@ -189,6 +220,7 @@ pub(crate) async fn rollout(
         version: backbone.version.clone(),
         extract_seconds,
         skipped: members.skipped.clone(),
+        tasks: carried.tasks.clone(),
         ..RolloutReport::default()
     };
     let (mut this_job, mut longest) = (0u64, balanced_seconds);
@@ -208,7 +240,7 @@ pub(crate) async fn rollout(
             }
         };
         let caught_up = commit.caught_up;
-        env.nodes.set_version(n.id, &backbone.version)?;
+        env.nodes.set_version(n.id, &intent)?;
         this_job += extract.this_call + shared.taken;
         longest = longest.max(extract.seconds);
         report.photos += extract.photos + caught_up + shared.taken;
@@ -228,6 +260,7 @@ pub(crate) async fn rollout(
             ..NodeRollout::default()
         });
     }
+    relabel_carried(env, &survivors, heads).await?;
     report.images_per_second = this_job as f64 / longest.max(1e-9);
     report.efficiency = if report.model_only_images_per_second > 0.0 {
         report.images_per_second / report.model_only_images_per_second
@@ -243,6 +276,19 @@ pub(crate) async fn rollout(
         "backbone rolled out"
     );
     Ok(report)
+}
+
+/// After the commits: every node re-labels its photos for each carried task (its new head over
+/// the new backbone's stored features).
+async fn relabel_carried(
+    env: &JobEnv<'_>,
+    members: &Members,
+    heads: &[String],
+) -> Result<(), TunerError> {
+    for version in heads {
+        crate::deploy::relabel(&members.nodes, version, env.progress).await?;
+    }
+    Ok(())
 }
 
 /// Phase one: every node stages the backbone, or every node drops it.
@@ -391,12 +437,14 @@ async fn commit(
     env: &JobEnv<'_>,
     node: &Node,
     sha256: &str,
+    heads: &[String],
 ) -> Result<pb::CommitBackboneReply, TunerError> {
     let mut node = node.clone();
     let mut resumed = 0;
     loop {
         let request = pb::CommitBackboneRequest {
             backbone_version: sha256.to_string(),
+            heads: heads.to_vec(),
         };
         let result = node
             .unary(
@@ -427,7 +475,7 @@ async fn returned(env: &JobEnv<'_>, node: &Node) -> Result<Node, TunerError> {
             continue;
         };
         let answered = now
-            .unary(pb::InventoryRequest {}, |mut c, r| async move {
+            .unary(pb::InventoryRequest::default(), |mut c, r| async move {
                 c.inventory(r).await
             })
             .await;

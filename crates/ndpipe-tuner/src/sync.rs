@@ -23,27 +23,33 @@ impl Core {
         self.sync_wake.notify_one();
     }
 
-    /// One pass: every lagging node with a live lease, brought to the active version.
+    /// One pass: every lagging node with a live lease, brought to every task's active version.
     async fn sync_pass(&self) -> Result<(), TunerError> {
-        let Some(active) = self.registry.active()? else {
+        let active = self.registry.active_all()?;
+        if active.is_empty() {
             return Ok(());
-        };
-        let lagging = self.nodes.lagging(&active.id)?;
+        }
+        let intent = self.registry.intent()?.to_string();
+        let lagging = self.nodes.lagging(&intent)?;
         if lagging.is_empty() {
             return Ok(());
         }
         let Ok(_job) = self.try_lock() else {
             return Ok(());
         };
-        let head = self.registry.head(&active.id)?;
+        let intended = active
+            .into_iter()
+            .map(|v| Ok((self.registry.head(&v.id)?, v)))
+            .map(|r: Result<_, TunerError>| r.map(|(h, v)| (v, h)))
+            .collect::<Result<Vec<_>, _>>()?;
         for node in lagging {
-            match deploy::bring(&node, &active, head.as_ref()).await {
+            match deploy::bring(&node, &intended).await {
                 Ok(()) => {
-                    self.nodes.set_version(node.id, &active.id)?;
-                    info!(node = %node.label(), version = %active.id, "brought to the active version");
+                    self.nodes.set_version(node.id, &intent)?;
+                    info!(node = %node.label(), serving = %intent, "brought to the active versions");
                 }
                 Err(e) => {
-                    warn!(node = %node.label(), version = %active.id, error = %e, "cannot bring the node to the active version yet");
+                    warn!(node = %node.label(), serving = %intent, error = %e, "cannot bring the node to the active versions yet");
                     self.nodes.set_sync_error(node.id, e.to_string());
                 }
             }

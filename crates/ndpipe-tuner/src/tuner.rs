@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use ndpipe_catalog::{ModelVersion, NodeHit, NodeState};
+use ndpipe_catalog::{ModelVersion, NodeState, TaskHit, TaskName};
 use ndpipe_model::{InferenceBackend, OrtBackend};
 use ndpipe_util::fs::read_secret;
 
@@ -95,8 +95,11 @@ impl Tuner {
 
     /// Starts a fine-tuning job in the background and returns it as it starts. Fails at once
     /// with [`TunerError::Busy`] while another job runs, [`TunerError::InvalidArgument`] for a
-    /// bad request, [`TunerError::NoNodes`] (or `NoEligibleNodes`) when no node can take part.
-    pub fn submit_finetune(&self, req: FinetuneRequest) -> Result<JobView, TunerError> {
+    /// bad request, [`TunerError::NoNodes`] (or `NoEligibleNodes`) when no node can take part,
+    /// and, from the nodes' inventories, [`TunerError::UnknownTask`] or
+    /// [`TunerError::TooFewClasses`].
+    pub async fn submit_finetune(&self, req: FinetuneRequest) -> Result<JobView, TunerError> {
+        self.core.preflight(&req).await?;
         Ok(self.core.submit_finetune(req)?.0)
     }
 
@@ -111,14 +114,15 @@ impl Tuner {
     /// it as it starts: staged on every node, every photo re-extracted and labelled with it,
     /// then committed everywhere. Fails at once like [`Tuner::submit_deploy`], and with
     /// [`TunerError::UnknownBackbone`].
-    pub fn submit_rollout(&self, backbone: &str) -> Result<JobView, TunerError> {
-        Ok(self.core.submit_rollout(backbone)?.0)
+    pub fn submit_rollout(&self, backbone: &str, force: bool) -> Result<JobView, TunerError> {
+        Ok(self.core.submit_rollout(backbone, force)?.0)
     }
 
     /// Fine-tunes a new head from the nodes' features (NDPipe's pipelined runs), records the
     /// version and, when `req.deploy`, deploys it: a job run to its end. Fails with
     /// [`TunerError::Busy`] while another job runs.
     pub async fn finetune(&self, req: FinetuneRequest) -> Result<FinetuneReport, TunerError> {
+        self.core.preflight(&req).await?;
         let (_, outcome) = self.core.submit_finetune(req)?;
         outcome.await.map_err(ended)?
     }
@@ -157,8 +161,8 @@ impl Tuner {
 
     /// Rolls kept backbone `backbone` out to every node: a job run to its end. Fails with
     /// [`TunerError::Busy`] while another job runs.
-    pub async fn rollout(&self, backbone: &str) -> Result<RolloutReport, TunerError> {
-        let (_, outcome) = self.core.submit_rollout(backbone)?;
+    pub async fn rollout(&self, backbone: &str, force: bool) -> Result<RolloutReport, TunerError> {
+        let (_, outcome) = self.core.submit_rollout(backbone, force)?;
         outcome.await.map_err(ended)?
     }
 
@@ -177,40 +181,34 @@ impl Tuner {
         self.core.registry.list()
     }
 
-    /// Photos of every node labelled `label` by `model` (default: the version the Tuner means
-    /// every node to serve), best first, each with its node: answers from a shared PostgreSQL
-    /// catalog (a Tuner on SQLite holds no photo rows and finds none). Returns the version
-    /// searched and the hits.
+    /// Photos of every node labelled `label` by `model`, else by the active version of `task`,
+    /// else by every task's active version, best first, each with its node, task and version:
+    /// answers from a shared PostgreSQL catalog (a Tuner on SQLite holds no photo rows and finds
+    /// none).
     pub fn search(
         &self,
         label: &str,
-        model: Option<&str>,
+        (model, task): (Option<&str>, Option<&TaskName>),
         offset: usize,
         limit: usize,
-    ) -> Result<(String, Vec<NodeHit>), TunerError> {
-        let version = match model {
-            Some(v) => self.core.registry.get(v)?.id,
-            None => {
-                self.core
-                    .registry
-                    .active()?
-                    .ok_or_else(|| {
-                        TunerError::InvalidArgument("no model version is active".into())
-                    })?
-                    .id
-            }
+    ) -> Result<Vec<TaskHit>, TunerError> {
+        let versions = match (model, task) {
+            (Some(v), _) => vec![self.core.registry.get(v)?],
+            (None, Some(task)) => vec![self.core.registry.active(task)?.ok_or_else(|| {
+                TunerError::InvalidArgument(format!("task {task} has no active version"))
+            })?],
+            (None, None) => self.core.registry.active_all()?,
         };
-        let hits = self
+        Ok(self
             .core
             .photos
-            .search_cluster(label, &version, offset, limit)?;
-        Ok((version, hits))
+            .search_versions(label, &versions, offset, limit)?)
     }
 
-    /// The registered PipeStores, in id order, with their state, lease and version.
+    /// The registered PipeStores, in id order, with their state, lease and versions.
     pub fn nodes(&self) -> Result<Vec<NodeView>, TunerError> {
-        let active = self.core.registry.active()?.map(|v| v.id);
-        self.core.nodes.views(active.as_deref())
+        let intent = self.core.registry.intent()?.to_string();
+        self.core.nodes.views(Some(&intent))
     }
 
     /// Drains node `name` (it takes no new work) or makes it active again.

@@ -71,6 +71,10 @@ struct Fake {
     rebalanced: Notify,
     sent: Mutex<HashMap<(i32, u32, u32), pb::FeatureChunk>>,
     calls: Mutex<Vec<String>>,
+    /// The task of every version staged here.
+    tasks: Mutex<HashMap<String, String>>,
+    /// What it serves, per task.
+    serving: Mutex<ndpipe_proto::Serving>,
 }
 
 /// A job's training rows and plan, and how many rows of the last run were given away.
@@ -168,7 +172,8 @@ impl PipeStore for Node {
             backbone_version: BACKBONE.into(),
             feature_dim: DIM as u32,
             classes,
-            active_version: "pretrained-0123".into(),
+            active_version: self.0.serving.lock().unwrap().to_string(),
+            task_known: true,
         }))
     }
 
@@ -272,6 +277,7 @@ impl PipeStore for Node {
         let head = head_from_request(&r).map_err(|e| Status::invalid_argument(e.to_string()))?;
         assert_eq!(head.input_dim(), DIM);
         self.0.call(format!("stage {}", r.version));
+        (self.0.tasks.lock().unwrap()).insert(r.version.clone(), r.task.clone());
         if self.0.refuse_stage.load(Ordering::Relaxed) {
             return Err(Status::failed_precondition("disk full"));
         }
@@ -293,6 +299,11 @@ impl PipeStore for Node {
             return Err(Status::unavailable("the disk is busy"));
         }
         self.0.call(format!("commit {version}"));
+        let task = match self.0.tasks.lock().unwrap().get(&version) {
+            Some(task) => task.clone(),
+            None => "general".to_string(),
+        };
+        self.0.serving.lock().unwrap().set(task, version);
         Ok(Response::new(pb::CommitHeadReply {}))
     }
 
@@ -509,6 +520,8 @@ async fn fake(first: u64, train: u64, val: u64, behaviour: Behaviour) -> (Arc<Fa
         rebalanced: Notify::new(),
         sent: Mutex::new(HashMap::new()),
         calls: Mutex::new(Vec::new()),
+        tasks: Mutex::new(HashMap::new()),
+        serving: Mutex::new("general=pretrained-0123".parse().unwrap()),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -590,7 +603,9 @@ async fn two_nodes_pipelined_with_a_refetch_a_take_over_and_a_deploy_then_rollba
         "{report:?}"
     );
     assert_eq!(report.val_split, "val");
-    assert_eq!(report.parent.as_deref(), Some("pretrained-0123"));
+    assert_eq!(report.parent, None, "the task's first version");
+    assert!(report.gate.passed && report.gate.parent_val_top1.is_none());
+    assert_eq!(report.per_class.len(), 2);
     assert_eq!(report.classes, CLASSES);
     assert_eq!(report.runs.len(), 2);
     assert!(report.val_top1 > 0.9, "{report:?}");
@@ -625,7 +640,11 @@ async fn two_nodes_pipelined_with_a_refetch_a_take_over_and_a_deploy_then_rollba
 
     let versions = tuner.versions().unwrap();
     let ids: Vec<(&str, bool)> = versions.iter().map(|m| (m.id.as_str(), m.active)).collect();
-    assert_eq!(ids, [("pretrained-0123", false), (v.as_str(), true)]);
+    assert_eq!(
+        ids,
+        [("pretrained-0123", true), (v.as_str(), true)],
+        "each task's active version"
+    );
     assert!(dir.path().join(format!("heads/{v}.safetensors")).exists());
     // The typed report is what the HTTP API sends.
     let json = serde_json::to_value(&report).unwrap();
@@ -634,7 +653,7 @@ async fn two_nodes_pipelined_with_a_refetch_a_take_over_and_a_deploy_then_rollba
         report
     );
 
-    // Rollback to the pretrained version: nothing to stage, the nodes have it.
+    // The general task's version deploys without a head to stage: the nodes have it.
     let back = tuner.deploy("pretrained-0123").await.unwrap();
     assert_eq!(back.version, "pretrained-0123");
     assert_eq!(
@@ -688,9 +707,14 @@ async fn two_nodes_pipelined_with_a_refetch_a_take_over_and_a_deploy_then_rollba
     .await;
     assert_eq!(again.parent.as_deref(), Some(v.as_str()));
     assert!(again.val_top1_before > 0.9, "{again:?}");
+    assert_eq!(
+        again.gate.parent_val_top1,
+        Some(again.val_top1_before),
+        "the parent, judged on the same photos"
+    );
     assert!(again.deploy.is_none() && again.rebalanced.is_empty());
 
-    // From scratch, a new head trains instead: it derives from the pretrained version.
+    // From scratch, a new head trains instead (its parent is still the task's version).
     let scratch = run(
         &tuner,
         small(FinetuneRequest {
@@ -701,11 +725,12 @@ async fn two_nodes_pipelined_with_a_refetch_a_take_over_and_a_deploy_then_rollba
         }),
     )
     .await;
-    assert_ne!(scratch.parent.as_deref(), Some(v.as_str()), "{scratch:?}");
+    assert_eq!(scratch.parent.as_deref(), Some(v.as_str()), "{scratch:?}");
     assert!(
         scratch.val_top1_before < again.val_top1_before,
         "{scratch:?}"
     );
+    assert_eq!(scratch.gate.parent_val_top1, again.gate.parent_val_top1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -839,9 +864,12 @@ async fn a_stalled_node_fails_the_job_by_name_and_the_next_job_runs() {
         load_balance: false,
         ..FinetuneRequest::default()
     });
-    let job = tuner.submit_finetune(req.clone()).unwrap();
+    let job = tuner.submit_finetune(req.clone()).await.unwrap();
     assert!(
-        matches!(tuner.submit_finetune(req.clone()), Err(TunerError::Busy)),
+        matches!(
+            tuner.submit_finetune(req.clone()).await,
+            Err(TunerError::Busy)
+        ),
         "one job at a time"
     );
     let end = tokio::time::timeout(Duration::from_secs(60), async {
@@ -903,7 +931,7 @@ async fn a_node_that_misses_the_commit_is_brought_to_the_active_version() {
             .versions()
             .unwrap()
             .iter()
-            .find(|m| m.active)
+            .find(|m| m.active && m.task.as_str() == "default")
             .unwrap()
             .id,
         v,
@@ -920,10 +948,12 @@ async fn a_node_that_misses_the_commit_is_brought_to_the_active_version() {
     })
     .await
     .expect("the lagging node is brought to the version");
+    let serving = format!("default={v},general=pretrained-0123");
     assert!(
         nodes
             .iter()
-            .all(|n| n.version.as_deref() == Some(v.as_str()))
+            .all(|n| n.version.as_deref() == Some(serving.as_str())),
+        "{nodes:?}"
     );
     let calls = b.calls.lock().unwrap().clone();
     assert_eq!(

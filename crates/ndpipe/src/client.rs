@@ -20,8 +20,23 @@ pub use ndpipe_util::http::ErrorBody;
 
 /// Reply to an upload.
 #[derive(Debug, Deserialize)]
-struct Uploaded {
-    id: u64,
+pub struct Uploaded {
+    /// The photo's id: the new photo's, or the stored one's when the store had the bytes.
+    pub id: u64,
+    /// The photo that already had these bytes, when one did.
+    #[serde(default)]
+    pub duplicate_of: Option<u64>,
+}
+
+/// The ground truth an upload carries.
+#[derive(Debug, Clone, Copy)]
+pub struct Truth<'a> {
+    /// The class.
+    pub label: &'a str,
+    /// The split: train, val or test.
+    pub split: &'a str,
+    /// The task (`None`: the default task).
+    pub task: Option<&'a str>,
 }
 
 /// Why an upload failed.
@@ -66,19 +81,29 @@ impl Client {
         }
     }
 
-    /// Uploads one photo with optional ground truth.
+    /// Uploads one photo with optional ground truth; its id.
     pub async fn upload(
         &self,
         bytes: Vec<u8>,
-        label: Option<&str>,
-        split: Option<&str>,
+        truth: Option<Truth<'_>>,
     ) -> Result<u64, UploadError> {
+        self.upload_reply(bytes, truth).await.map(|u| u.id)
+    }
+
+    /// Uploads one photo with optional ground truth; the id and whether the store had the
+    /// bytes already.
+    pub async fn upload_reply(
+        &self,
+        bytes: Vec<u8>,
+        truth: Option<Truth<'_>>,
+    ) -> Result<Uploaded, UploadError> {
         let mut query = Vec::new();
-        if let Some(l) = label {
-            query.push(("label", l));
-        }
-        if let Some(s) = split {
-            query.push(("split", s));
+        if let Some(t) = truth {
+            query.push(("label", t.label));
+            query.push(("split", t.split));
+            if let Some(task) = t.task {
+                query.push(("task", task));
+            }
         }
         let resp = self
             .authed(
@@ -95,7 +120,6 @@ impl Client {
             return resp
                 .json::<Uploaded>()
                 .await
-                .map(|u| u.id)
                 .map_err(|e| UploadError::Failed(anyhow!(e).context("reading the upload reply")));
         }
         let body: Result<ErrorBody, _> = resp.json().await;
@@ -108,6 +132,34 @@ impl Client {
             ))),
             Err(_) => Err(UploadError::Failed(anyhow!("server answered {status}"))),
         }
+    }
+
+    /// PUT a JSON body, expecting JSON back.
+    pub async fn put_json_body<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl serde::Serialize,
+    ) -> Result<T> {
+        let resp = self
+            .authed(self.http.put(self.url(path)).json(body))
+            .send()
+            .await
+            .with_context(|| format!("PUT {path}"))?;
+        Self::json(resp, path).await
+    }
+
+    /// DELETE with a JSON body, expecting JSON back.
+    pub async fn delete_json_body<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl serde::Serialize,
+    ) -> Result<T> {
+        let resp = self
+            .authed(self.http.delete(self.url(path)).json(body))
+            .send()
+            .await
+            .with_context(|| format!("DELETE {path}"))?;
+        Self::json(resp, path).await
     }
 
     /// GET a JSON document.
@@ -163,6 +215,20 @@ impl Client {
     ) -> Result<T> {
         let resp = self
             .authed(self.http.post(self.url(path)).json(body))
+            .send()
+            .await
+            .with_context(|| format!("POST {path}"))?;
+        Self::json(resp, path).await
+    }
+
+    /// POST raw bytes (a photo), expecting JSON back.
+    pub async fn post_bytes_json<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        bytes: Vec<u8>,
+    ) -> Result<T> {
+        let resp = self
+            .authed(self.http.post(self.url(path)).body(bytes))
             .send()
             .await
             .with_context(|| format!("POST {path}"))?;

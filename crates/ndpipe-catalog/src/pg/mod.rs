@@ -20,8 +20,12 @@
 //! - `connect`: URLs, the first connection and the pool's manager;
 //! - `schema`: the numbered migrations and `schema_migrations`;
 //! - `photos`: [`PhotoCatalog`](crate::PhotoCatalog);
+//! - `truths`: [`TruthCatalog`](crate::TruthCatalog), ground truth per task;
+//! - `tasks`: [`TaskCatalog`](crate::TaskCatalog), the cluster's tasks;
 //! - `search`: label search by the label index, of one node or of the cluster;
-//! - `models`: [`ModelRegistry`](crate::ModelRegistry);
+//! - `duplicates`: [`DuplicateCatalog`](crate::DuplicateCatalog), perceptual hashes and
+//!   exact-duplicate sets of the whole cluster;
+//! - `models`: [`ModelRegistry`](crate::ModelRegistry), each node's active version per task;
 //! - `jobs`: [`JobLog`](crate::JobLog);
 //! - `nodes`: [`NodeRegistry`](crate::NodeRegistry), the cluster's PipeStores and their leases;
 //! - `objects`: [`ObjectCatalog`](crate::ObjectCatalog), the S3 buckets and objects, shared by
@@ -36,6 +40,7 @@
 
 mod blob_copies;
 mod connect;
+mod duplicates;
 mod error;
 mod ids;
 mod jobs;
@@ -48,6 +53,8 @@ mod photos;
 mod replicas;
 mod schema;
 mod search;
+mod tasks;
+mod truths;
 
 use std::sync::Arc;
 use std::time::Duration;

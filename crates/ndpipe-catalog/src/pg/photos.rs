@@ -1,5 +1,5 @@
-//! Photos, their ground truth, predicted labels and label search, as one node sees them, and the
-//! search across every node of the cluster.
+//! Photos, predicted labels and label search, as one node sees them, and the search across every
+//! node of the cluster.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -7,64 +7,33 @@ use ndpipe_util::time::now_ms;
 use postgres::{Row, Transaction};
 
 use super::error::db;
-use super::{PgCatalog, from_sql, sql_id, sql_ids};
+use super::truths::{attach_truths, write_ground_truth};
+use super::{PgCatalog, counts, from_sql, sql_id, sql_ids};
 use crate::label_terms::label_terms;
 use crate::{
-    CatalogError, GroundTruth, NodeHit, PhotoCatalog, PhotoId, PhotoMeta, PhotoRecord, Prediction,
-    SearchHit, Split,
+    CatalogError, NodeHit, OTHER_CLASS, PhotoCatalog, PhotoId, PhotoMeta, PhotoRecord, Prediction,
+    SearchHit,
 };
 
-const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
-                             p.created_ms, g.label, g.split";
-const PHOTO_FROM: &str = "photos p LEFT JOIN ground_truth g ON g.photo_id = p.id";
+pub(super) const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
+                             p.created_ms";
+pub(super) const PHOTO_FROM: &str = "photos p";
 
 pub(super) fn photo_from_row(row: &Row) -> Result<PhotoRecord, CatalogError> {
     let int = |i: usize| row.try_get::<_, i64>(i).map_err(db("read photo"));
     let text = |i: usize| row.try_get::<_, String>(i).map_err(db("read photo"));
-    let maybe = |i: usize| {
-        row.try_get::<_, Option<String>>(i)
-            .map_err(db("read photo"))
-    };
-    let ground_truth = match (maybe(7)?, maybe(8)?) {
-        (Some(label), Some(split)) => Some(GroundTruth {
-            label,
-            split: split.parse()?,
-        }),
-        _ => None,
-    };
-    Ok(PhotoRecord {
-        id: from_sql(int(0)?, "photo id")?,
-        meta: PhotoMeta {
+    Ok(PhotoRecord::new(
+        from_sql(int(0)?, "photo id")?,
+        PhotoMeta {
             sha256: text(1)?,
             bytes: from_sql(int(2)?, "photo size")?,
             width: from_sql(int(3)?, "photo width")?,
             height: from_sql(int(4)?, "photo height")?,
             content_type: text(5)?,
             created_ms: int(6)?,
-            ground_truth,
+            ground_truth: None,
         },
-    })
-}
-
-fn write_ground_truth(
-    tx: &mut Transaction<'_>,
-    id: i64,
-    truth: Option<&GroundTruth>,
-) -> Result<(), CatalogError> {
-    match truth {
-        None => tx
-            .execute("DELETE FROM ground_truth WHERE photo_id = $1", &[&id])
-            .map_err(db("clear ground truth"))?,
-        Some(t) => tx
-            .execute(
-                "INSERT INTO ground_truth (photo_id, label, split) VALUES ($1, $2, $3)
-                 ON CONFLICT (photo_id) DO UPDATE SET label = EXCLUDED.label,
-                   split = EXCLUDED.split",
-                &[&id, &t.label, &t.split.as_str()],
-            )
-            .map_err(db("write ground truth"))?,
-    };
-    Ok(())
+    ))
 }
 
 /// Locks the node's photo `id` against deletion and other writers of its labels until the
@@ -197,7 +166,10 @@ impl PhotoCatalog for PgCatalog {
                 &[&id, &node, &now_ms()],
             )
             .map_err(db("record the primary copy"))?;
-            write_ground_truth(tx, id, meta.ground_truth.as_ref())
+            match &meta.ground_truth {
+                Some(truth) => write_ground_truth(tx, id, truth),
+                None => Ok(()),
+            }
         })
     }
 
@@ -223,17 +195,24 @@ impl PhotoCatalog for PgCatalog {
     fn photo(&self, id: PhotoId) -> Result<Option<PhotoRecord>, CatalogError> {
         let id = sql_id(id)?;
         self.with(|conn| {
-            conn.query_opt(
-                &format!(
-                    "SELECT {PHOTO_COLUMNS} FROM {PHOTO_FROM} WHERE p.id = $1 AND p.node = $2"
-                ),
-                &[&id, &self.node()],
-            )
-            .map_err(db("read photo"))?
-            .as_ref()
-            .map(photo_from_row)
-            .transpose()
+            let mut photos = conn
+                .query(
+                    &format!(
+                        "SELECT {PHOTO_COLUMNS} FROM {PHOTO_FROM} WHERE p.id = $1 AND p.node = $2"
+                    ),
+                    &[&id, &self.node()],
+                )
+                .map_err(db("read photo"))?
+                .iter()
+                .map(photo_from_row)
+                .collect::<Result<Vec<_>, _>>()?;
+            attach_truths(conn, &mut photos)?;
+            Ok(photos.pop())
         })
+    }
+
+    fn photos_with_sha256(&self, sha256: &str) -> Result<Vec<PhotoRecord>, CatalogError> {
+        self.with(|conn| super::duplicates::photos_with_sha256(conn, sha256))
     }
 
     fn existing_photo_ids(&self, ids: &[PhotoId]) -> Result<HashSet<PhotoId>, CatalogError> {
@@ -259,58 +238,20 @@ impl PhotoCatalog for PgCatalog {
         let after = after.map(sql_id).transpose()?.unwrap_or(-1);
         let (_, limit) = limit_offset(0, limit);
         self.with(|conn| {
-            conn.query(
-                &format!(
-                    "SELECT {PHOTO_COLUMNS} FROM {PHOTO_FROM}
-                     WHERE p.node = $1 AND p.id > $2 ORDER BY p.id LIMIT $3"
-                ),
-                &[&self.node(), &after, &limit],
-            )
-            .map_err(db("list photos"))?
-            .iter()
-            .map(photo_from_row)
-            .collect()
-        })
-    }
-
-    fn labelled(&self, split: Split) -> Result<Vec<(PhotoId, String)>, CatalogError> {
-        let op = "list labelled photos";
-        self.with(|conn| {
-            conn.query(
-                "SELECT g.photo_id, g.label FROM ground_truth g JOIN photos p ON p.id = g.photo_id
-                 WHERE p.node = $1 AND g.split = $2 ORDER BY g.photo_id",
-                &[&self.node(), &split.as_str()],
-            )
-            .map_err(db(op))?
-            .iter()
-            .map(|r| {
-                let id: i64 = r.try_get(0).map_err(db(op))?;
-                Ok((from_sql(id, "photo id")?, r.try_get(1).map_err(db(op))?))
-            })
-            .collect()
-        })
-    }
-
-    fn ground_truths(&self) -> Result<Vec<(PhotoId, String, Split)>, CatalogError> {
-        let op = "list ground truth";
-        self.with(|conn| {
-            conn.query(
-                "SELECT g.photo_id, g.label, g.split FROM ground_truth g
-                 JOIN photos p ON p.id = g.photo_id WHERE p.node = $1 ORDER BY g.photo_id",
-                &[&self.node()],
-            )
-            .map_err(db(op))?
-            .iter()
-            .map(|r| {
-                let id: i64 = r.try_get(0).map_err(db(op))?;
-                let split: String = r.try_get(2).map_err(db(op))?;
-                Ok((
-                    from_sql(id, "photo id")?,
-                    r.try_get(1).map_err(db(op))?,
-                    split.parse()?,
-                ))
-            })
-            .collect()
+            let mut photos = conn
+                .query(
+                    &format!(
+                        "SELECT {PHOTO_COLUMNS} FROM {PHOTO_FROM}
+                         WHERE p.node = $1 AND p.id > $2 ORDER BY p.id LIMIT $3"
+                    ),
+                    &[&self.node(), &after, &limit],
+                )
+                .map_err(db("list photos"))?
+                .iter()
+                .map(photo_from_row)
+                .collect::<Result<Vec<_>, _>>()?;
+            attach_truths(conn, &mut photos)?;
+            Ok(photos)
         })
     }
 
@@ -324,22 +265,6 @@ impl PhotoCatalog for PgCatalog {
                 .and_then(|r| r.try_get(0))
                 .map_err(db("count photos"))?;
             from_sql(n, "photo count")
-        })
-    }
-
-    fn set_ground_truth(
-        &self,
-        id: PhotoId,
-        truth: Option<&GroundTruth>,
-    ) -> Result<(), CatalogError> {
-        let sid = sql_id(id)?;
-        self.tx("write ground truth", |tx| {
-            if !lock_photo(tx, sid, &self.node)? {
-                return Err(CatalogError::NotFound {
-                    what: format!("photo {id}"),
-                });
-            }
-            write_ground_truth(tx, sid, truth)
         })
     }
 
@@ -417,6 +342,21 @@ impl PhotoCatalog for PgCatalog {
             .iter()
             .map(|r| from_sql(r.try_get(0).map_err(db(op))?, "photo id"))
             .collect()
+        })
+    }
+
+    fn label_counts(&self, model_version: &str) -> Result<(u64, u64), CatalogError> {
+        self.with(|conn| {
+            let row = conn
+                .query_one(
+                    "SELECT COUNT(*), COUNT(*) FILTER (WHERE pr.label = $3)
+                     FROM predictions pr JOIN photos p ON p.id = pr.photo_id
+                     WHERE pr.model_version = $1 AND pr.rank = 0 AND p.node = $2",
+                    &[&model_version, &self.node(), &OTHER_CLASS],
+                )
+                .map_err(db("count labels"))?;
+            let [labelled, other] = counts(&row, "label count")?;
+            Ok((labelled, other))
         })
     }
 

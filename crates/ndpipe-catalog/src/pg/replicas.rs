@@ -8,20 +8,26 @@ use super::error::db;
 use super::photos::photo_from_row;
 use super::{PgCatalog, counts, from_sql, sql_id, sql_ids};
 use crate::{
-    CatalogError, FailOver, PhotoCopies, PhotoId, PlacementNode, Prediction, ReplicaCatalog,
-    ReplicationCounts,
+    CatalogError, FailOver, GroundTruth, PhotoCopies, PhotoId, PlacementNode, Prediction,
+    ReplicaCatalog, ReplicationCounts, TaskName, TaskTruth,
 };
 
-/// The photo columns `photo_from_row` reads, then the primary and every registered holder.
+/// The photo columns `photo_from_row` reads, the default task's ground truth (what the photo's
+/// metadata carries), then the primary and every registered holder.
 const COPIES_SELECT: &str = "SELECT p.id, p.sha256, p.bytes, p.width, p.height, \
      p.content_type, p.created_ms, g.label, g.split, p.node, \
      COALESCE(array_agg(r.node ORDER BY r.node) FILTER (WHERE r.node IS NOT NULL), '{}') \
-     FROM photos p LEFT JOIN ground_truth g ON g.photo_id = p.id \
+     FROM photos p LEFT JOIN ground_truth g ON g.photo_id = p.id AND g.task = 'default' \
      LEFT JOIN replicas r ON r.photo_id = p.id AND r.node IN (SELECT name FROM nodes)";
 
 fn copies_from_row(row: &postgres::Row) -> Result<PhotoCopies, CatalogError> {
     let op = "read photo copies";
-    let photo = photo_from_row(row)?;
+    let mut photo = photo_from_row(row)?;
+    let label: Option<String> = row.try_get(7).map_err(db(op))?;
+    let split: Option<String> = row.try_get(8).map_err(db(op))?;
+    if let (Some(label), Some(split)) = (label, split) {
+        photo.meta.ground_truth = Some(GroundTruth::new(label, split.parse()?));
+    }
     Ok(PhotoCopies {
         id: photo.id,
         meta: photo.meta,
@@ -341,28 +347,56 @@ impl ReplicaCatalog for PgCatalog {
         self.predictions_on(id, None)
     }
 
-    fn cluster_active_predictions(&self, id: PhotoId) -> Result<Vec<Prediction>, CatalogError> {
+    fn task_truths_of(&self, node: &str, task: &TaskName) -> Result<Vec<TaskTruth>, CatalogError> {
+        super::truths::truths_of(self, node, task)
+    }
+
+    fn primary_active_versions(&self, id: PhotoId) -> Result<Vec<String>, CatalogError> {
+        let id = sql_id(id)?;
+        let op = "read the primary's active versions";
+        self.with(|conn| {
+            conn.query(
+                "SELECT a.model_id FROM photos p JOIN active_models a ON a.node = p.node
+                 WHERE p.id = $1 ORDER BY a.task",
+                &[&id],
+            )
+            .map_err(db(op))?
+            .iter()
+            .map(|r| r.try_get(0).map_err(db(op)))
+            .collect()
+        })
+    }
+
+    fn cluster_active_predictions(
+        &self,
+        id: PhotoId,
+    ) -> Result<Vec<(TaskName, Vec<Prediction>)>, CatalogError> {
         let id = sql_id(id)?;
         let op = "read active predictions";
         self.with(|conn| {
             let rows = conn
                 .query(
-                    "SELECT pr.label, pr.score
+                    "SELECT a.task, pr.label, pr.score
                      FROM photos p
                      JOIN active_models a ON a.node = p.node
                      JOIN predictions pr ON pr.photo_id = p.id AND pr.model_version = a.model_id
-                     WHERE p.id = $1 ORDER BY pr.rank",
+                     WHERE p.id = $1 ORDER BY a.task, pr.rank",
                     &[&id],
                 )
                 .map_err(db(op))?;
-            rows.iter()
-                .map(|r| {
-                    Ok(Prediction {
-                        label: r.try_get(0).map_err(db(op))?,
-                        score: r.try_get(1).map_err(db(op))?,
-                    })
-                })
-                .collect()
+            let mut out: Vec<(TaskName, Vec<Prediction>)> = Vec::new();
+            for r in &rows {
+                let task: String = r.try_get(0).map_err(db(op))?;
+                let prediction = Prediction {
+                    label: r.try_get(1).map_err(db(op))?,
+                    score: r.try_get(2).map_err(db(op))?,
+                };
+                match out.last_mut() {
+                    Some((t, list)) if *t == *task.as_str() => list.push(prediction),
+                    _ => out.push((task.parse()?, vec![prediction])),
+                }
+            }
+            Ok(out)
         })
     }
 }

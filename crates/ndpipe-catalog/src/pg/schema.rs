@@ -177,6 +177,48 @@ CREATE TABLE blob_copies (
 CREATE INDEX blob_copies_node ON blob_copies (node, blob);
 CREATE INDEX objects_blob ON objects (blob) WHERE blob IS NOT NULL;
 "#,
+    // Tasks (`lib.rs`, `TaskCatalog`): every model version labels for one task, each node has
+    // one active version per task, and ground truth is per task. An existing cluster keeps its
+    // labels: pretrained versions become `general`'s, every other version and all ground truth
+    // the `default` task's, and each node's `general` serves the pretrained version of its
+    // active head's backbone. Nothing is re-labelled.
+    r#"
+CREATE TABLE tasks (
+    name        TEXT COLLATE "C" PRIMARY KEY,
+    floor       REAL,
+    created_ms  BIGINT NOT NULL
+);
+INSERT INTO tasks (name, floor, created_ms) VALUES ('general', NULL, 0), ('default', NULL, 0);
+ALTER TABLE model_versions
+    ADD COLUMN task TEXT COLLATE "C" NOT NULL DEFAULT 'default' REFERENCES tasks (name);
+UPDATE model_versions SET task = 'general' WHERE metrics->>'head' = 'pretrained';
+ALTER TABLE active_models ADD COLUMN task TEXT COLLATE "C" NOT NULL DEFAULT 'default';
+UPDATE active_models a SET task = m.task FROM model_versions m WHERE m.id = a.model_id;
+ALTER TABLE active_models DROP CONSTRAINT active_models_pkey;
+ALTER TABLE active_models ADD PRIMARY KEY (node, task);
+INSERT INTO active_models (node, model_id, task)
+    SELECT a.node, g.id, 'general'
+    FROM active_models a
+    JOIN model_versions m ON m.id = a.model_id
+    JOIN model_versions g ON g.backbone = m.backbone AND g.task = 'general'
+    WHERE a.task = 'default'
+    ON CONFLICT DO NOTHING;
+ALTER TABLE ground_truth
+    ADD COLUMN task TEXT COLLATE "C" NOT NULL DEFAULT 'default' REFERENCES tasks (name);
+ALTER TABLE ground_truth DROP CONSTRAINT ground_truth_pkey;
+ALTER TABLE ground_truth ADD PRIMARY KEY (photo_id, task);
+ALTER TABLE ground_truth ALTER COLUMN task DROP DEFAULT;
+CREATE INDEX ground_truth_task ON ground_truth (task, split, photo_id);
+"#,
+    // Duplicate finding: one perceptual hash per photo, by the algorithm named (a photo whose
+    // hash is by another algorithm is hashed again); written by the node that holds the photo.
+    r#"
+CREATE TABLE photo_near_hashes (
+    photo_id   BIGINT PRIMARY KEY REFERENCES photos (id) ON DELETE CASCADE,
+    algorithm  TEXT   NOT NULL,
+    hash       BIGINT NOT NULL
+);
+"#,
 ];
 
 /// Applies the migrations this database lacks, all in one transaction, under an advisory lock

@@ -2,13 +2,18 @@
 //! serialises writers anyway), every trait method one transaction.
 //!
 //! - [`schema`]: the numbered migrations;
-//! - `photos`: photos, ground truth, predictions and search ([`PhotoCatalog`](crate::PhotoCatalog));
+//! - `photos`: photos, predictions and search ([`PhotoCatalog`](crate::PhotoCatalog));
+//! - `truths`: ground truth per task ([`TruthCatalog`](crate::TruthCatalog));
+//! - `tasks`: tasks ([`TaskCatalog`](crate::TaskCatalog));
 //! - `models`: the model registry ([`ModelRegistry`](crate::ModelRegistry));
 //! - `jobs`: the job log ([`JobLog`](crate::JobLog));
 //! - `objects`: buckets and objects of the S3 API ([`ObjectCatalog`](crate::ObjectCatalog));
 //! - `keys`: access keys ([`AccessKeys`](crate::AccessKeys));
+//! - `duplicates`: perceptual hashes and exact-duplicate sets
+//!   ([`DuplicateCatalog`](crate::DuplicateCatalog));
 //! - `nodes`: the Tuner's node registry ([`NodeRegistry`](crate::NodeRegistry)).
 
+mod duplicates;
 mod jobs;
 mod keys;
 mod models;
@@ -16,6 +21,8 @@ mod nodes;
 mod objects;
 mod photos;
 mod schema;
+mod tasks;
+mod truths;
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -171,24 +178,89 @@ mod tests {
         );
     }
 
+    /// A catalog file with the first `n` migrations applied, as an older build left it.
+    fn older_catalog(path: &Path, n: usize) -> Connection {
+        let conn = Connection::open(path).unwrap();
+        for sql in &schema::MIGRATIONS[..n] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", n).unwrap();
+        conn
+    }
+
+    fn migration_creating(table: &str) -> usize {
+        schema::MIGRATIONS
+            .iter()
+            .position(|m| m.contains(&format!("CREATE TABLE {table} ")))
+            .unwrap()
+    }
+
     #[test]
     fn the_migration_indexes_the_labels_already_stored() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("catalog.sqlite");
         let written = {
-            let c = SqliteCatalog::open(&path).unwrap();
+            let c = SqliteCatalog::in_memory().unwrap();
             crate::test_suite::store_index_labels(&c);
             crate::test_suite::index_label_answers(&c)
         };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.sqlite");
         {
-            let conn = Connection::open(&path).unwrap();
-            let before = schema::MIGRATIONS.len() - 1;
-            conn.execute_batch(&format!(
-                "DROP TABLE photo_labels; PRAGMA user_version = {before};"
-            ))
-            .unwrap();
+            let conn = older_catalog(&path, migration_creating("photo_labels"));
+            for (i, label) in crate::test_suite::INDEX_LABELS.iter().enumerate() {
+                let id = i as i64 + 1;
+                conn.execute(
+                    "INSERT INTO photos VALUES (?1, ?2, 100, 640, 480, 'image/jpeg', 0)",
+                    rusqlite::params![id, format!("{id:064x}")],
+                )
+                .unwrap();
+                conn.execute(
+                    "INSERT INTO predictions VALUES (?1, 'v', 0, 'other', 0.9), (?1, 'v', 1, ?2, 0.5)",
+                    rusqlite::params![id, label],
+                )
+                .unwrap();
+            }
         }
         let migrated = SqliteCatalog::open(&path).unwrap();
         assert_eq!(crate::test_suite::index_label_answers(&migrated), written);
+    }
+
+    #[test]
+    fn the_tasks_migration_keeps_labels_heads_and_ground_truth() {
+        use crate::{ModelRegistry, TaskCatalog, TaskName, TruthCatalog};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.sqlite");
+        {
+            let conn = older_catalog(&path, migration_creating("tasks"));
+            conn.execute_batch(
+                "INSERT INTO photos VALUES (1, 'aa', 100, 640, 480, 'image/png', 0);
+                 INSERT INTO photos VALUES (2, 'bb', 100, 640, 480, 'image/png', 0);
+                 INSERT INTO ground_truth VALUES (1, 'Trouser', 'train');
+                 INSERT INTO model_versions VALUES
+                   ('eff-1', 'b1', NULL, '{\"head\":\"pretrained\"}', 1, 0),
+                   ('ft-1', 'b1', 'eff-1', '{\"val_top1\":0.8}', 2, 1);
+                 INSERT INTO predictions VALUES (2, 'eff-1', 0, 'tabby, tabby cat', 0.4),
+                                                (2, 'ft-1', 0, 'Dress', 0.2);",
+            )
+            .unwrap();
+        }
+        let c = SqliteCatalog::open(&path).unwrap();
+        let active: Vec<(String, String)> = c
+            .active_models()
+            .unwrap()
+            .into_iter()
+            .map(|m| (m.task.to_string(), m.id))
+            .collect();
+        assert_eq!(
+            active,
+            [
+                ("default".to_string(), "ft-1".to_string()),
+                ("general".to_string(), "eff-1".to_string())
+            ],
+            "the active head is the default task's; general serves its backbone's own classifier"
+        );
+        assert_eq!(c.tasks().unwrap().len(), 2);
+        let truths = c.ground_truths(&TaskName::default_task()).unwrap();
+        assert_eq!((truths[0].id, truths[0].label.as_str()), (1, "Trouser"));
+        assert_eq!(c.predictions(2).unwrap().len(), 2, "nothing is re-labelled");
     }
 }

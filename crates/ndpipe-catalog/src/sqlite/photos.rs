@@ -1,60 +1,32 @@
-//! Photos, their ground truth, predicted labels and label search.
+//! Photos, predicted labels and label search.
 
 use std::collections::HashSet;
 
 use rusqlite::{OptionalExtension, params};
 
+use super::truths::{attach_truths, write_ground_truth};
 use super::{SqliteCatalog, sql_id};
 use crate::label_terms::{label_terms, query_terms};
 use crate::{
-    CatalogError, GroundTruth, PhotoCatalog, PhotoId, PhotoMeta, PhotoRecord, Prediction,
-    SearchHit, Split,
+    CatalogError, OTHER_CLASS, PhotoCatalog, PhotoId, PhotoMeta, PhotoRecord, Prediction, SearchHit,
 };
 
-const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
-                             p.created_ms, g.label, g.split";
+pub(super) const PHOTO_COLUMNS: &str = "p.id, p.sha256, p.bytes, p.width, p.height, p.content_type, \
+                             p.created_ms";
 
-fn photo_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PhotoRecord> {
-    let label: Option<String> = row.get(7)?;
-    let split: Option<String> = row.get(8)?;
-    let ground_truth = match (label, split) {
-        (Some(label), Some(split)) => Some(GroundTruth {
-            label,
-            split: split.parse().map_err(|e: CatalogError| {
-                rusqlite::Error::FromSqlConversionFailure(8, rusqlite::types::Type::Text, e.into())
-            })?,
-        }),
-        _ => None,
-    };
-    Ok(PhotoRecord {
-        id: row.get::<_, i64>(0)?.cast_unsigned(),
-        meta: PhotoMeta {
+pub(super) fn photo_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PhotoRecord> {
+    Ok(PhotoRecord::new(
+        row.get::<_, i64>(0)?.cast_unsigned(),
+        PhotoMeta {
             sha256: row.get(1)?,
             bytes: row.get::<_, i64>(2)?.cast_unsigned(),
             width: row.get(3)?,
             height: row.get(4)?,
             content_type: row.get(5)?,
             created_ms: row.get(6)?,
-            ground_truth,
+            ground_truth: None,
         },
-    })
-}
-
-fn write_ground_truth(
-    tx: &rusqlite::Transaction<'_>,
-    id: i64,
-    truth: Option<&GroundTruth>,
-) -> Result<(), CatalogError> {
-    tx.execute("DELETE FROM ground_truth WHERE photo_id = ?1", params![id])
-        .map_err(CatalogError::db("clear ground truth"))?;
-    if let Some(t) = truth {
-        tx.execute(
-            "INSERT INTO ground_truth (photo_id, label, split) VALUES (?1, ?2, ?3)",
-            params![id, t.label, t.split.as_str()],
-        )
-        .map_err(CatalogError::db("write ground truth"))?;
-    }
-    Ok(())
+    ))
 }
 
 /// Inserts one prediction and its search terms (`label_terms`); a missing photo is `NotFound`.
@@ -118,7 +90,9 @@ impl PhotoCatalog for SqliteCatalog {
                 ],
             )
             .map_err(CatalogError::db("upsert photo"))?;
-            write_ground_truth(&tx, id, photo.ground_truth.as_ref())?;
+            if let Some(truth) = &photo.ground_truth {
+                write_ground_truth(&tx, id, truth)?;
+            }
             tx.commit().map_err(CatalogError::db("commit photo"))
         })
     }
@@ -136,16 +110,17 @@ impl PhotoCatalog for SqliteCatalog {
     fn photo(&self, id: PhotoId) -> Result<Option<PhotoRecord>, CatalogError> {
         let id = sql_id(id)?;
         self.with(|conn| {
-            conn.query_row(
-                &format!(
-                    "SELECT {PHOTO_COLUMNS} FROM photos p \
-                     LEFT JOIN ground_truth g ON g.photo_id = p.id WHERE p.id = ?1"
-                ),
-                params![id],
-                photo_from_row,
-            )
-            .optional()
-            .map_err(CatalogError::db("read photo"))
+            let photo = conn
+                .query_row(
+                    &format!("SELECT {PHOTO_COLUMNS} FROM photos p WHERE p.id = ?1"),
+                    params![id],
+                    photo_from_row,
+                )
+                .optional()
+                .map_err(CatalogError::db("read photo"))?;
+            let mut photos: Vec<PhotoRecord> = photo.into_iter().collect();
+            attach_truths(conn, &mut photos)?;
+            Ok(photos.pop())
         })
     }
 
@@ -185,60 +160,26 @@ impl PhotoCatalog for SqliteCatalog {
         };
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.with(|conn| {
-            let mut stmt = conn
-                .prepare_cached(&format!(
-                    "SELECT {PHOTO_COLUMNS} FROM photos p \
-                     LEFT JOIN ground_truth g ON g.photo_id = p.id \
-                     WHERE p.id > ?1 ORDER BY p.id LIMIT ?2"
-                ))
-                .map_err(CatalogError::db("list photos"))?;
-            let rows = stmt
-                .query_map(params![after, limit], photo_from_row)
-                .map_err(CatalogError::db("list photos"))?;
-            rows.collect::<Result<Vec<_>, _>>()
-                .map_err(CatalogError::db("list photos"))
+            let mut photos = {
+                let mut stmt = conn
+                    .prepare_cached(&format!(
+                        "SELECT {PHOTO_COLUMNS} FROM photos p \
+                         WHERE p.id > ?1 ORDER BY p.id LIMIT ?2"
+                    ))
+                    .map_err(CatalogError::db("list photos"))?;
+                let rows = stmt
+                    .query_map(params![after, limit], photo_from_row)
+                    .map_err(CatalogError::db("list photos"))?;
+                rows.collect::<Result<Vec<_>, _>>()
+                    .map_err(CatalogError::db("list photos"))?
+            };
+            attach_truths(conn, &mut photos)?;
+            Ok(photos)
         })
     }
 
-    fn labelled(&self, split: Split) -> Result<Vec<(PhotoId, String)>, CatalogError> {
-        self.with(|conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT photo_id, label FROM ground_truth WHERE split = ?1 ORDER BY photo_id",
-                )
-                .map_err(CatalogError::db("list labelled photos"))?;
-            let rows = stmt
-                .query_map(params![split.as_str()], |r| {
-                    Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?))
-                })
-                .map_err(CatalogError::db("list labelled photos"))?;
-            rows.collect::<Result<Vec<_>, _>>()
-                .map_err(CatalogError::db("list labelled photos"))
-        })
-    }
-
-    fn ground_truths(&self) -> Result<Vec<(PhotoId, String, Split)>, CatalogError> {
-        let op = "list ground truth";
-        self.with(|conn| {
-            let mut stmt = conn
-                .prepare_cached("SELECT photo_id, label, split FROM ground_truth ORDER BY photo_id")
-                .map_err(CatalogError::db(op))?;
-            let rows = stmt
-                .query_map([], |r| {
-                    let split: String = r.get(2)?;
-                    let split = split.parse().map_err(|e: CatalogError| {
-                        rusqlite::Error::FromSqlConversionFailure(
-                            2,
-                            rusqlite::types::Type::Text,
-                            e.into(),
-                        )
-                    })?;
-                    Ok((r.get::<_, i64>(0)?.cast_unsigned(), r.get(1)?, split))
-                })
-                .map_err(CatalogError::db(op))?;
-            rows.collect::<Result<Vec<_>, _>>()
-                .map_err(CatalogError::db(op))
-        })
+    fn photos_with_sha256(&self, sha256: &str) -> Result<Vec<PhotoRecord>, CatalogError> {
+        self.with(|conn| super::duplicates::photos_with_sha256(conn, sha256))
     }
 
     fn count_photos(&self) -> Result<u64, CatalogError> {
@@ -246,31 +187,6 @@ impl PhotoCatalog for SqliteCatalog {
             conn.query_row("SELECT COUNT(*) FROM photos", [], |r| r.get::<_, i64>(0))
                 .map(|n| n as u64)
                 .map_err(CatalogError::db("count photos"))
-        })
-    }
-
-    fn set_ground_truth(
-        &self,
-        id: PhotoId,
-        truth: Option<&GroundTruth>,
-    ) -> Result<(), CatalogError> {
-        let sid = sql_id(id)?;
-        self.with(|conn| {
-            let tx = conn.transaction().map_err(CatalogError::db("begin"))?;
-            let exists: bool = tx
-                .query_row(
-                    "SELECT EXISTS(SELECT 1 FROM photos WHERE id = ?1)",
-                    params![sid],
-                    |r| r.get(0),
-                )
-                .map_err(CatalogError::db("find photo"))?;
-            if !exists {
-                return Err(CatalogError::NotFound {
-                    what: format!("photo {id}"),
-                });
-            }
-            write_ground_truth(&tx, sid, truth)?;
-            tx.commit().map_err(CatalogError::db("commit ground truth"))
         })
     }
 
@@ -349,6 +265,23 @@ impl PhotoCatalog for SqliteCatalog {
                 .map_err(CatalogError::db("list unlabelled photos"))?;
             rows.collect::<Result<Vec<_>, _>>()
                 .map_err(CatalogError::db("list unlabelled photos"))
+        })
+    }
+
+    fn label_counts(&self, model_version: &str) -> Result<(u64, u64), CatalogError> {
+        self.with(|conn| {
+            conn.query_row(
+                "SELECT COUNT(*), COALESCE(SUM(label = ?2), 0) FROM predictions
+                 WHERE model_version = ?1 AND rank = 0",
+                params![model_version, OTHER_CLASS],
+                |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?.cast_unsigned(),
+                        r.get::<_, i64>(1)?.cast_unsigned(),
+                    ))
+                },
+            )
+            .map_err(CatalogError::db("count labels"))
         })
     }
 

@@ -124,4 +124,46 @@ INSERT OR IGNORE INTO photo_labels (model_version, kind, term, score, photo_id, 
            score, photo_id, rank
     FROM after_separator;
 "#,
+    // Tasks (`lib.rs`, `TaskCatalog`): every model version labels for one task, each task has
+    // its own active version, and ground truth is per task. An existing store keeps its labels:
+    // its pretrained versions become `general`'s, every other version and all ground truth the
+    // `default` task's, and `general` serves the pretrained version of the active head's
+    // backbone. Nothing is re-labelled.
+    r#"
+CREATE TABLE tasks (
+    name        TEXT    PRIMARY KEY,
+    floor       REAL,
+    created_ms  INTEGER NOT NULL
+);
+INSERT INTO tasks (name, floor, created_ms) VALUES ('general', NULL, 0), ('default', NULL, 0);
+ALTER TABLE model_versions ADD COLUMN task TEXT NOT NULL DEFAULT 'default';
+UPDATE model_versions SET task = 'general' WHERE json_extract(metrics, '$.head') = 'pretrained';
+DROP INDEX model_versions_one_active;
+UPDATE model_versions SET active = 1
+ WHERE task = 'general'
+   AND NOT EXISTS (SELECT 1 FROM model_versions WHERE task = 'general' AND active = 1)
+   AND backbone = (SELECT backbone FROM model_versions WHERE task = 'default' AND active = 1);
+CREATE UNIQUE INDEX model_versions_one_active ON model_versions(task) WHERE active = 1;
+CREATE TABLE task_ground_truth (
+    photo_id  INTEGER NOT NULL REFERENCES photos(id) ON DELETE CASCADE,
+    task      TEXT    NOT NULL REFERENCES tasks(name),
+    label     TEXT    NOT NULL,
+    split     TEXT    NOT NULL CHECK (split IN ('train', 'val', 'test')),
+    PRIMARY KEY (photo_id, task)
+);
+INSERT INTO task_ground_truth (photo_id, task, label, split)
+    SELECT photo_id, 'default', label, split FROM ground_truth;
+DROP TABLE ground_truth;
+ALTER TABLE task_ground_truth RENAME TO ground_truth;
+CREATE INDEX ground_truth_task ON ground_truth(task, split, photo_id);
+"#,
+    // Duplicate finding: one perceptual hash per photo, by the algorithm named (a photo whose
+    // hash is by another algorithm is hashed again).
+    r#"
+CREATE TABLE IF NOT EXISTS photo_near_hashes (
+    photo_id   INTEGER PRIMARY KEY REFERENCES photos(id) ON DELETE CASCADE,
+    algorithm  TEXT    NOT NULL,
+    hash       INTEGER NOT NULL
+);
+"#,
 ];

@@ -113,9 +113,9 @@ impl PipeStoreRpc for PipeStoreService {
         &self,
         request: Request<pb::CommitBackboneRequest>,
     ) -> Result<Response<pb::CommitBackboneReply>, Status> {
-        let sha = request.into_inner().backbone_version;
+        let request = request.into_inner();
         let reply = self
-            .blocking(move |node| node.commit_backbone(&sha))
+            .blocking(move |node| node.commit_backbone(&request.backbone_version, &request.heads))
             .await?;
         Ok(Response::new(reply))
     }
@@ -213,9 +213,10 @@ impl PipeStoreRpc for PipeStoreService {
 
     async fn inventory(
         &self,
-        _: Request<pb::InventoryRequest>,
+        request: Request<pb::InventoryRequest>,
     ) -> Result<Response<pb::InventoryReply>, Status> {
-        let reply = self.blocking(|node| node.inventory()).await?;
+        let task = request.into_inner().task;
+        let reply = self.blocking(move |node| node.inventory(&task)).await?;
         Ok(Response::new(reply))
     }
 
@@ -274,7 +275,7 @@ impl PipeStoreRpc for PipeStoreService {
         request: Request<pb::RelabelRequest>,
     ) -> Result<Response<Self::RelabelStream>, Status> {
         let version = request.into_inner().version;
-        self.0.check_active(&version)?;
+        self.0.check_serving(&version)?;
         let node = self.0.clone();
         let (tx, rx) = mpsc::channel(16);
         tokio::task::spawn_blocking(move || {

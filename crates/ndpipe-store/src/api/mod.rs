@@ -6,3 +6,4 @@ pub(crate) mod grpc;
 pub(crate) mod http;
 pub(crate) mod replication;
 pub(crate) mod s3;
+pub(crate) mod similar;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use ndpipe_catalog::{GroundTruth, Split};
+use ndpipe_catalog::{GroundTruth, Split, TaskName};
 use ndpipe_proto::pb;
 use ndpipe_proto::pb::replication_server::{Replication as ReplicationRpc, ReplicationServer};
 use ndpipe_proto::transport::{ClusterSecret, Guard};
@@ -102,10 +102,16 @@ fn copy_status(e: CopyError) -> Status {
     }
 }
 
-fn ground_truth(label: String, split: &str) -> Result<Option<GroundTruth>, Status> {
+fn ground_truth(label: String, split: &str, task: &str) -> Result<Option<GroundTruth>, Status> {
     if label.is_empty() {
         return Ok(None);
     }
+    let task = match task {
+        "" => TaskName::default_task(),
+        name => name.parse().map_err(|e: ndpipe_catalog::CatalogError| {
+            api_status(ApiError::bad_request("invalid_task", e.to_string()))
+        })?,
+    };
     let split: Split = if split.is_empty() {
         Split::Train
     } else {
@@ -113,7 +119,7 @@ fn ground_truth(label: String, split: &str) -> Result<Option<GroundTruth>, Statu
             api_status(ApiError::bad_request("invalid_split", e.to_string()))
         })?
     };
-    Ok(Some(GroundTruth { label, split }))
+    Ok(Some(GroundTruth { task, label, split }))
 }
 
 #[tonic::async_trait]
@@ -123,7 +129,7 @@ impl ReplicationRpc for ReplicationService {
         request: Request<pb::IngestRequest>,
     ) -> Result<Response<pb::IngestReply>, Status> {
         let req = request.into_inner();
-        let truth = ground_truth(req.label, &req.split)?;
+        let truth = ground_truth(req.label, &req.split, &req.task)?;
         let record = self
             .0
             .ingest_primary(req.original.into(), truth, req.copies)

@@ -9,15 +9,18 @@
 //! the active version, and when a version that is not staged is committed); the next commit of
 //! such a version writes it in the new format.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use ndpipe_catalog::TaskName;
 use ndpipe_model::{HeadFile, HeadVersion, HeadWeights};
 use ndpipe_proto::pb;
 use ndpipe_util::fs::file_stem;
 
 use super::InferenceError;
 
-/// The file that names the version served before the active one.
+/// The file that names, per task, the version served before the active one (JSON; a build of
+/// before tasks wrote the default task's version alone, as text).
 const PREVIOUS: &str = "previous-version";
 
 /// The directory of committed (and staged) heads.
@@ -47,8 +50,9 @@ impl HeadDir {
     }
 
     /// Writes a staged head durably, labelled with its version, then drops every other staged
-    /// head: one deploy runs at a time, so they are left from deploys that never committed
-    /// here (the Tuner stages again whatever a node still needs).
+    /// head of its task and backbone: one deploy runs at a time, so they are left from deploys
+    /// that never committed here (the Tuner stages again whatever a node still needs). A
+    /// rollout stages a head per task, for its new backbone, beside them.
     pub(crate) fn write_staged(
         &self,
         head: &HeadWeights,
@@ -65,9 +69,16 @@ impl HeadDir {
             .filter_map(Result::ok)
             .map(|e| e.path())
             .filter(|p| *p != path);
-        for stale in others {
-            if let Err(e) = std::fs::remove_file(&stale) {
-                tracing::warn!(path = %stale.display(), error = %e, "could not drop a stale staged head");
+        for other in others {
+            let same_task = HeadFile::read(&other)
+                .ok()
+                .and_then(|f| f.version)
+                .is_none_or(|v| v.task == version.task && v.backbone == version.backbone);
+            if !same_task {
+                continue;
+            }
+            if let Err(e) = std::fs::remove_file(&other) {
+                tracing::warn!(path = %other.display(), error = %e, "could not drop a stale staged head");
             }
         }
         Ok(())
@@ -86,22 +97,41 @@ impl HeadDir {
         Ok(Some((file.to_linear()?, file.version)))
     }
 
-    /// Records (durably) the version that served before the active one, so that churn after
-    /// a restart is still measured against it.
-    pub(crate) fn write_previous(&self, version: &str) -> Result<(), InferenceError> {
+    /// Records (durably) each task's version that served before its active one, so that churn
+    /// after a restart is still measured against it.
+    pub(crate) fn write_previous(
+        &self,
+        previous: &BTreeMap<String, String>,
+    ) -> Result<(), InferenceError> {
         let path = self.dir.join(PREVIOUS);
-        ndpipe_util::fs::write_durably(&path, version.as_bytes())
+        let json = serde_json::to_vec(previous).map_err(|e| InferenceError::HeadsDir {
+            path: path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        ndpipe_util::fs::write_durably(&path, &json)
             .map_err(|source| InferenceError::HeadsDir { path, source })
     }
 
-    /// The version [`HeadDir::write_previous`] recorded last, if any.
-    pub(crate) fn read_previous(&self) -> Result<Option<String>, InferenceError> {
+    /// What [`HeadDir::write_previous`] recorded last (empty before anything was).
+    pub(crate) fn read_previous(&self) -> Result<BTreeMap<String, String>, InferenceError> {
         let path = self.dir.join(PREVIOUS);
-        match std::fs::read_to_string(&path) {
-            Ok(v) => Ok(Some(v.trim().to_string()).filter(|v| !v.is_empty())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(InferenceError::HeadsDir { path, source }),
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+            Err(source) => return Err(InferenceError::HeadsDir { path, source }),
+        };
+        let text = text.trim();
+        if text.starts_with('{') {
+            return serde_json::from_str(text).map_err(|e| InferenceError::HeadsDir {
+                path,
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            });
         }
+        Ok(Some(text)
+            .filter(|v| !v.is_empty())
+            .map(|v| (TaskName::DEFAULT.to_string(), v.to_string()))
+            .into_iter()
+            .collect())
     }
 
     /// Drops the staged head of `version`; returns whether there was one.
@@ -152,6 +182,9 @@ impl HeadDir {
 pub(crate) fn version_of(request: &pb::StageHeadRequest) -> HeadVersion {
     HeadVersion {
         id: request.version.clone(),
+        task: Some(request.task.clone())
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| TaskName::DEFAULT.to_string()),
         backbone: request.backbone_version.clone(),
         parent: Some(request.parent.clone()).filter(|p| !p.is_empty()),
         metrics: serde_json::from_str(&request.metrics_json).unwrap_or(serde_json::Value::Null),
@@ -192,6 +225,7 @@ mod tests {
         assert!(heads.read("ft-1-abc").unwrap().is_none());
         let version = HeadVersion {
             id: "ft-1-abc".into(),
+            task: "default".into(),
             backbone: "b".repeat(64),
             parent: Some("pretrained".into()),
             metrics: serde_json::json!({"val_top1": 0.9}),
@@ -230,17 +264,14 @@ mod tests {
     fn old_format_head_files_still_load() {
         let dir = tempfile::tempdir().unwrap();
         let heads = HeadDir::open(dir.path().to_path_buf()).unwrap();
-        let (weights, crc32c) = ndpipe_proto::head_bytes(&head());
-        let request = pb::StageHeadRequest {
+        let mut request = pb::StageHeadRequest {
             version: "ft-2-def".into(),
             backbone_version: "b".repeat(64),
             parent: "ft-1-abc".into(),
-            classes: head().classes().to_vec(),
-            input_dim: 3,
-            weights,
-            crc32c,
             metrics_json: r#"{"val_top1":0.8}"#.into(),
+            ..Default::default()
         };
+        ndpipe_proto::put_head(&mut request, &head());
         std::fs::write(
             dir.path().join("ft-2-def.head"),
             prost::Message::encode_to_vec(&request),

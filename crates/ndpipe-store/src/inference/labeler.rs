@@ -2,21 +2,23 @@
 //!
 //! Uploads hand their tensor to a dedicated model thread (inference never runs on the async
 //! runtime). The thread gathers up to `max_batch` photos, waiting at most `max_wait` after the
-//! first one, so concurrent uploads share a batch; it then writes the top-k labels to the catalog
-//! and the feature vectors to the feature store. The HTTP 201 does not wait for this: the
+//! first one, so concurrent uploads share a batch; it runs the backbone once over the batch,
+//! then every task's classifier over the same outputs, and writes each task's top-k labels to
+//! the catalog (under the task's version) and the feature vectors to the feature store. The HTTP 201 does not wait for this: the
 //! 201-to-label latency is exported as `ndpipe_store_label_latency_seconds`. Photos that find the
 //! queue full wait in a bounded [`Backlog`] of ids (past its bound, in the catalog as unlabelled);
 //! a photo whose labels a crash lost is queued again at the next start. The primary of a
 //! replicated photo labels it before the 201 instead ([`Labeler::label_first`]), so that its
 //! copies carry its features; it files the labels itself once the photo is catalogued.
 
+use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ndpipe_catalog::{PhotoCatalog, Prediction};
-use ndpipe_model::{ImageTensor, Outputs};
+use ndpipe_model::{ImageTensor, OTHER, Outputs};
 use ndpipe_util::sync::lock;
 use tokio::sync::oneshot;
 use tracing::warn;
@@ -64,6 +66,9 @@ struct Request {
     reply: Option<oneshot::Sender<Labelled>>,
 }
 
+/// Every task's top-k labels of one photo, as (model version, labels).
+pub(crate) type TaskLabels = Vec<(String, Vec<Prediction>)>;
+
 /// A photo labelled before it is catalogued ([`Labeler::label_first`]): its features, stored
 /// here already, and its labels, which the caller files once the photo's catalog row exists.
 #[derive(Debug)]
@@ -72,10 +77,8 @@ pub(crate) struct Labelled {
     pub(crate) backbone: String,
     /// The features as the feature store keeps them.
     pub(crate) features: Vec<u8>,
-    /// The model version of the labels.
-    pub(crate) version: String,
-    /// The top-k labels.
-    pub(crate) predictions: Vec<Prediction>,
+    /// Every task's top-k labels.
+    pub(crate) labels: TaskLabels,
 }
 
 /// The online labelling worker.
@@ -269,10 +272,11 @@ impl Worker {
         }
     }
 
-    /// Queues the photos the catalog holds without labels of the active version.
+    /// Queues the photos the catalog holds without labels of the general task's version (every
+    /// task is labelled in the same pass).
     fn refill_backlog(&self) {
-        let version = self.model.get().version;
-        match self.catalog.unlabelled(&version) {
+        let model = self.model.get();
+        match self.catalog.unlabelled(model.general_version()) {
             Ok(ids) => self.backlog.extend(ids, Instant::now()),
             Err(e) => warn!(
                 error = %e,
@@ -295,10 +299,14 @@ impl Worker {
             .collect();
         self.features.put_many(backbone, &rows)?;
         let k = self.config.top_k;
-        let mut filed = Vec::new();
+        let mut filed: Vec<(u64, TaskLabels)> = Vec::new();
         let labelled = batch.len() as u64;
         for (i, r) in batch.into_iter().enumerate() {
-            let predictions = model.predictions(&outputs, i, k);
+            let labels = model.label(&outputs, i, k);
+            for (task, (_, predictions)) in model.tasks.iter().zip(&labels) {
+                let other = predictions.first().is_some_and(|p| p.label == OTHER);
+                self.metrics.task_label(task.task.as_str(), other);
+            }
             self.metrics
                 .label_seconds
                 .observe(r.enqueued.elapsed().as_secs_f64());
@@ -307,15 +315,12 @@ impl Worker {
                 Some(reply) => drop(reply.send(Labelled {
                     backbone: backbone.clone(),
                     features: encode(outputs.features(i))?,
-                    version: model.version.clone(),
-                    predictions,
+                    labels,
                 })),
-                None => filed.push((r.id, predictions)),
+                None => filed.push((r.id, labels)),
             }
         }
-        if !filed.is_empty() {
-            self.catalog.put_predictions_many(&model.version, &filed)?;
-        }
+        file_labels(&*self.catalog, filed)?;
         self.metrics.labelled.inc_by(labelled);
         Ok(())
     }
@@ -328,9 +333,30 @@ fn set_gauge(metrics: &StoreMetrics, backlog: &Backlog) {
         .set(i64::try_from(backlog.len()).unwrap_or(i64::MAX));
 }
 
-/// Files the features and labels of a batch: features under the backbone, then labels under the
-/// model version, so a photo with labels always has its features. Labels of photos deleted
-/// meanwhile are skipped.
+/// Files each photo's labels of every task, one catalog write per model version. Labels of
+/// photos deleted meanwhile are skipped.
+pub(crate) fn file_labels(
+    catalog: &dyn PhotoCatalog,
+    photos: Vec<(u64, TaskLabels)>,
+) -> Result<(), InferenceError> {
+    let mut by_version: BTreeMap<String, Vec<(u64, Vec<Prediction>)>> = BTreeMap::new();
+    for (id, labels) in photos {
+        for (version, predictions) in labels {
+            by_version
+                .entry(version)
+                .or_default()
+                .push((id, predictions));
+        }
+    }
+    for (version, rows) in by_version {
+        catalog.put_predictions_many(&version, &rows)?;
+    }
+    Ok(())
+}
+
+/// Files the features and labels of a batch: features under the backbone, then every task's
+/// labels under its version, so a photo with labels always has its features. Returns each
+/// photo's labels of the task serving `version`, for label churn.
 pub(crate) fn write_outputs(
     model: &ActiveModel,
     catalog: &dyn PhotoCatalog,
@@ -338,12 +364,12 @@ pub(crate) fn write_outputs(
     ids: &[u64],
     outputs: &Outputs,
     k: usize,
-) -> Result<Vec<(u64, Vec<Prediction>)>, InferenceError> {
+) -> Result<Vec<(u64, TaskLabels)>, InferenceError> {
     let info = model.info();
-    let rows: Vec<(u64, Vec<Prediction>)> = ids
+    let rows: Vec<(u64, TaskLabels)> = ids
         .iter()
         .enumerate()
-        .map(|(i, id)| (*id, model.predictions(outputs, i, k)))
+        .map(|(i, id)| (*id, model.label(outputs, i, k)))
         .collect();
     let feature_rows: Vec<(u64, &[f32])> = ids
         .iter()
@@ -351,168 +377,9 @@ pub(crate) fn write_outputs(
         .map(|(i, id)| (*id, outputs.features(i)))
         .collect();
     features.put_many(&info.backbone_version, &feature_rows)?;
-    catalog.put_predictions_many(&model.version, &rows)?;
+    file_labels(catalog, rows.clone())?;
     Ok(rows)
 }
 
 #[cfg(test)]
-mod tests {
-    use ndpipe_model::InferenceBackend;
-
-    use super::*;
-    use crate::ingest::{IngestConfig, Ingestor};
-    use crate::testing::{Setup, png, setup};
-
-    /// A labeller over `s`'s fake model as version `fake-v1`.
-    fn start(s: &Setup, metrics: &Arc<StoreMetrics>, config: LabelerConfig) -> Labeler {
-        let model = ActiveModel {
-            backend: s.fake.clone(),
-            version: "fake-v1".into(),
-            head: None,
-        };
-        Labeler::start(
-            SharedModel::new(model),
-            s.store.clone(),
-            s.features.clone(),
-            s.catalog.clone(),
-            metrics.clone(),
-            config,
-        )
-        .unwrap()
-    }
-
-    #[tokio::test]
-    async fn concurrent_uploads_share_batches_and_get_labels_and_features() {
-        let s = setup();
-        // A queue of 4 and a backlog of 2 for 16 uploads: the rest wait in the catalog as
-        // unlabelled, and are labelled from their stored tensors once the backlog refills.
-        let config = LabelerConfig {
-            max_batch: 8,
-            max_wait: Duration::from_millis(50),
-            queue: 4,
-            backlog: 2,
-            ..LabelerConfig::default()
-        };
-        let metrics = Arc::new(StoreMetrics::default());
-        let labeler = start(&s, &metrics, config);
-        let ingestor = Arc::new(
-            Ingestor::new(
-                s.store.clone(),
-                s.features.clone(),
-                s.catalog.clone(),
-                metrics.clone(),
-                IngestConfig::default(),
-            )
-            .with_labeler(labeler),
-        );
-        let uploads: Vec<_> = (0..16u8)
-            .map(|i| {
-                let ing = ingestor.clone();
-                tokio::spawn(async move { ing.ingest(png(i), None).await.unwrap().id })
-            })
-            .collect();
-        let mut ids = Vec::new();
-        for u in uploads {
-            ids.push(u.await.unwrap());
-        }
-        assert_eq!(metrics.photos.get(), 16, "ingest counts the photos it adds");
-        for id in &ids {
-            let labelled = async {
-                loop {
-                    let preds = s.catalog.predictions(*id).unwrap();
-                    if !preds.is_empty() {
-                        return preds;
-                    }
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            };
-            // A guard against hanging, not a speed target.
-            let preds = tokio::time::timeout(Duration::from_secs(120), labelled)
-                .await
-                .unwrap_or_else(|_| panic!("photo {id} was never labelled"));
-            assert_eq!(preds[0].0, "fake-v1");
-            assert_eq!(preds[0].1.len(), 5);
-            let backbone = s.fake.info().backbone_version.clone();
-            assert_eq!(s.features.get(&backbone, *id).unwrap().unwrap().len(), 16);
-        }
-        assert!(
-            s.fake.batches() < 16,
-            "16 concurrent uploads must share batches, ran {}",
-            s.fake.batches()
-        );
-        assert!(ingestor.delete(ids[0]).await.unwrap());
-        assert_eq!(metrics.photos.get(), 15, "and the photos it deletes");
-        // A replicated upload is labelled first: what its copies get carries the features as
-        // stored, and its labels are filed once it is catalogued.
-        let backbone = s.fake.info().backbone_version.clone();
-        let sent = std::sync::Mutex::new(None);
-        let id = ingestor
-            .ingest_then(png(98), None, |id, photo| {
-                *sent.lock().unwrap() = Some((id, photo.features));
-                async { Ok(()) }
-            })
-            .await
-            .unwrap()
-            .id;
-        let (copied, features) = sent.into_inner().unwrap().unwrap();
-        assert_eq!(copied, id);
-        let (sent_backbone, sent_features) = features.expect("the copy carries features");
-        assert_eq!(sent_backbone, backbone);
-        assert_eq!(
-            s.features.encoded(&backbone, id).unwrap(),
-            Some(sent_features)
-        );
-        let preds = s.catalog.predictions(id).unwrap();
-        assert_eq!((preds[0].0.as_str(), preds[0].1.len()), ("fake-v1", 5));
-        ingestor.stop_labeler();
-        let late = ingestor.ingest(png(99), None).await.unwrap().id;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(
-            s.catalog.predictions(late).unwrap().is_empty(),
-            "a stopped labeler labels nothing"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_backlog_past_its_bound_refills_from_the_catalog_and_labels_every_photo() {
-        let s = setup();
-        let metrics = Arc::new(StoreMetrics::default());
-        let ingestor = Ingestor::new(
-            s.store.clone(),
-            s.features.clone(),
-            s.catalog.clone(),
-            metrics.clone(),
-            IngestConfig::default(),
-        );
-        let mut ids = Vec::new();
-        for i in 0..12u8 {
-            ids.push(ingestor.ingest(png(i), None).await.unwrap().id);
-        }
-        let config = LabelerConfig {
-            max_batch: 4,
-            backlog: 3,
-            ..LabelerConfig::default()
-        };
-        let labeler = start(&s, &metrics, config);
-        labeler.enqueue_stored(ids.clone());
-        assert_eq!(
-            metrics.label_backlog.get(),
-            3,
-            "the backlog holds only its bound"
-        );
-        let all_labelled = async {
-            while !ids
-                .iter()
-                .all(|id| !s.catalog.predictions(*id).unwrap().is_empty())
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        };
-        // A guard against hanging, not a speed target.
-        tokio::time::timeout(Duration::from_secs(120), all_labelled)
-            .await
-            .expect("the photos past the bound were never labelled");
-        assert!(s.catalog.unlabelled("fake-v1").unwrap().is_empty());
-        labeler.stop();
-    }
-}
+mod tests;

@@ -1,8 +1,9 @@
 //! Inference near the data: the node's models and what runs them.
 //!
-//! - [`model`]: the model that labels the store ([`ActiveModel`]), swappable at run time, and its
-//!   lifecycle on the node ([`model::Models`]): the pretrained version's registration, the
-//!   active head loaded at start, commits and rollbacks of fine-tuned heads;
+//! - [`model`]: the models that label the store ([`ActiveModel`]: one backbone, a classifier per
+//!   task), swappable at run time, and their lifecycle on the node ([`model::Models`]): the
+//!   pretrained version's registration as the general task's, each task's active head loaded at
+//!   start, commits and rollbacks of heads task by task, a rollout's switch of backbone;
 //! - [`heads`]: committed head files (`DATA/heads`, [`ndpipe_model::HeadFile`]);
 //! - [`backbone`]: stored tensors and feature vectors of stored photos (from the feature store,
 //!   or computed by the backbone);
@@ -28,7 +29,7 @@ use ndpipe_model::{HeadError, ModelError, TensorError};
 
 use crate::storage::StoreError;
 
-pub use model::ActiveModel;
+pub use model::{ActiveModel, TaskModel};
 pub use pending::Pending;
 pub use relabel::{RelabelOptions, RelabelReport, Relabeler};
 
@@ -86,5 +87,15 @@ pub enum InferenceError {
     NotStaged {
         /// The version.
         version: String,
+    },
+    /// A head to commit was trained on another backbone than the one it would run on.
+    #[error("model version {version} was trained on backbone {trained_on}, not {runs}")]
+    OtherBackbone {
+        /// The version.
+        version: String,
+        /// The backbone it was trained on.
+        trained_on: String,
+        /// The backbone it would run on.
+        runs: String,
     },
 }

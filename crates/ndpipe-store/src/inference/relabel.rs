@@ -2,13 +2,13 @@
 //!
 //! - **Full** ([`Relabeler::run`]): four stages run at once, joined by bounded queues so that the
 //!   model never waits on I/O: read compressed tensors from the volumes -> decompress -> batch
-//!   and run the backbone -> write labels and features. The job checkpoints the last photo id it
-//!   finished after every batch, so an interrupted job resumes where it stopped. A photo whose
-//!   stored tensor is corrupt is reported and skipped; the job goes on.
-//! - **Head-only** ([`Relabeler::run_head`]): after a deploy of a fine-tuned head, the head runs
+//!   and run the backbone -> write every task's labels and the features. The job checkpoints the
+//!   last photo id it finished after every batch, so an interrupted job resumes where it
+//!   stopped. A photo whose stored tensor is corrupt is reported and skipped; the job goes on.
+//! - **Head-only** ([`Relabeler::run_head`]): after a deploy of one task's head, that head runs
 //!   over the stored features; the backbone runs only for photos without features.
 //!
-//! Both measure label churn ([`Churn`]) against the photo's previous top-1 label
+//! Both measure label churn ([`Churn`]) of one task against the photo's previous top-1 label
 //! ([`previous_top1`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,8 +16,8 @@ use std::sync::mpsc::sync_channel;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ndpipe_catalog::{PhotoCatalog, Prediction};
-use ndpipe_model::{HeadWeights, ImageTensor, ModelError};
+use ndpipe_catalog::{PhotoCatalog, Prediction, TaskName};
+use ndpipe_model::{ImageTensor, ModelError};
 use ndpipe_util::churn::Churn;
 use ndpipe_util::sync::lock;
 use serde::{Deserialize, Serialize};
@@ -26,7 +26,7 @@ use tracing::warn;
 use super::InferenceError;
 use super::backbone::{FeatureSource, decode_tensor};
 use super::labeler::write_outputs;
-use super::model::{ActiveModel, head_predictions};
+use super::model::{ActiveModel, TaskModel, head_predictions};
 use super::pending::Pending;
 use crate::storage::{FeatureStore, PhotoStore};
 
@@ -43,8 +43,10 @@ pub struct RelabelOptions {
     /// Depth of each queue between stages, in photos (at least a batch; with `pending`, of the
     /// first stage's only, the next one holding one batch).
     pub queue: usize,
+    /// The task whose label churn a full re-labelling measures.
+    pub churn_task: TaskName,
     /// Measure label churn against this version's top-1 (default: the photo's previous labels
-    /// under the same version, else under any other).
+    /// under the same version, else under any other version of the task).
     pub compare_with: Option<String>,
     /// Photos to read from a shared queue, so that another thread can give some away (a
     /// rollout's load balancing); the pass skips the photos given away.
@@ -57,6 +59,7 @@ impl Default for RelabelOptions {
             batch: 32,
             top_k: 5,
             queue: 256,
+            churn_task: TaskName::general(),
             compare_with: None,
             pending: None,
         }
@@ -66,7 +69,7 @@ impl Default for RelabelOptions {
 /// Progress and result of a re-labelling job; also its resumable state in the catalog.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct RelabelReport {
-    /// The model version whose labels are written.
+    /// The model version whose label churn is measured (every task's labels are written).
     pub model_version: String,
     /// Photos to label in this run (after the checkpoint).
     pub total: u64,
@@ -148,16 +151,21 @@ impl Relabeler<'_> {
         run(self, report, cancel, checkpoint)
     }
 
-    /// Re-labels every live photo with `head` over its stored features (the backbone runs only
-    /// for photos without), filing the labels under the model's version; `progress` hears
-    /// (photos done, photos in all) after every batch.
+    /// Re-labels every live photo with `task`'s head over its stored features (the backbone
+    /// runs only for photos without), filing the labels under the task's version; `progress`
+    /// hears (photos done, photos in all) after every batch. Fails for a task without a head.
     pub(crate) fn run_head(
         &self,
-        head: &HeadWeights,
+        task: &TaskModel,
         mut progress: impl FnMut(u64, u64),
     ) -> Result<HeadRelabelReport, InferenceError> {
         let started = Instant::now();
-        let version = &self.model.version;
+        let version = &task.version;
+        let Some(head) = &task.head else {
+            return Err(InferenceError::NotStaged {
+                version: version.clone(),
+            });
+        };
         let compare_with = self.options.compare_with.as_deref();
         let source = FeatureSource {
             store: self.store,
@@ -179,7 +187,7 @@ impl Relabeler<'_> {
             let dim = self.model.info().feature_dim;
             let mut rows: Vec<(u64, Vec<Prediction>)> = Vec::with_capacity(batch.len());
             for (id, f) in batch.iter().zip(values.chunks_exact(dim)) {
-                let labels = head_predictions(head, f, self.options.top_k);
+                let labels = head_predictions(head, f, self.options.top_k, task.floor);
                 let old = previous_top1(self.catalog, *id, version, compare_with)?;
                 churn.record(old.as_deref(), labels.first().map(|p| p.label.as_str()));
                 rows.push((*id, labels));
@@ -228,9 +236,13 @@ fn run(
         .collect();
     let pending = options.pending.clone().unwrap_or_default();
     pending.fill(ids);
+    let churn_version = model.task(options.churn_task.as_str()).map_or_else(
+        || model.general_version().to_string(),
+        |t| t.version.clone(),
+    );
     {
         let mut r = lock(report);
-        r.model_version = model.version.clone();
+        r.model_version = churn_version.clone();
         r.total = pending.len() as u64;
     }
     let batch_size = options.batch.min(model.backend.max_batch()).max(1);
@@ -318,15 +330,19 @@ fn run(
                     previous_top1(
                         *catalog,
                         *id,
-                        &model.version,
+                        &churn_version,
                         options.compare_with.as_deref(),
                     )
                 })
                 .collect::<Result<_, _>>()?;
             let rows = write_outputs(model, *catalog, features, &ids, &outputs, options.top_k)?;
             let mut churn = Churn::default();
-            for ((_, new), old) in rows.iter().zip(previous) {
-                churn.record(old.as_deref(), new.first().map(|p| p.label.as_str()));
+            for ((_, labels), old) in rows.iter().zip(previous) {
+                let new = labels
+                    .iter()
+                    .find(|(v, _)| *v == churn_version)
+                    .and_then(|(_, l)| l.first());
+                churn.record(old.as_deref(), new.map(|p| p.label.as_str()));
             }
             r.add_churn(churn);
             r.done += ids.len() as u64;
@@ -372,7 +388,7 @@ pub(crate) fn previous_top1(
 
 #[cfg(test)]
 mod tests {
-    use ndpipe_model::InferenceBackend;
+    use ndpipe_model::{HeadWeights, InferenceBackend};
 
     use super::*;
     use crate::inference::model::backbone_predictions;
@@ -395,11 +411,20 @@ mod tests {
         ids
     }
 
-    fn model(s: &Setup, version: &str, head: Option<HeadWeights>) -> ActiveModel {
-        ActiveModel {
-            backend: s.fake.clone(),
+    /// The fake backbone as the general task's version `version`.
+    fn model(s: &Setup, version: &str) -> ActiveModel {
+        let mut model = ActiveModel::pretrained(s.fake.clone());
+        model.tasks[0].version = version.into();
+        model
+    }
+
+    /// A default-task head over the fake backbone, as version `version`.
+    fn task(version: &str, head: HeadWeights) -> TaskModel {
+        TaskModel {
+            task: TaskName::default_task(),
             version: version.into(),
-            head: head.map(Arc::new),
+            head: Some(Arc::new(head)),
+            floor: None,
         }
     }
 
@@ -422,7 +447,7 @@ mod tests {
         let s = setup();
         let ids = ingest(&s, 20).await;
         let run = |version: &str| {
-            let model = model(&s, version, None);
+            let model = model(&s, version);
             let options = RelabelOptions {
                 batch: 8,
                 ..RelabelOptions::default()
@@ -441,14 +466,14 @@ mod tests {
         let photo = s.store.tensor(ids[3]).unwrap().unwrap().1;
         let tensor: ImageTensor = ndpipe_model::TensorBlob::decode(&photo).unwrap();
         let direct = s.fake.run(&[tensor]).unwrap();
-        let expected = backbone_predictions(s.fake.info(), &direct, 0, 5);
+        let expected = backbone_predictions(s.fake.info(), &direct, 0, 5, None);
         assert_eq!(
             s.catalog.predictions(ids[3]).unwrap()[0].1,
             expected,
             "batched = single"
         );
         s.fake.set_failing(true);
-        let failing = model(&s, "v2", None);
+        let failing = model(&s, "v2");
         let report = Mutex::new(RelabelReport::default());
         let options = RelabelOptions::default();
         let err = relabeler(&s, &failing, &options).run(&report, &AtomicBool::new(false), |_| {});
@@ -463,7 +488,7 @@ mod tests {
             top_k: 2,
             ..RelabelOptions::default()
         };
-        let pretrained = model(&s, "pretrained", None);
+        let pretrained = model(&s, "pretrained");
         relabeler(&s, &pretrained, &options)
             .run(
                 &Mutex::new(RelabelReport::default()),
@@ -482,14 +507,15 @@ mod tests {
             vec![0.0, 0.0],
         )
         .unwrap();
-        let tuned = model(&s, "ft-1", Some(head.clone()));
+        let tuned_task = task("ft-1", head.clone());
+        let tuned = pretrained.clone().with_task(tuned_task.clone());
         let options = RelabelOptions {
             compare_with: Some("pretrained".into()),
             ..options
         };
         let fake_calls = s.fake.batches();
         let r = relabeler(&s, &tuned, &options)
-            .run_head(&head, |_, _| {})
+            .run_head(&tuned_task, |_, _| {})
             .unwrap();
         assert_eq!(r.photos, 12);
         assert_eq!(r.computed, 0, "every photo had stored features");
@@ -504,7 +530,7 @@ mod tests {
         // A photo without stored features gets them from the backbone.
         s.features.remove_photo(ids[0]).unwrap();
         let r = relabeler(&s, &tuned, &options)
-            .run_head(&head, |_, _| {})
+            .run_head(&tuned_task, |_, _| {})
             .unwrap();
         assert_eq!(r.computed, 1);
     }

@@ -20,11 +20,22 @@ use crate::inference::backbone::{FeatureSource, stored_blob, stored_tensor};
 pub(crate) type Events = mpsc::Receiver<Result<pb::ExtractEvent, NodeError>>;
 
 impl PipeStoreNode {
-    /// The features of `rows` under the backbone: stored ones when allowed, the rest computed
-    /// (and stored). Returns the features and how many were computed.
-    fn features(&self, rows: &[Row], use_stored: bool) -> Result<(Features, usize), NodeError> {
+    /// The features of `rows` under `backbone` (the served one when `None`, else one a rollout
+    /// staged): stored ones when allowed, the rest computed (and stored). Returns the features
+    /// and how many were computed.
+    fn features(
+        &self,
+        rows: &[Row],
+        use_stored: bool,
+        backbone: Option<&str>,
+    ) -> Result<(Features, usize), NodeError> {
         let ids: Vec<u64> = rows.iter().map(|r| r.0).collect();
-        let backbone = self.backbone();
+        let backbone = match backbone {
+            Some(sha) if sha != self.backbone().info().backbone_version => {
+                self.staged_model(sha)?.backend
+            }
+            _ => self.backbone(),
+        };
         let source = FeatureSource {
             store: &self.store,
             features: &self.features,
@@ -53,7 +64,8 @@ impl PipeStoreNode {
         rows: &[Row],
     ) -> Result<(pb::FeatureChunk, usize), NodeError> {
         if !plan.ship_tensors {
-            let (features, computed) = self.features(rows, plan.use_stored)?;
+            let (features, computed) =
+                self.features(rows, plan.use_stored, plan.backbone.as_deref())?;
             return Ok((encode_chunk(part, run, seq, &features), computed));
         }
         let mut data = Vec::new();
@@ -211,7 +223,7 @@ impl PipeStoreNode {
         if stored_only {
             rows = self.with_stored_features(&rows)?;
         }
-        let (features, _) = self.features(&rows, true)?;
+        let (features, _) = self.features(&rows, true, None)?;
         Ok(encode_chunk(pb::Part::Train, 0, 0, &features))
     }
 

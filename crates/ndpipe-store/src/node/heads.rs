@@ -6,6 +6,7 @@
 
 use std::sync::atomic::Ordering;
 
+use ndpipe_catalog::{Task, TaskName};
 use ndpipe_proto::pb;
 use tracing::{info, warn};
 
@@ -13,19 +14,40 @@ use super::{NodeError, PipeStoreNode};
 use crate::inference::heads::version_of;
 
 impl PipeStoreNode {
-    /// Checks a head (checksum, shape, backbone, feature length) and stages it durably for a
-    /// commit. Blocks (a file write): call it off the async runtime.
+    /// Checks a head (checksum, shape, task, backbone, feature length) and stages it durably
+    /// for a commit: a head of the backbone the node serves, or of one a rollout staged on it.
+    /// Blocks (a file write): call it off the async runtime.
     pub(crate) fn stage_head(&self, req: &pb::StageHeadRequest) -> Result<(), NodeError> {
         let head = ndpipe_proto::head_from_request(req).map_err(NodeError::BadHead)?;
-        let pretrained = self.models.pretrained();
-        let info = pretrained.info();
-        if req.backbone_version != info.backbone_version {
+        let version = version_of(req);
+        let task: TaskName = version
+            .task
+            .parse()
+            .map_err(|e: ndpipe_catalog::CatalogError| NodeError::InvalidArgument(e.to_string()))?;
+        if task.is_general() {
+            return Err(NodeError::InvalidArgument(format!(
+                "head {}: the general task is the backbone's own classifier, never a head",
+                req.version
+            )));
+        }
+        let served = self.models.pretrained();
+        let backbone = if req.backbone_version == served.info().backbone_version {
+            served
+        } else if super::rollout::check_version(&req.backbone_version).is_ok() {
+            self.staged_model(&req.backbone_version)
+                .map_err(|_| NodeError::WrongBackbone {
+                    version: req.version.clone(),
+                    trained_on: req.backbone_version.clone(),
+                    runs: served.info().backbone_version.clone(),
+                })?
+        } else {
             return Err(NodeError::WrongBackbone {
                 version: req.version.clone(),
                 trained_on: req.backbone_version.clone(),
-                runs: info.backbone_version.clone(),
+                runs: served.info().backbone_version.clone(),
             });
-        }
+        };
+        let info = backbone.info();
         if head.input_dim() != info.feature_dim {
             return Err(NodeError::WrongInputDim {
                 version: req.version.clone(),
@@ -33,9 +55,9 @@ impl PipeStoreNode {
                 feature_dim: info.feature_dim,
             });
         }
-        let version = version_of(req);
+        self.ensure_task(&task)?;
         self.models.stage(&head, &version)?;
-        info!(version = %version.id, "staged a head");
+        info!(task = %task, version = %version.id, "staged a head");
         Ok(())
     }
 
@@ -52,6 +74,23 @@ impl PipeStoreNode {
             return Err(NodeError::Injected("commit refused (fault_fail_commits)"));
         }
         self.models.commit(version)?;
+        Ok(())
+    }
+
+    /// Records `task` in this node's catalog when it lacks it (a cluster of nodes with a
+    /// catalog each learns a task from the Tuner's first head of it).
+    fn ensure_task(&self, task: &TaskName) -> Result<(), NodeError> {
+        if self.catalog.task(task)?.is_none() {
+            let created = self.catalog.create_task(&Task {
+                name: task.clone(),
+                floor: None,
+                created_ms: ndpipe_util::time::now_ms(),
+            });
+            match created {
+                Ok(()) | Err(ndpipe_catalog::CatalogError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         Ok(())
     }
 

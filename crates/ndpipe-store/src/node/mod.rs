@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ndpipe_catalog::{PhotoCatalog, ReplicaCatalog, Split};
+use ndpipe_catalog::{Catalog, ReplicaCatalog, Split, TaskName};
 use ndpipe_proto::pb;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
 use ndpipe_util::sync::lock;
@@ -58,7 +58,7 @@ const KEPT_PLANS: usize = 4;
 pub(crate) struct PipeStoreNode {
     store: Arc<PhotoStore>,
     features: Arc<FeatureStore>,
-    catalog: Arc<dyn PhotoCatalog>,
+    catalog: Arc<dyn Catalog>,
     models: Arc<Models>,
     relabel: RelabelOptions,
     node_id: AtomicU32,
@@ -93,7 +93,7 @@ impl PipeStoreNode {
     pub(crate) fn new(
         store: Arc<PhotoStore>,
         features: Arc<FeatureStore>,
-        catalog: Arc<dyn PhotoCatalog>,
+        catalog: Arc<dyn Catalog>,
         models: Arc<Models>,
         relabel: RelabelOptions,
         backbones: BackboneDirs,
@@ -185,12 +185,24 @@ impl PipeStoreNode {
         }
     }
 
-    /// What this node holds: labelled photos per class and split, its backbone and active
-    /// version.
-    pub(crate) fn inventory(&self) -> Result<pb::InventoryReply, NodeError> {
+    /// What this node holds: the photos labelled for `task` per class and split, its backbone
+    /// and the versions it serves.
+    pub(crate) fn inventory(&self, task: &str) -> Result<pb::InventoryReply, NodeError> {
+        let task: TaskName = match task {
+            "" => TaskName::default_task(),
+            name => name.parse().map_err(|e: ndpipe_catalog::CatalogError| {
+                NodeError::InvalidArgument(e.to_string())
+            })?,
+        };
+        let task_known = self.catalog.task(&task)?.is_some();
         let mut counts: BTreeMap<String, pb::ClassCount> = BTreeMap::new();
         for split in [Split::Train, Split::Val, Split::Test] {
-            for (_, label) in self.catalog.labelled(split)? {
+            let labelled = if task_known {
+                self.catalog.labelled(&task, split)?
+            } else {
+                Vec::new()
+            };
+            for (_, label) in labelled {
                 let entry = counts
                     .entry(label.clone())
                     .or_insert_with(|| pb::ClassCount {
@@ -210,40 +222,55 @@ impl PipeStoreNode {
             backbone_version: model.info().backbone_version.clone(),
             feature_dim: model.info().feature_dim as u32,
             classes: counts.into_values().collect(),
-            active_version: model.version,
+            active_version: model.serving().to_string(),
+            task_known,
         })
     }
 
-    /// The model version this node serves.
-    pub(crate) fn active_version(&self) -> String {
-        self.models.active().get().version
+    /// Applies the tasks' own floors (an operator may have changed one through another node).
+    /// Blocks (catalog).
+    pub(crate) fn refresh_floors(&self) -> Result<(), NodeError> {
+        Ok(self.models.refresh_floors()?)
     }
 
-    /// Fails unless `version` is the active model.
-    pub(crate) fn check_active(&self, version: &str) -> Result<(), NodeError> {
-        let active = self.active_version();
-        if active != version {
+    /// The model versions this node serves, one per task, as the protocol reports them.
+    pub(crate) fn active_version(&self) -> String {
+        self.models.active().get().serving().to_string()
+    }
+
+    /// Fails unless `version` is one the node serves.
+    pub(crate) fn check_serving(&self, version: &str) -> Result<(), NodeError> {
+        let model = self.models.active().get();
+        if model.serving_version(version).is_none() {
             return Err(NodeError::NotActive {
-                active,
+                active: model.serving().to_string(),
                 requested: version.to_string(),
             });
         }
         Ok(())
     }
 
-    /// Re-labels every photo with the active model, which must be `version`: head-only over
-    /// stored features after a fine-tuned head was committed, in full after a rollback to the
-    /// pretrained model; `progress` hears (photos done, photos in all) as it goes. Churn is
-    /// measured against the version active before. Blocks: call it off the async runtime.
+    /// Re-labels every photo for the task that `version` serves, which must be active: its head
+    /// over stored features after a head was committed, in full (every task, the backbone
+    /// again) for the general task; `progress` hears (photos done, photos in all) as it goes.
+    /// Churn is measured against the task's version active before. Blocks: call it off the
+    /// async runtime.
     pub(crate) fn relabel(
         &self,
         version: &str,
         mut progress: impl FnMut(u64, u64),
     ) -> Result<pb::RelabelReply, NodeError> {
-        self.check_active(version)?;
+        self.check_serving(version)?;
         let model = self.models.active().get();
+        let Some(task) = model.serving_version(version).cloned() else {
+            return Err(NodeError::NotActive {
+                active: model.serving().to_string(),
+                requested: version.to_string(),
+            });
+        };
         let options = RelabelOptions {
-            compare_with: self.models.previous(),
+            churn_task: task.task.clone(),
+            compare_with: self.models.previous(&task.task),
             ..self.relabel.clone()
         };
         let relabeler = Relabeler {
@@ -253,8 +280,8 @@ impl PipeStoreNode {
             model: &model,
             options: &options,
         };
-        if let Some(head) = &model.head {
-            let r = relabeler.run_head(head, &mut progress)?;
+        if task.head.is_some() {
+            let r = relabeler.run_head(&task, &mut progress)?;
             return Ok(pb::RelabelReply {
                 photos: r.photos,
                 compared: r.churn.compared,

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use ndpipe_catalog::{PhotoCatalog, Split};
+use ndpipe_catalog::{Split, TaskName, TruthCatalog};
 use ndpipe_proto::{RunPlan, pb};
 use ndpipe_util::sync::lock;
 use rand::SeedableRng;
@@ -21,11 +21,15 @@ pub(super) type Row = (u64, u32);
 /// split.
 const CARVED_PERCENT: u64 = 10;
 
-/// Whether training photo `id` is carved out for validation: decided by a hash of the id alone,
-/// so a photo is on the same side in every job and on every node, and no version trains on a
-/// photo another validates on.
-pub(crate) fn carved_for_validation(id: u64) -> bool {
-    let mut h = id.wrapping_add(0x9e37_79b9_7f4a_7c15);
+/// Whether a training photo is carved out for validation: decided by a hash of its bytes' SHA-256
+/// (hex) alone, so a photo is on the same side in every job and on every node, no version
+/// trains on a photo another validates on, and copies of the same bytes (a photo uploaded
+/// twice) are on the same side.
+pub(crate) fn carved_for_validation(sha256: &str) -> bool {
+    let key = sha256.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let mut h = key.wrapping_add(0x9e37_79b9_7f4a_7c15);
     h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     (h ^ (h >> 31)) % 100 < CARVED_PERCENT
@@ -39,6 +43,8 @@ pub(super) struct ExtractionPlan {
     pub(super) chunk_size: usize,
     pub(super) ship_tensors: bool,
     pub(super) use_stored: bool,
+    /// The backbone whose features to send, when not the one served (a rollout's staged one).
+    pub(super) backbone: Option<String>,
     /// The job's throttle and bandwidth cap on this node, shared by its extraction and any
     /// take-over it runs for the job.
     pub(super) pace: Arc<Pace>,
@@ -48,11 +54,11 @@ pub(super) struct ExtractionPlan {
 }
 
 impl ExtractionPlan {
-    /// Plans a job from its request: the labelled photos of the requested classes, training
-    /// photos shuffled (seeded by the job id) and cut into runs.
+    /// Plans a job from its request: the photos labelled for its task with the requested
+    /// classes, training photos shuffled (seeded by the job id) and cut into runs.
     pub(super) fn new(
         req: &pb::ExtractRequest,
-        catalog: &dyn PhotoCatalog,
+        catalog: &dyn TruthCatalog,
     ) -> Result<Self, NodeError> {
         if req.runs == 0 || req.align == 0 || req.chunk_size == 0 {
             return Err(NodeError::InvalidArgument(
@@ -74,14 +80,23 @@ impl ExtractionPlan {
                 )));
             }
         };
+        let task: TaskName = match req.task.as_str() {
+            "" => TaskName::default_task(),
+            name => name.parse().map_err(|e: ndpipe_catalog::CatalogError| {
+                NodeError::InvalidArgument(e.to_string())
+            })?,
+        };
         // One read of the catalog, so that a split changed meanwhile cannot put a photo in both.
         let (mut train, mut val) = (Vec::new(), Vec::new());
-        for (id, label, split) in catalog.ground_truths()? {
-            let Some(&class) = index.get(label.as_str()) else {
+        for truth in catalog.ground_truths(&task)? {
+            let Some(&class) = index.get(truth.label.as_str()) else {
                 continue;
             };
-            match split {
-                Split::Train if carve && carved_for_validation(id) => val.push((id, class)),
+            let id = truth.id;
+            match truth.split {
+                Split::Train if carve && carved_for_validation(&truth.sha256) => {
+                    val.push((id, class));
+                }
                 Split::Train => train.push((id, class)),
                 Split::Val if !carve => val.push((id, class)),
                 Split::Val | Split::Test => {}
@@ -96,7 +111,7 @@ impl ExtractionPlan {
         val.sort_unstable();
         let plan = RunPlan::new(train.len(), req.runs as usize, req.align as usize)
             .map_err(|e| NodeError::InvalidArgument(e.to_string()))?;
-        Ok(Self::from_parts(
+        let mut planned = Self::from_parts(
             val,
             train,
             plan,
@@ -106,7 +121,9 @@ impl ExtractionPlan {
                 req.throttle_images_per_second,
                 req.bandwidth_bytes_per_second,
             ),
-        ))
+        );
+        planned.backbone = Some(req.backbone_version.clone()).filter(|b| !b.is_empty());
+        Ok(planned)
     }
 
     /// A plan of these rows; `mode` is (ship tensors, use stored features).
@@ -128,6 +145,7 @@ impl ExtractionPlan {
             chunk_size,
             ship_tensors,
             use_stored,
+            backbone: None,
             pace: Arc::new(pace),
             runs: Mutex::new(runs),
         }
@@ -208,6 +226,8 @@ impl ExtractionPlan {
 
 #[cfg(test)]
 mod tests {
+    use ndpipe_catalog::PhotoCatalog;
+
     use super::*;
 
     /// 2 validation rows and 10 training rows in 2 runs of 5 (align 1), chunks of 2.
@@ -314,6 +334,27 @@ mod tests {
         }
     }
 
+    #[test]
+    fn copies_of_the_same_bytes_are_carved_alike() {
+        let c = catalog();
+        // Photo 2000 is a second upload of photo 7's bytes.
+        let mut copy = ndpipe_catalog::test_suite::photo(2000, Some(("cat", Split::Train)));
+        copy.meta.sha256 = format!("{:064x}", 7);
+        c.upsert_photo(&copy).unwrap();
+        let carved = ExtractionPlan::new(&request("carve"), &c).unwrap();
+        let side = |id: u64| carved.val.iter().any(|r| r.0 == id);
+        assert_eq!(side(7), side(2000));
+        let other_task = pb::ExtractRequest {
+            task: "fashion".into(),
+            ..request("carve")
+        };
+        assert!(
+            ExtractionPlan::new(&other_task, &c)
+                .is_ok_and(|p| p.train.is_empty() && p.val.is_empty()),
+            "another task's ground truth is its own"
+        );
+    }
+
     /// A catalog of 1000 training photos (cat), 20 `val` (dog) and 20 `test` (dog).
     fn catalog() -> ndpipe_catalog::SqliteCatalog {
         let c = ndpipe_catalog::SqliteCatalog::in_memory().unwrap();
@@ -338,13 +379,19 @@ mod tests {
         assert_eq!(with_val.train.len(), 1000);
 
         let carved = ExtractionPlan::new(&request("carve"), &c).unwrap();
+        let sha = |id: u64| format!("{id:064x}");
         assert!(
             carved
                 .val
                 .iter()
-                .all(|r| r.0 <= 1000 && carved_for_validation(r.0))
+                .all(|r| r.0 <= 1000 && carved_for_validation(&sha(r.0)))
         );
-        assert!(carved.train.iter().all(|r| !carved_for_validation(r.0)));
+        assert!(
+            carved
+                .train
+                .iter()
+                .all(|r| !carved_for_validation(&sha(r.0)))
+        );
         assert_eq!(
             carved.val.len() + carved.train.len(),
             1000,

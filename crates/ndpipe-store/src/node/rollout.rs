@@ -12,7 +12,8 @@
 //! 3. **commit**: photos uploaded since, photos given away that no node stored, and photos
 //!    left out as another node's that became this node's (their primary was lost) are caught
 //!    up, the backbone moves to `DATA/backbones/<sha256>/` and is named the active one, and the
-//!    node serves it. The commit also times the backbone alone on a batch of the node's own
+//!    node serves it with the heads the Tuner trained for it (staged before, one per custom
+//!    task; a task without one is no longer served). The commit also times the backbone alone on a batch of the node's own
 //!    tensors (the report's model-only reference), after the extraction, so that the timing
 //!    delays no node's pass.
 
@@ -78,7 +79,7 @@ impl PipeStoreNode {
             info!(backbone = %sha, "staged a backbone");
         }
         let model = self.staged_model(&sha)?;
-        Ok(model.version)
+        Ok(model.general_version().to_string())
     }
 
     /// Phase two: features and labels of every photo from staged backbone `sha`, resuming at
@@ -121,17 +122,24 @@ impl PipeStoreNode {
     }
 
     /// Phase three: catches up photos uploaded since phase two, then serves backbone `sha`
-    /// (committed durably first), and times it alone. Committing the backbone served already
-    /// changes nothing but the timing. Blocks.
-    pub(crate) fn commit_backbone(&self, sha: &str) -> Result<pb::CommitBackboneReply, NodeError> {
+    /// (committed durably first) with the staged `heads`, and times it alone. Committing the
+    /// backbone served already commits the heads (idempotent) and times it. Blocks.
+    pub(crate) fn commit_backbone(
+        &self,
+        sha: &str,
+        heads: &[String],
+    ) -> Result<pb::CommitBackboneReply, NodeError> {
         check_version(sha)?;
         let _rollout = lock(&self.rollout);
         let served = self.models.pretrained();
         if served.info().backbone_version == sha {
+            for head in heads {
+                self.models.commit(head)?;
+            }
             self.drop_staged(sha)?;
             return Ok(pb::CommitBackboneReply {
                 model_only_images_per_second: self.time_model(&served)?,
-                model_version: served.version,
+                model_version: served.general_version().to_string(),
                 caught_up: 0,
             });
         }
@@ -147,12 +155,13 @@ impl PipeStoreNode {
                 path: self.backbones.committed(sha),
                 source,
             })?;
-        self.models.switch_backbone(model.clone())?;
+        self.models.switch_backbone(model.clone(), heads)?;
         self.drop_staged(sha)?;
         let model_only = self.time_model(&model)?;
-        info!(backbone = %sha, version = %model.version, caught_up, model_only, "committed a backbone");
+        let version = model.general_version().to_string();
+        info!(backbone = %sha, version = %version, heads = heads.len(), caught_up, model_only, "committed a backbone");
         Ok(pb::CommitBackboneReply {
-            model_version: model.version,
+            model_version: version,
             caught_up,
             model_only_images_per_second: model_only,
         })
@@ -215,11 +224,7 @@ impl PipeStoreNode {
                 backend.info().backbone_version
             )));
         }
-        let model = ActiveModel {
-            version: backend.info().pretrained_version(),
-            backend,
-            head: None,
-        };
+        let model = ActiveModel::pretrained(backend);
         *lock(&self.staged) = Some(model.clone());
         Ok(model)
     }
@@ -260,7 +265,7 @@ impl PipeStoreNode {
         progress: &mut dyn FnMut(&RelabelReport),
     ) -> Result<RelabelReport, NodeError> {
         let options = RelabelOptions {
-            compare_with: Some(self.active_version()),
+            compare_with: Some(self.models.pretrained().general_version().to_string()),
             // Beyond the model's batch and the next one, the pass's photos stay in `pending`,
             // to give away.
             queue: 0,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ndpipe_catalog::{
     CatalogError, GroundTruth, PhotoCopies, PhotoMeta, PhotoRecord, PlacementNode, Prediction,
-    ReplicaCatalog,
+    ReplicaCatalog, TaskName,
 };
 use ndpipe_proto::pb;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
@@ -20,6 +20,8 @@ use sha2::{Digest, Sha256};
 use super::copies::{intact, meta_from_json};
 use super::peers::Peers;
 use super::{ReplicationError, placement};
+use crate::duplicates::ExactDuplicates;
+use crate::duplicates::exact::{ExactCheck, Uploaded};
 use crate::metrics::StoreMetrics;
 
 /// How long a front door reuses the node list it read from the catalog.
@@ -49,6 +51,9 @@ impl FrontDoorConfig {
     }
 }
 
+/// A photo's labels by model version, and the versions active on its primary.
+pub(crate) type ClusterLabels = (Vec<(String, Vec<Prediction>)>, Vec<String>);
+
 /// The cluster as one store, seen from a front door.
 pub(crate) struct FrontDoor {
     /// The node this front door runs on (`None`: a gateway, which holds no copy).
@@ -58,19 +63,22 @@ pub(crate) struct FrontDoor {
     pub(super) peers: Peers,
     pub(super) metrics: Arc<StoreMetrics>,
     nodes: Mutex<Option<(Instant, Vec<PlacementNode>)>>,
+    /// The exact-duplicate check of uploads (on the whole cluster's photos).
+    exact: ExactCheck,
 }
 
 impl FrontDoor {
     /// A front door on node `here` (`None`: on no node) over the replica map `catalog`,
-    /// calling the nodes with `secret` over `tls`.
+    /// calling the nodes with `secret` over `tls`, checking uploads with `exact`.
     pub(crate) fn new(
         here: Option<String>,
-        catalog: Arc<dyn ReplicaCatalog>,
+        (catalog, exact): (Arc<dyn ReplicaCatalog>, ExactCheck),
         metrics: Arc<StoreMetrics>,
         (secret, tls): (Option<ClusterSecret>, Option<Tls>),
         config: FrontDoorConfig,
     ) -> Self {
         FrontDoor {
+            exact,
             here,
             peers: Peers::new(secret, tls, config.peer_timeout, config.max_message),
             config,
@@ -143,8 +151,37 @@ impl FrontDoor {
     }
 
     /// Stores an upload on `replicas` nodes: ingested by the primary, copied to the others, and
-    /// catalogued once every copy is durable.
+    /// catalogued once every copy is durable; bytes the cluster already has are answered as
+    /// `exact_duplicates` says, before anything is sent.
     pub(crate) async fn upload(
+        &self,
+        bytes: bytes::Bytes,
+        truth: Option<GroundTruth>,
+    ) -> Result<Uploaded, ReplicationError> {
+        self.exact
+            .upload(bytes, truth, |b, t| self.place_and_forward(b, t))
+            .await
+    }
+
+    /// [`FrontDoor::upload`] in `mode` rather than the configured one.
+    pub(crate) async fn upload_as(
+        &self,
+        mode: ExactDuplicates,
+        bytes: bytes::Bytes,
+        truth: Option<GroundTruth>,
+    ) -> Result<Uploaded, ReplicationError> {
+        self.exact
+            .upload_as(mode, bytes, truth, |b, t| self.place_and_forward(b, t))
+            .await
+    }
+
+    /// The exact-duplicate check of this front door's uploads.
+    pub(crate) fn exact(&self) -> &ExactCheck {
+        &self.exact
+    }
+
+    /// Places an upload and has its primary ingest it.
+    async fn place_and_forward(
         &self,
         bytes: bytes::Bytes,
         truth: Option<GroundTruth>,
@@ -161,15 +198,16 @@ impl FrontDoor {
         bytes: bytes::Bytes,
         truth: Option<GroundTruth>,
     ) -> Result<PhotoRecord, ReplicationError> {
-        let (label, split) = match truth {
-            Some(t) => (t.label, t.split.as_str().to_string()),
-            None => (String::new(), String::new()),
+        let (label, split, task) = match truth {
+            Some(t) => (t.label, t.split.as_str().to_string(), t.task.to_string()),
+            None => (String::new(), String::new(), String::new()),
         };
         let req = pb::IngestRequest {
             original: bytes.to_vec(),
             label,
             split,
             copies,
+            task,
         };
         let reply = self
             .peers
@@ -180,7 +218,7 @@ impl FrontDoor {
             url: primary.url.clone(),
             reason,
         })?;
-        Ok(PhotoRecord { id: reply.id, meta })
+        Ok(PhotoRecord::new(reply.id, meta))
     }
 
     /// Photo `id`'s catalog row and holders; `None` when it is deleted or was never catalogued.
@@ -189,25 +227,31 @@ impl FrontDoor {
         Ok(tokio::task::spawn_blocking(move || catalog.copies(id)).await??)
     }
 
-    /// Photo `id`'s labels by model version, from whichever node's row it is; `None` when it
-    /// is deleted or was never catalogued.
+    /// Photo `id`'s labels by model version, from whichever node's row it is, and the versions
+    /// active on its primary; `None` when it is deleted or was never catalogued.
     pub(crate) async fn labels_of(
         &self,
         id: u64,
-    ) -> Result<Option<Vec<(String, Vec<Prediction>)>>, ReplicationError> {
+    ) -> Result<Option<ClusterLabels>, ReplicationError> {
         let catalog = self.catalog.clone();
         Ok(
             tokio::task::spawn_blocking(move || match catalog.copies(id)? {
-                Some(_) => catalog.cluster_predictions(id).map(Some),
-                None => Ok(None),
+                Some(_) => Ok(Some((
+                    catalog.cluster_predictions(id)?,
+                    catalog.primary_active_versions(id)?,
+                ))),
+                None => Ok::<_, CatalogError>(None),
             })
             .await??,
         )
     }
 
-    /// Photo `id`'s labels under the model active on its primary, best first (empty before it
-    /// is labelled).
-    pub(crate) async fn active_labels(&self, id: u64) -> Result<Vec<Prediction>, ReplicationError> {
+    /// Photo `id`'s labels under the versions active on its primary, per task, best first
+    /// (a task is left out before the photo is labelled for it).
+    pub(crate) async fn active_labels(
+        &self,
+        id: u64,
+    ) -> Result<Vec<(TaskName, Vec<Prediction>)>, ReplicationError> {
         let catalog = self.catalog.clone();
         Ok(tokio::task::spawn_blocking(move || catalog.cluster_active_predictions(id)).await??)
     }

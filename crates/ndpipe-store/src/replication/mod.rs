@@ -32,6 +32,8 @@ use ndpipe_catalog::{
 use ndpipe_proto::pb;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
 
+use crate::duplicates::ExactDuplicates;
+use crate::duplicates::exact::Uploaded;
 use crate::inference::model::SharedModel;
 use crate::ingest::{IngestError, Ingestor};
 use crate::metrics::StoreMetrics;
@@ -149,7 +151,7 @@ impl Replication {
         Replication {
             front: FrontDoor::new(
                 Some(parts.name.clone()),
-                parts.catalog.clone(),
+                (parts.catalog.clone(), parts.ingestor.exact().clone()),
                 parts.metrics.clone(),
                 (parts.secret, parts.tls),
                 front,
@@ -178,8 +180,34 @@ impl Replication {
     }
 
     /// Stores an upload on `replicas` nodes: ingested here when this node is its primary,
-    /// else forwarded to the primary ([`FrontDoor::upload`]).
+    /// else forwarded to the primary ([`FrontDoor::upload`]); bytes the cluster already has
+    /// are answered as `exact_duplicates` says.
     pub(crate) async fn upload(
+        &self,
+        bytes: bytes::Bytes,
+        truth: Option<GroundTruth>,
+    ) -> Result<Uploaded, ReplicationError> {
+        let check = self.front.exact();
+        check
+            .upload(bytes, truth, |b, t| self.place_here(b, t))
+            .await
+    }
+
+    /// [`Replication::upload`] in `mode` rather than the configured one.
+    pub(crate) async fn upload_as(
+        &self,
+        mode: ExactDuplicates,
+        bytes: bytes::Bytes,
+        truth: Option<GroundTruth>,
+    ) -> Result<Uploaded, ReplicationError> {
+        let check = self.front.exact();
+        check
+            .upload_as(mode, bytes, truth, |b, t| self.place_here(b, t))
+            .await
+    }
+
+    /// Places an upload and ingests it here as its primary, or has its primary ingest it.
+    async fn place_here(
         &self,
         bytes: bytes::Bytes,
         truth: Option<GroundTruth>,

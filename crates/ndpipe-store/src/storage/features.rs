@@ -6,6 +6,7 @@
 //! dim * f16 LE]`.
 
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -30,6 +31,14 @@ pub const DEFAULT_FEATURE_CACHE_BYTES: usize = 128 << 20;
 /// written again once space returns.
 pub struct FeatureStore {
     db: Db,
+    hook: OnceLock<Arc<dyn FeatureHook>>,
+}
+
+/// Told of every committed change of stored features (the similarity index follows the store
+/// by it): `backbone` is the one written, `None` for a removal under every backbone.
+pub(crate) trait FeatureHook: Send + Sync {
+    /// The features of `ids` changed.
+    fn changed(&self, backbone: Option<&str>, ids: &[u64]);
 }
 
 impl FeatureStore {
@@ -38,7 +47,19 @@ impl FeatureStore {
     pub fn open(path: &Path, cache_bytes: usize) -> Result<Self, StoreError> {
         Ok(FeatureStore {
             db: Db::open(path, cache_bytes, create_tables)?,
+            hook: OnceLock::new(),
         })
+    }
+
+    /// Tells `hook` of every later change; a store takes one hook (false when it has one).
+    pub(crate) fn set_hook(&self, hook: Arc<dyn FeatureHook>) -> bool {
+        self.hook.set(hook).is_ok()
+    }
+
+    fn notify(&self, backbone: Option<&str>, ids: &[u64]) {
+        if let Some(hook) = self.hook.get() {
+            hook.changed(backbone, ids);
+        }
     }
 
     /// Stores the features of many photos under `backbone` in one transaction.
@@ -71,11 +92,14 @@ impl FeatureStore {
                 }
             }
             txn.commit().map_err(StoreError::index)
-        })
+        })?;
+        let ids: Vec<u64> = rows.iter().map(|(id, _)| *id).collect();
+        self.notify(Some(backbone), &ids);
+        Ok(())
     }
 
-    /// The features of one photo under `backbone`.
-    pub(crate) fn get(&self, backbone: &str, id: u64) -> Result<Option<Vec<f32>>, StoreError> {
+    /// The features of one photo under `backbone` (what a benchmark compares photos by).
+    pub fn get(&self, backbone: &str, id: u64) -> Result<Option<Vec<f32>>, StoreError> {
         self.db.read(|db| {
             let txn = db.begin_read().map_err(StoreError::index)?;
             let table = txn.open_table(FEATURES).map_err(StoreError::index)?;
@@ -138,8 +162,7 @@ impl FeatureStore {
     }
 
     /// Ids with features under `backbone`, ascending.
-    #[cfg(test)]
-    fn ids(&self, backbone: &str) -> Result<Vec<u64>, StoreError> {
+    pub(crate) fn ids(&self, backbone: &str) -> Result<Vec<u64>, StoreError> {
         self.db.read(|db| {
             let txn = db.begin_read().map_err(StoreError::index)?;
             let table = txn.open_table(FEATURES).map_err(StoreError::index)?;
@@ -175,7 +198,9 @@ impl FeatureStore {
                 }
             }
             txn.commit().map_err(StoreError::index)
-        })
+        })?;
+        self.notify(None, &[id]);
+        Ok(())
     }
 }
 

@@ -30,17 +30,11 @@ pub(crate) fn routes(core: Arc<Core>) -> Routes {
 struct TunerService(Arc<Core>);
 
 impl TunerService {
-    /// The active version and heartbeat interval for a node's reply; wakes the syncer when the
-    /// node serves another version.
+    /// The versions every node must serve and the heartbeat interval for a node's reply;
+    /// wakes the syncer when the node serves others.
     fn answer(&self, record: &NodeRecord) -> Result<(String, u32), Status> {
-        let active = self
-            .0
-            .registry
-            .active()
-            .map_err(status)?
-            .map(|v| v.id)
-            .unwrap_or_default();
-        if !active.is_empty() && record.version.as_deref() != Some(active.as_str()) {
+        let active = self.0.registry.intent().map_err(status)?.to_string();
+        if !crate::nodes::in_sync(record, Some(&active)) {
             self.0.wake_sync();
         }
         let heartbeat = u32::try_from(self.0.nodes.heartbeat().as_millis()).unwrap_or(u32::MAX);

@@ -16,7 +16,7 @@
 //! - `POST /v1/tuner/rollout/{backbone}`: a rollout of a kept backbone, in the background (202
 //!   with the job; 404 for a backbone the Tuner does not keep).
 //! - `GET /v1/tuner/jobs` and `GET /v1/tuner/jobs/{id}`: phase, progress, result or error.
-//! - `GET /v1/search?label=&model=&offset=&limit=` (standalone Tuner only; an embedded one
+//! - `GET /v1/search?label=&model=&task=&offset=&limit=` (standalone Tuner only; an embedded one
 //!   leaves it to its PipeStore): photos of every node of a shared catalog, with their node;
 //!   also `/healthz`, `/readyz` and `/metrics` (see `ops`).
 //!
@@ -32,7 +32,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use ndpipe_catalog::{ModelVersion, NodeHit, NodeState};
+use ndpipe_catalog::{ModelVersion, NodeState, TaskHit, TaskName};
 use ndpipe_util::http::{error_response, require_bearer};
 use serde::{Deserialize, Serialize};
 
@@ -96,14 +96,14 @@ const MAX_PAGE: usize = 1000;
 struct SearchParams {
     label: Option<String>,
     model: Option<String>,
+    task: Option<String>,
     offset: Option<usize>,
     limit: Option<usize>,
 }
 
 #[derive(Serialize)]
 struct SearchReply {
-    model_version: String,
-    hits: Vec<NodeHit>,
+    hits: Vec<TaskHit>,
     next_offset: Option<usize>,
 }
 
@@ -122,14 +122,19 @@ async fn search(
         return Err(bad(&format!("limit must be 1..={MAX_PAGE}")));
     }
     let offset = params.offset.unwrap_or(0);
-    let (model_version, hits) =
-        tuner.search(label.trim(), params.model.as_deref(), offset, limit)?;
-    let next_offset = (hits.len() == limit).then_some(offset + limit);
-    Ok(Json(SearchReply {
-        model_version,
-        hits,
-        next_offset,
-    }))
+    let task = params
+        .task
+        .map(|t| t.parse::<TaskName>())
+        .transpose()
+        .map_err(|e| bad(&e.to_string()))?;
+    let hits = tuner.search(
+        label.trim(),
+        (params.model.as_deref(), task.as_ref()),
+        offset,
+        limit,
+    )?;
+    let next_offset = (hits.len() == limit).then(|| offset.saturating_add(limit));
+    Ok(Json(SearchReply { hits, next_offset }))
 }
 
 /// The one mapping of Tuner errors to HTTP: status and stable `error` kind.
@@ -144,10 +149,13 @@ impl From<TunerError> for Response {
             TunerError::UnknownVersion(_)
             | TunerError::UnknownBackbone(_)
             | TunerError::UnknownNode(_)
+            | TunerError::UnknownTask(_)
             | TunerError::UnknownJob(_) => StatusCode::NOT_FOUND,
+            TunerError::TasksNotCarried(_) => StatusCode::CONFLICT,
             TunerError::Node { .. } => StatusCode::BAD_GATEWAY,
             TunerError::InvalidArgument(_)
             | TunerError::InvalidBackbone(_)
+            | TunerError::TooFewClasses { .. }
             | TunerError::InputDimMismatch { .. } => StatusCode::BAD_REQUEST,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -172,7 +180,7 @@ async fn finetune(
 ) -> Result<Response, Response> {
     let Json(req) =
         body.map_err(|e| error_response(StatusCode::BAD_REQUEST, "bad_body", &e.body_text()))?;
-    Ok(accepted(tuner.submit_finetune(req)?))
+    Ok(accepted(tuner.submit_finetune(req).await?))
 }
 
 async fn deploy(
@@ -182,11 +190,22 @@ async fn deploy(
     Ok(accepted(tuner.submit_deploy(&version)?))
 }
 
+#[derive(Deserialize)]
+struct RolloutParams {
+    #[serde(default)]
+    force: bool,
+}
+
+/// `POST /v1/tuner/rollout/{backbone}[?force=true]`: `force` commits the backbone even when a
+/// task's head cannot be carried to it (that task is then left without one).
 async fn rollout(
     State(tuner): State<Arc<Tuner>>,
     Path(backbone): Path<String>,
+    query: Result<Query<RolloutParams>, QueryRejection>,
 ) -> Result<Response, Response> {
-    Ok(accepted(tuner.submit_rollout(&backbone)?))
+    let Query(params) =
+        query.map_err(|e| error_response(StatusCode::BAD_REQUEST, "bad_query", &e.body_text()))?;
+    Ok(accepted(tuner.submit_rollout(&backbone, params.force)?))
 }
 
 async fn jobs(State(tuner): State<Arc<Tuner>>) -> Result<Json<Vec<JobView>>, Response> {

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use ndpipe_catalog::{PhotoCopies, ReplicaCatalog, Split};
+use ndpipe_catalog::{ReplicaCatalog, Split, TaskName, TaskTruth};
 use ndpipe_proto::pb;
 use tokio::sync::mpsc;
 use tracing::warn;
@@ -55,11 +55,12 @@ impl Job<'_> {
         let lost = self.nodes[i].clone();
         let classes: HashMap<String, u32> = (self.classes.iter().cloned()).zip(0..).collect();
         let received = self.intake.received(i);
-        let (name, catalog) = (lost.name.clone(), map.clone());
-        let orphans =
-            tokio::task::spawn_blocking(move || orphans(&*catalog, &name, &classes, &received))
-                .await
-                .map_err(|e| TunerError::Internal(e.to_string()))??;
+        let (name, catalog, task) = (lost.name.clone(), map.clone(), self.req.task.clone());
+        let orphans = tokio::task::spawn_blocking(move || {
+            orphans(&*catalog, (&name, &task), &classes, &received)
+        })
+        .await
+        .map_err(|e| TunerError::Internal(e.to_string()))??;
         let live_names: HashMap<&str, usize> = (self.nodes.iter().enumerate())
             .filter(|&(n, _)| n != i && !self.intake.is_lost(n))
             .map(|(n, node)| (node.name.as_str(), n))
@@ -188,47 +189,54 @@ fn assign(
     (groups, stranded)
 }
 
-/// The training photos of the job whose primary is `node` (lost), of the job's `classes`,
-/// not among those `received`, with their live holders other than `node`.
+/// The training photos of the job's `task` whose primary is `node` (lost), of the job's
+/// `classes`, not among those `received`, with their live holders other than `node`.
 fn orphans(
     catalog: &dyn ReplicaCatalog,
-    node: &str,
+    (node, task): (&str, &TaskName),
     classes: &HashMap<String, u32>,
     received: &HashSet<u64>,
 ) -> Result<Vec<Orphan>, TunerError> {
-    let mut out = Vec::new();
-    let mut after = None;
-    loop {
-        let page = catalog.list_cluster(after, PAGE)?;
-        let Some(last) = page.last() else {
-            return Ok(out);
-        };
-        after = Some(last.id);
-        out.extend(
-            page.into_iter()
-                .filter_map(|p| orphan(p, node, classes, received)),
-        );
+    let wanted: Vec<(TaskTruth, u32)> = catalog
+        .task_truths_of(node, task)?
+        .into_iter()
+        .filter_map(|t| orphan_truth(t, classes, received))
+        .collect();
+    let mut out = Vec::with_capacity(wanted.len());
+    for page in wanted.chunks(PAGE as usize) {
+        let ids: Vec<u64> = page.iter().map(|(t, _)| t.id).collect();
+        let holders: HashMap<u64, Vec<String>> = catalog
+            .copies_many(&ids)?
+            .into_iter()
+            .map(|c| (c.id, c.holders))
+            .collect();
+        for (truth, label) in page {
+            let Some(holders) = holders.get(&truth.id) else {
+                continue;
+            };
+            out.push(Orphan {
+                photo: pb::LabelledPhoto {
+                    id: truth.id,
+                    label: *label,
+                    run: 0,
+                    sha256: truth.sha256.clone(),
+                },
+                holders: holders.iter().filter(|h| *h != node).cloned().collect(),
+            });
+        }
     }
+    Ok(out)
 }
 
-fn orphan(
-    p: PhotoCopies,
-    node: &str,
+/// A training photo of the job not `received`, with its class index.
+fn orphan_truth(
+    truth: TaskTruth,
     classes: &HashMap<String, u32>,
     received: &HashSet<u64>,
-) -> Option<Orphan> {
-    let truth = p.meta.ground_truth.as_ref()?;
+) -> Option<(TaskTruth, u32)> {
     let label = *classes.get(&truth.label)?;
-    let wanted = p.primary == node && truth.split == Split::Train && !received.contains(&p.id);
-    wanted.then(|| Orphan {
-        photo: pb::LabelledPhoto {
-            id: p.id,
-            label,
-            run: 0,
-            sha256: p.meta.sha256.clone(),
-        },
-        holders: p.holders.into_iter().filter(|h| h != node).collect(),
-    })
+    let wanted = truth.split == Split::Train && !received.contains(&truth.id);
+    wanted.then_some((truth, label))
 }
 
 /// `error` (a node's) with `more` added to its message.
@@ -246,32 +254,20 @@ fn failure_with(error: TunerError, more: String) -> TunerError {
 mod tests {
     use std::collections::{BTreeSet, HashMap, HashSet};
 
-    use ndpipe_catalog::{GroundTruth, PhotoCopies, PhotoMeta, Split};
+    use ndpipe_catalog::{Split, TaskTruth};
     use ndpipe_proto::pb::{self, Part, extract_event::Event};
     use ndpipe_proto::{Features, decode_chunk, encode_chunk};
 
-    use super::{Orphan, assign, orphan};
+    use super::{Orphan, assign, orphan_truth};
     use crate::finetune::intake::Intake;
     use crate::finetune::streams::Source;
 
-    fn photo(id: u64, primary: &str, label: &str, split: Split) -> PhotoCopies {
-        let ground_truth = Some(GroundTruth {
+    fn truth(id: u64, label: &str, split: Split) -> TaskTruth {
+        TaskTruth {
+            id,
             label: label.into(),
             split,
-        });
-        PhotoCopies {
-            id,
-            meta: PhotoMeta {
-                sha256: format!("sha{id}"),
-                bytes: 1,
-                width: 1,
-                height: 1,
-                content_type: "image/jpeg".into(),
-                created_ms: 0,
-                ground_truth,
-            },
-            primary: primary.into(),
-            holders: vec!["b".into(), primary.into()],
+            sha256: format!("sha{id}"),
         }
     }
 
@@ -279,20 +275,15 @@ mod tests {
     fn only_the_lost_nodes_training_photos_not_received_are_taken_over() {
         let classes = HashMap::from([("shirt".to_string(), 1)]);
         let received = HashSet::from([2]);
-        let pick = |p| {
-            orphan(p, "c", &classes, &received)
-                .map(|o| (o.photo.id, o.photo.label, o.photo.sha256, o.holders))
-        };
-        let one = pick(photo(1, "c", "shirt", Split::Train));
-        assert_eq!(one, Some((1, 1, "sha1".into(), vec!["b".into()])));
+        let pick = |t| orphan_truth(t, &classes, &received).map(|(t, label)| (t.id, label));
+        assert_eq!(pick(truth(1, "shirt", Split::Train)), Some((1, 1)));
         let left_alone = [
-            (photo(2, "c", "shirt", Split::Train), "received"),
-            (photo(3, "a", "shirt", Split::Train), "another node's"),
-            (photo(4, "c", "shirt", Split::Val), "validation"),
-            (photo(5, "c", "coat", Split::Train), "not in the job"),
+            (truth(2, "shirt", Split::Train), "received"),
+            (truth(4, "shirt", Split::Val), "validation"),
+            (truth(5, "coat", Split::Train), "not in the job"),
         ];
-        for (p, why) in left_alone {
-            assert!(pick(p).is_none(), "{why}");
+        for (t, why) in left_alone {
+            assert!(pick(t).is_none(), "{why}");
         }
     }
 

@@ -15,11 +15,14 @@
 //! - [`trainer`]: the training thread, in memory or through [`cached`] over the memory budget;
 //! - [`conventional`]: the comparison mode where the Tuner runs the backbone.
 
+mod assess;
 mod balance;
 mod cached;
 mod conventional;
 mod intake;
 mod lost;
+mod quality;
+mod record;
 mod report;
 mod request;
 mod streams;
@@ -30,39 +33,50 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ndpipe_catalog::{ModelVersion, ReplicaCatalog};
+use ndpipe_catalog::{ReplicaCatalog, TaskName};
 use ndpipe_model::InferenceBackend;
 use ndpipe_proto::pb::extract_event::Event;
 use ndpipe_proto::{ProtoError, decode_chunk, decode_tensor_chunk, pb};
-use ndpipe_util::time::now_ms;
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use cached::CacheReport;
+pub use quality::{ClassMetrics, Gate};
 pub use report::{FinetuneReport, NodeReport, Rebalanced, RunTimeline};
 pub use request::{CachePolicy, DEFAULT_MEMORY_BUDGET, FinetuneRequest, Mode, ValSplit};
 
 use self::cached::CacheSetup;
 use self::intake::Intake;
+use self::record::register;
 use self::streams::{Ingress, Msg, Source};
 use self::survey::{Survey, starting_head};
 use self::trainer::{TrainedRun, Trainer, TrainerSetup, validate};
 use crate::control::JobEnv;
 use crate::jobs::Phase;
 use crate::nodes::{Members, Node, node_error};
-use crate::registry::Registry;
 use crate::{Head, TunerError, deploy};
 
-/// Fine-tunes a new head from the features of the `members`, records it in the registry and,
-/// when asked, deploys it. `conventional` is the Tuner's own backbone, for conventional mode
-/// (the caller checked the request). With a replica map, a node lost mid-job is handled as
-/// [`lost`] says.
+/// Where a fine-tune's features come from: the backbone the nodes serve, or one a rollout
+/// staged on them (its version and feature size), whose stored features train the task's head
+/// for it; and the suffix that keeps the job's extraction apart from the rollout's others.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Target {
+    pub(crate) backbone: Option<(String, usize)>,
+    pub(crate) suffix: String,
+}
+
+/// Fine-tunes a new head of the request's task from the features of the `members`, records it
+/// in the registry with its quality gate and, when asked and the gate lets it (or it is
+/// forced), deploys it; otherwise it stays a candidate. `conventional` is the Tuner's own
+/// backbone, for conventional mode (the caller checked the request). With a replica map, a node
+/// lost mid-job is handled as [`lost`] says.
 pub(crate) async fn finetune(
     env: &JobEnv<'_>,
     replicas: Option<&Arc<dyn ReplicaCatalog>>,
     mut members: Members,
     conventional: Option<Arc<dyn InferenceBackend>>,
     req: FinetuneRequest,
+    target: &Target,
 ) -> Result<FinetuneReport, TunerError> {
     let started = Instant::now();
     let wire_before = env.nodes.traffic().received();
@@ -70,13 +84,18 @@ pub(crate) async fn finetune(
     if snapshot.is_empty() {
         return Err(TunerError::NoNodes);
     }
-    let survey = Survey::take(&snapshot, req.val_split).await?;
+    let mut survey = Survey::take(&snapshot, &req.task, req.val_split).await?;
+    if let Some((backbone, dim)) = &target.backbone {
+        survey.backbone.clone_from(backbone);
+        survey.feature_dim = *dim;
+    }
     let (head, parent) = starting_head(env.registry, &req, &survey)?;
-    let job_id = env.progress.id().to_string();
+    let job_id = format!("{}{}", env.progress.id(), target.suffix);
     let labels: Vec<String> = snapshot.iter().map(Node::label).collect();
     env.progress.phase(Phase::Extracting, &labels);
     info!(
         job = %job_id,
+        task = %req.task,
         nodes = snapshot.len(),
         classes = head.classes().len(),
         runs = req.runs,
@@ -85,13 +104,12 @@ pub(crate) async fn finetune(
     );
     let mut trained_before = env.registry.trained_by_lineage(parent.as_deref())?;
     let (mut job, rx) = Job::start(
-        &snapshot,
-        &req,
-        &job_id,
+        (&snapshot, &req, &job_id),
         &survey,
         head,
         conventional,
         started,
+        target,
     );
     job.replicas = replicas.cloned();
     job.intake.leave_out_of_val(
@@ -100,13 +118,29 @@ pub(crate) async fn finetune(
             .map(|n| trained_before.remove(&n.name).unwrap_or_default())
             .collect(),
     );
-    let done = job.run(rx, env).await?;
+    let mut done = job.run(rx, env).await?;
     let trained: BTreeMap<String, Vec<u64>> = snapshot
         .iter()
         .map(|n| n.name.clone())
         .zip(done.intake.trained())
         .collect();
+    let margin = req.deploy_margin.unwrap_or(env.deploy_margin);
+    let assessed = assess::assess(
+        env.registry,
+        &req,
+        (&snapshot, &done.intake),
+        &mut done.head,
+        parent.as_deref(),
+        (&survey.backbone, margin),
+    )
+    .await?;
     let (mut report, head) = done.into_report(&survey, &job_id, parent, started);
+    report.task = req.task.clone();
+    report.floor = head.acceptance().floor;
+    report.min_cosine = head.acceptance().novelty.as_ref().map(|n| n.min_cosine);
+    report.gate = assessed.gate;
+    report.per_class = assessed.per_class;
+    report.val_other_share = assessed.val_other_share;
     // A node lost mid-job gets no deploy.
     for lost in &report.failed_over {
         members.nodes.retain(|n| n.name != lost.node);
@@ -122,50 +156,27 @@ pub(crate) async fn finetune(
     // Recorded before the version, so that no version exists without its training photos.
     env.registry.save_trained(&report.version, &trained)?;
     let record = register(env.registry, &survey, &req, &report, &head)?;
-    info!(version = %record.id, report.val_top1, report.seconds, "fine-tuning done");
-    if req.deploy {
+    info!(version = %record.id, task = %req.task, report.val_top1, gate = ?report.gate, report.seconds, "fine-tuning done");
+    if req.deploy && report.gate.deploys() {
         report.deploy = Some(deploy::deploy(env, &members, &record, Some(&head)).await?);
+    } else if req.deploy {
+        info!(version = %record.id, "the version stays a candidate: below its parent by more than the margin");
     }
     Ok(report)
 }
 
-/// Records the new version (and the nodes' pretrained one it may derive from) with its head.
-fn register(
-    registry: &Registry,
-    survey: &Survey,
-    req: &FinetuneRequest,
-    report: &FinetuneReport,
-    head: &Head,
-) -> Result<ModelVersion, TunerError> {
-    if !survey.pretrained.is_empty() {
-        registry.record(&ModelVersion {
-            id: survey.pretrained.clone(),
-            backbone: survey.backbone.clone(),
-            parent: None,
-            metrics: serde_json::json!({"head": "pretrained"}),
-            created_ms: 0,
-            active: false,
-        })?;
+/// Whether `nodes` can fine-tune `req`'s task: they know it, and their training photos span
+/// two classes of it at least (what the job's own survey finds first). A node that does not
+/// answer is left to the job, which takes over its photos from their copies or fails naming
+/// it: only what the client can fix is refused before the job starts.
+pub(crate) async fn survey_check(nodes: &[Node], req: &FinetuneRequest) -> Result<(), TunerError> {
+    match Survey::take(nodes, &req.task, req.val_split).await {
+        Err(TunerError::Node { node, message }) => {
+            debug!(%node, %message, "preflight: a node did not answer; the job will see");
+            Ok(())
+        }
+        other => other.map(drop),
     }
-    let record = ModelVersion {
-        id: report.version.clone(),
-        backbone: survey.backbone.clone(),
-        parent: report.parent.clone(),
-        metrics: serde_json::json!({
-            "val_top1": report.val_top1,
-            "val_top1_before": report.val_top1_before,
-            "val_split": report.val_split,
-            "train_images": report.train_images,
-            "runs": req.runs,
-            "epochs": req.epochs,
-            "classes": report.classes.len(),
-        }),
-        created_ms: now_ms(),
-        active: false,
-    };
-    registry.save_head(&record, head)?;
-    registry.record(&record)?;
-    Ok(record)
 }
 
 /// A job in flight: the event loop's state.
@@ -241,6 +252,7 @@ impl Done {
         let backbone = &survey.backbone;
         let report = FinetuneReport {
             version: format!("{job_id}-{}", backbone.get(..8).unwrap_or(backbone)),
+            task: TaskName::default_task(),
             parent,
             classes: self.head.classes().to_vec(),
             train_images,
@@ -249,6 +261,11 @@ impl Done {
             val_split: survey.val_split.to_string(),
             val_top1_before: self.val_top1_before,
             val_top1: runs.last().map_or(0.0, |t| t.val_top1),
+            gate: Gate::judge(0.0, None, 0.0, false),
+            per_class: Vec::new(),
+            floor: 0.0,
+            min_cosine: None,
+            val_other_share: 0.0,
             bytes_received: bytes,
             bytes_per_image: bytes as f64 / (train_images + val_images).max(1) as f64,
             wire_bytes_received: 0,
@@ -275,13 +292,12 @@ impl Done {
 impl<'a> Job<'a> {
     /// Opens every node's feature stream; the job then runs on the returned channel.
     fn start(
-        nodes: &'a [Node],
-        req: &'a FinetuneRequest,
-        job_id: &'a str,
+        (nodes, req, job_id): (&'a [Node], &'a FinetuneRequest, &'a str),
         survey: &'a Survey,
         head: Head,
         conventional: Option<Arc<dyn InferenceBackend>>,
         started: Instant,
+        target: &Target,
     ) -> (Self, mpsc::Receiver<Msg>) {
         let (tx, rx) = mpsc::channel::<Msg>(64);
         let ingress = Ingress::new(req.ingress_bytes_per_second);
@@ -297,6 +313,12 @@ impl<'a> Job<'a> {
                 throttle_images_per_second: req.throttle.get(&node.name).copied().unwrap_or(0.0),
                 ship_tensors: conventional.is_some(),
                 bandwidth_bytes_per_second: req.bandwidth_bytes_per_second,
+                task: req.task.to_string(),
+                backbone_version: target
+                    .backbone
+                    .as_ref()
+                    .map(|(b, _)| b.clone())
+                    .unwrap_or_default(),
             };
             streams::spawn_extract(i, node, request, tx.clone(), ingress.clone());
         }
@@ -534,7 +556,7 @@ impl<'a> Job<'a> {
             .head
             .take()
             .ok_or_else(|| TunerError::Internal("trainer started twice".into()))?;
-        let val = self.intake.take_val();
+        let val = self.intake.val();
         self.val_top1_before = validate(&head, &val)?;
         let (tx, rx) = mpsc::channel(self.req.runs as usize + 1);
         self.trained = Some(rx);

@@ -3,7 +3,10 @@
 use crate::FailedOver;
 use serde::{Deserialize, Serialize};
 
+use ndpipe_catalog::TaskName;
+
 use super::cached::CacheReport;
+use super::quality::{ClassMetrics, Gate};
 use crate::deploy::DeployReport;
 
 /// The result of a fine-tuning job.
@@ -11,7 +14,9 @@ use crate::deploy::DeployReport;
 pub struct FinetuneReport {
     /// The new version.
     pub version: String,
-    /// The version it was derived from.
+    /// The task it labels for.
+    pub task: TaskName,
+    /// The version it was derived from: the task's version before (`None` for its first).
     pub parent: Option<String>,
     /// The head's classes.
     pub classes: Vec<String>,
@@ -30,6 +35,18 @@ pub struct FinetuneReport {
     pub val_top1_before: f32,
     /// Validation top-1 at the end.
     pub val_top1: f32,
+    /// The quality gate: the new version against its parent on the same validation photos.
+    pub gate: Gate,
+    /// Per-class precision and recall on the validation photos.
+    pub per_class: Vec<ClassMetrics>,
+    /// The label rules the head keeps: its floor, and the least cosine of the novelty check
+    /// (`None` when it has none).
+    pub floor: f32,
+    /// See `floor`.
+    pub min_cosine: Option<f32>,
+    /// Share of the validation photos the head labels `other` (a class below the floor, or
+    /// novel): the cost of the label rules on photos of the task.
+    pub val_other_share: f32,
     /// Bytes of features, labels and ids received.
     pub bytes_received: u64,
     /// `bytes_received / (train + val images)`.
@@ -71,7 +88,8 @@ pub struct FinetuneReport {
     /// Registered nodes the job left out (draining, lease ran out, ...), with the reason.
     #[serde(default)]
     pub skipped: Vec<String>,
-    /// The deploy, when asked for.
+    /// The deploy, when asked for and the gate let it (or it was forced); without one, the
+    /// version is a candidate (deploy it with `POST /v1/tuner/deploy/{version}`).
     pub deploy: Option<DeployReport>,
     /// Nodes lost during the job whose photos passed to live copies before it ran again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

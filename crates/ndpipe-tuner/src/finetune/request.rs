@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use ndpipe_catalog::TaskName;
 use serde::{Deserialize, Serialize};
 use spidercache::PolicyKind;
 
@@ -62,6 +63,22 @@ pub struct FinetuneRequest {
     pub memory_budget_bytes: u64,
     /// The cache used over the memory budget. Default [`CachePolicy::SpiderCache`].
     pub cache_policy: CachePolicy,
+    /// The task to train: its ground truth labels the photos, and the new version becomes its
+    /// candidate (`general`, the backbone's own classifier, never trains). Default `default`.
+    pub task: TaskName,
+    /// Deploy even when the new version's validation top-1 is more than the margin below its
+    /// parent's on the same photos. Default false: such a version stays a candidate.
+    pub force: bool,
+    /// How far (a share, 0.01 = one point) the new version's validation top-1 may fall below
+    /// its parent's and still deploy; default: the Tuner's `deploy_margin`.
+    pub deploy_margin: Option<f32>,
+    /// The least probability of a label the new head keeps: a photo whose best class is under
+    /// it is `other`. Default 0.5.
+    pub floor: f32,
+    /// The novelty check (calibrated rejection): the share of validation photos it keeps in
+    /// the task; photos less like the training photos than all but that share are `other`.
+    /// 0 turns it off. Default 0.99.
+    pub novelty_quantile: f32,
 }
 
 impl Default for FinetuneRequest {
@@ -85,7 +102,45 @@ impl Default for FinetuneRequest {
             load_balance: true,
             memory_budget_bytes: DEFAULT_MEMORY_BUDGET,
             cache_policy: CachePolicy::SpiderCache,
+            task: TaskName::default_task(),
+            force: false,
+            deploy_margin: None,
+            floor: 0.5,
+            novelty_quantile: 0.99,
         }
+    }
+}
+
+impl FinetuneRequest {
+    /// Refuses what no job can do: no run, too many, a task that is not trainable, label rules
+    /// that are not probabilities.
+    pub(crate) fn check(&self) -> Result<(), TunerError> {
+        if self.runs == 0 || self.runs as usize > ndpipe_proto::MAX_RUNS {
+            return Err(TunerError::InvalidArgument(format!(
+                "runs must be 1 to {}",
+                ndpipe_proto::MAX_RUNS
+            )));
+        }
+        if self.task.is_general() {
+            return Err(TunerError::InvalidArgument(
+                "the general task is the backbone's own classifier and never trains: name a task of your own".into(),
+            ));
+        }
+        let probability = |name: &str, v: f32| {
+            if (0.0..=1.0).contains(&v) {
+                Ok(())
+            } else {
+                Err(TunerError::InvalidArgument(format!(
+                    "{name} must be in [0, 1], not {v}"
+                )))
+            }
+        };
+        probability("floor", self.floor)?;
+        probability("novelty_quantile", self.novelty_quantile)?;
+        if let Some(margin) = self.deploy_margin {
+            probability("deploy_margin", margin)?;
+        }
+        Ok(())
     }
 }
 

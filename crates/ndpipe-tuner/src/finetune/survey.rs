@@ -1,9 +1,11 @@
-//! What the nodes hold before a fine-tune (their inventories: backbone, classes, training
-//! photos), whether training must read through the cache, and the head the job starts from.
+//! What the nodes hold before a fine-tune (their inventories: backbone, the task's classes and
+//! training photos), whether training must read through the cache, and the head the job starts
+//! from.
 
 use std::collections::BTreeSet;
 
-use ndpipe_proto::pb;
+use ndpipe_catalog::TaskName;
+use ndpipe_proto::{Serving, pb};
 use tracing::info;
 
 use super::cached::CacheSetup;
@@ -17,7 +19,7 @@ pub(super) struct Survey {
     /// The backbone every node runs.
     pub(super) backbone: String,
     pub(super) feature_dim: usize,
-    /// The version the nodes serve now ("" for none).
+    /// The general task's version the nodes serve (the backbone's pretrained one; "" for none).
     pub(super) pretrained: String,
     /// "val" or "test".
     pub(super) val_split: &'static str,
@@ -28,11 +30,21 @@ pub(super) struct Survey {
 }
 
 impl Survey {
-    pub(super) async fn take(nodes: &[Node], val_split: ValSplit) -> Result<Self, TunerError> {
+    /// Asks every node what it holds of `task`; fails when no node knows the task, or its
+    /// training photos span fewer than two classes.
+    pub(super) async fn take(
+        nodes: &[Node],
+        task: &TaskName,
+        val_split: ValSplit,
+    ) -> Result<Self, TunerError> {
+        let request = pb::InventoryRequest {
+            task: task.to_string(),
+        };
         let replies = futures::future::join_all(nodes.iter().map(|n| {
-            n.unary(pb::InventoryRequest {}, |mut c, r| async move {
-                c.inventory(r).await
-            })
+            n.unary(
+                request.clone(),
+                |mut c, r| async move { c.inventory(r).await },
+            )
         }))
         .await;
         let inventories = nodes
@@ -54,20 +66,34 @@ impl Survey {
                 ));
             }
         }
+        if !inventories.iter().any(|i| i.task_known) {
+            return Err(TunerError::UnknownTask(task.to_string()));
+        }
         let counts = || inventories.iter().flat_map(|i| &i.classes);
         let val_split = match val_split {
             ValSplit::Auto if counts().any(|c| c.val > 0) => "val",
             ValSplit::Auto | ValSplit::Carve => "carve",
             ValSplit::Val => "val",
         };
+        let labels: BTreeSet<String> = counts()
+            .filter(|c| c.train > 0)
+            .map(|c| c.label.clone())
+            .collect();
+        if labels.len() < 2 {
+            return Err(TunerError::TooFewClasses {
+                task: task.to_string(),
+                classes: labels.into_iter().collect(),
+            });
+        }
+        let serving: Serving = inventories[0].active_version.parse()?;
         Ok(Survey {
             feature_dim: inventories[0].feature_dim as usize,
-            pretrained: inventories[0].active_version.clone(),
+            pretrained: serving
+                .version(TaskName::GENERAL)
+                .unwrap_or_default()
+                .to_string(),
             val_split,
-            labels: counts()
-                .filter(|c| c.train > 0)
-                .map(|c| c.label.clone())
-                .collect(),
+            labels,
             have: inventories
                 .iter()
                 .map(|i| i.classes.iter().map(|c| c.train).sum())
@@ -100,8 +126,9 @@ impl Survey {
     }
 }
 
-/// The head to start from: the active version's (with new classes added) or, for a request
-/// from scratch or where there is none, a new one; and the version it derives from.
+/// The head to start from: the task's active version's (with new classes added) or, for a
+/// request from scratch or where there is none, a new one; and the version it derives from (the
+/// task's active version, whichever head the job starts from: the one it would replace).
 pub(super) fn starting_head(
     registry: &Registry,
     req: &FinetuneRequest,
@@ -110,10 +137,11 @@ pub(super) fn starting_head(
     if survey.labels.is_empty() {
         return Err(TunerError::EmptyData);
     }
-    let active = registry
-        .active()?
+    let parent = registry.active(&req.task)?;
+    let warm = parent
+        .clone()
         .filter(|v| v.backbone == survey.backbone && req.hidden.is_none() && !req.from_scratch);
-    if let Some(active) = active
+    if let Some(active) = warm
         && let Some(mut head) = registry.head(&active.id)?
     {
         let new: Vec<String> = survey
@@ -133,8 +161,5 @@ pub(super) fn starting_head(
         seed: req.seed,
         ..HeadConfig::new(survey.labels.iter().cloned().collect())
     };
-    Ok((
-        Head::new(config)?,
-        Some(survey.pretrained.clone()).filter(|p| !p.is_empty()),
-    ))
+    Ok((Head::new(config)?, parent.map(|v| v.id)))
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use candle_core::{Device, Tensor, Var};
-use ndpipe_model::{HeadError, HeadFile, HeadVersion};
+use ndpipe_model::{Acceptance, HeadError, HeadFile, HeadVersion};
 
 use super::{Dense, Head, HeadConfig};
 use crate::TunerError;
@@ -28,11 +28,12 @@ impl Head {
         path: &Path,
         version: Option<HeadVersion>,
     ) -> Result<(), TunerError> {
-        let config =
+        let mut config =
             serde_json::to_value(&self.config).map_err(|e| TunerError::InvalidHeadFile {
                 path: path.to_path_buf(),
                 reason: e.to_string(),
             })?;
+        config["floor"] = serde_json::json!(self.acceptance.floor);
         let mut tensors = BTreeMap::new();
         let mut put = |name: &str, tensor: &Tensor| -> Result<(), TunerError> {
             let values = tensor.flatten_all()?.to_vec1::<f32>()?;
@@ -44,6 +45,15 @@ impl Head {
         if let Some(hidden) = &self.hidden {
             put("hidden.weight", hidden.weight.as_tensor())?;
             put("hidden.bias", hidden.bias.as_tensor())?;
+        }
+        if let Some(n) = &self.acceptance.novelty {
+            config["min_cosine"] = serde_json::json!(n.min_cosine);
+            let dim = self.config.input_dim;
+            tensors.insert("accept.center".into(), (vec![dim], n.center.clone()));
+            tensors.insert(
+                "accept.centroids".into(),
+                (vec![self.classes().len(), dim], n.centroids.clone()),
+            );
         }
         HeadFile {
             config,
@@ -97,15 +107,29 @@ impl Head {
                 "output.weight",
                 "output.bias",
             ],
-            None => &["output.weight", "output.bias"],
+            None => &[
+                "output.weight",
+                "output.bias",
+                "accept.center",
+                "accept.centroids",
+            ],
         };
         if let Some(extra) = file.tensors.keys().find(|k| !known.contains(&k.as_str())) {
             return Err(invalid(format!("unexpected tensor {extra}")));
         }
+        let acceptance = match hidden {
+            Some(_) => Acceptance::default(),
+            None => file
+                .to_linear()
+                .map_err(|e| from_head_error(e, path))?
+                .acceptance()
+                .clone(),
+        };
         Ok(Self {
             config,
             hidden,
             output,
+            acceptance,
         })
     }
 }
@@ -190,6 +214,7 @@ mod tests {
         let path = dir.path().join("v.safetensors");
         let head = head(None);
         let version = HeadVersion {
+            task: "default".into(),
             id: "v".into(),
             backbone: "b".repeat(64),
             parent: None,

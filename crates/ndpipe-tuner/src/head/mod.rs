@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use candle_core::{D, DType, Device, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
-use ndpipe_model::HeadWeights;
+use ndpipe_model::{Acceptance, HeadWeights};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
@@ -16,6 +16,9 @@ use crate::TunerError;
 use crate::schedule::learning_rate;
 
 mod file;
+mod streaming;
+
+pub(crate) use streaming::StreamingRun;
 
 /// Feature dimension of the EfficientNet-Lite0 backbone.
 const DEFAULT_INPUT_DIM: usize = 1280;
@@ -182,6 +185,8 @@ pub struct Head {
     config: HeadConfig,
     hidden: Option<Dense>,
     output: Dense,
+    /// Its rules for keeping labels, calibrated after training.
+    acceptance: Acceptance,
 }
 
 impl Head {
@@ -199,7 +204,30 @@ impl Head {
             config,
             hidden,
             output,
+            acceptance: Acceptance::default(),
         })
+    }
+
+    /// The head's rules for keeping labels (a floor, a novelty check).
+    pub fn acceptance(&self) -> &Acceptance {
+        &self.acceptance
+    }
+
+    /// Sets the head's rules for keeping labels; fails when the novelty check does not fit the
+    /// head's classes and input.
+    pub fn set_acceptance(&mut self, acceptance: Acceptance) -> Result<(), TunerError> {
+        if let Some(n) = &acceptance.novelty
+            && (n.center.len() != self.input_dim()
+                || n.centroids.len() != self.classes().len() * self.input_dim())
+        {
+            return Err(TunerError::Internal(format!(
+                "a novelty check of {} classes for a head of {}",
+                n.centroids.len() / n.center.len().max(1),
+                self.classes().len()
+            )));
+        }
+        self.acceptance = acceptance;
+        Ok(())
     }
 
     /// The head's configuration (its classes grow with [`Head::grow_classes`]).
@@ -417,6 +445,8 @@ impl Head {
             bias: Var::from_tensor(&bias)?,
         };
         self.config = grown;
+        // The class means no longer cover every class; training calibrates them again.
+        self.acceptance = Acceptance::default();
         Ok(())
     }
 
@@ -436,6 +466,7 @@ impl Head {
             .to_vec1::<f32>()?;
         let bias = self.output.bias.as_tensor().to_vec1::<f32>()?;
         HeadWeights::new(self.classes().to_vec(), self.input_dim(), weights, bias)
+            .and_then(|h| h.with_acceptance(self.acceptance.clone()))
             .map_err(|e| TunerError::Internal(format!("the head's own layers: {e}")))
     }
 
@@ -528,50 +559,4 @@ fn glorot_values(rows: usize, cols: usize, fans: usize, rng: &mut Pcg64Mcg) -> V
 /// An independent random stream for (`seed`, purpose `tag`, `index`).
 fn stream(seed: u64, tag: u64, index: u64) -> Pcg64Mcg {
     Pcg64Mcg::seed_from_u64(seed ^ tag.rotate_right(8) ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-}
-
-/// A training run fed batch by batch; see [`Head::streaming`].
-pub(crate) struct StreamingRun<'a> {
-    head: &'a mut Head,
-    optimizer: AdamW,
-    run: usize,
-    runs: usize,
-    epochs: usize,
-}
-
-impl StreamingRun<'_> {
-    /// Sets the learning rate of `epoch` (NDPipe's step schedule, scaled for the run).
-    pub(crate) fn begin_epoch(&mut self, epoch: usize) {
-        self.optimizer
-            .set_learning_rate(learning_rate(epoch, self.epochs, self.run, self.runs));
-    }
-
-    /// One optimizer step on a batch; returns each row's cross-entropy before the step (what
-    /// importance-aware caches rank samples by).
-    pub(crate) fn step(
-        &mut self,
-        features: &[f32],
-        labels: &[u32],
-    ) -> Result<Vec<f32>, TunerError> {
-        let rows = self.head.check_labelled(features, labels)?;
-        if rows == 0 {
-            return Err(TunerError::EmptyData);
-        }
-        let x = Tensor::from_slice(features, (rows, self.head.config.input_dim), &Device::Cpu)?;
-        let y = Tensor::from_slice(labels, rows, &Device::Cpu)?;
-        let log_p = candle_nn::ops::log_softmax(&self.head.forward(&x)?, 1)?;
-        let per_row = log_p
-            .gather(&y.unsqueeze(1)?, 1)?
-            .squeeze(1)?
-            .neg()?
-            .to_vec1::<f32>()?;
-        let loss = self.head.objective(&x, &y)?;
-        self.optimizer.backward_step(&loss)?;
-        Ok(per_row)
-    }
-
-    /// The head being trained.
-    pub(crate) fn head(&self) -> &Head {
-        self.head
-    }
 }

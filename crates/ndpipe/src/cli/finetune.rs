@@ -42,9 +42,28 @@ pub(crate) struct FinetuneArgs {
     /// version's.
     #[arg(long)]
     from_scratch: bool,
+    /// The task to train (its ground truth labels the photos; `general` never trains)
+    /// [default: the default task].
+    #[arg(long)]
+    task: Option<String>,
     /// Train and register the version without deploying it.
     #[arg(long)]
     no_deploy: bool,
+    /// Deploy even when validation top-1 falls below the parent's by more than the margin.
+    #[arg(long)]
+    force: bool,
+    /// How far below its parent's the new version's validation top-1 may fall and still deploy,
+    /// in points [default: the Tuner's deploy_margin, 1 point].
+    #[arg(long)]
+    deploy_margin: Option<f32>,
+    /// The least probability of a label the new head keeps; below it a photo is `other`
+    /// [default: 0.5].
+    #[arg(long)]
+    floor: Option<f32>,
+    /// The share of validation photos the novelty check keeps (0 turns it off): photos less
+    /// like the training photos than the rest are `other` [default: 0.99].
+    #[arg(long)]
+    novelty_quantile: Option<f32>,
     /// Start the job and print its id without following it.
     #[arg(long)]
     no_wait: bool,
@@ -56,9 +75,18 @@ fn parse_val_split(s: &str) -> Result<ValSplit, String> {
 }
 
 impl FinetuneArgs {
-    fn request(&self) -> FinetuneRequest {
+    fn request(&self) -> Result<FinetuneRequest> {
         let d = FinetuneRequest::default();
-        FinetuneRequest {
+        let task = match &self.task {
+            Some(t) => t.parse().with_context(|| format!("--task {t}"))?,
+            None => d.task.clone(),
+        };
+        Ok(FinetuneRequest {
+            task,
+            force: self.force,
+            deploy_margin: self.deploy_margin.map(|points| points / 100.0),
+            floor: self.floor.unwrap_or(d.floor),
+            novelty_quantile: self.novelty_quantile.unwrap_or(d.novelty_quantile),
             runs: self.runs.unwrap_or(d.runs),
             epochs: self.epochs.unwrap_or(d.epochs),
             batch: self.batch.unwrap_or(d.batch),
@@ -68,7 +96,7 @@ impl FinetuneArgs {
             from_scratch: self.from_scratch,
             deploy: d.deploy && !self.no_deploy,
             ..d
-        }
+        })
     }
 }
 
@@ -76,7 +104,7 @@ impl FinetuneArgs {
 pub(crate) async fn finetune(args: FinetuneArgs) -> Result<()> {
     let client = Client::new(&args.server)?;
     let job: JobView = client
-        .post_json_body("/v1/tuner/finetune", &args.request())
+        .post_json_body("/v1/tuner/finetune", &args.request()?)
         .await?;
     if args.no_wait {
         println!("{}", job.id);
@@ -131,8 +159,9 @@ fn phase_name(phase: Phase) -> String {
 
 fn print_finetune(r: &FinetuneReport) {
     println!(
-        "new version {} (parent {}): {} classes, {} training and {} validation photos ({} split)",
+        "new version {} of task {} (parent {}): {} classes, {} training and {} validation photos ({} split)",
         r.version,
+        r.task,
         r.parent.as_deref().unwrap_or("none"),
         r.classes.len(),
         r.train_images,
@@ -171,8 +200,53 @@ fn print_finetune(r: &FinetuneReport) {
             n.node, n.images, n.extracted, n.images_per_second
         );
     }
-    if let Some(d) = &r.deploy {
-        print_deploy(d);
+    print_quality(r);
+    match &r.deploy {
+        Some(d) => print_deploy(d),
+        None => println!(
+            "{} is a candidate, not deployed (deploy it with `ndpipe rollback {}`)",
+            r.version, r.version
+        ),
+    }
+}
+
+/// The new head's figures: per class, its label rules, and its quality gate.
+fn print_quality(r: &FinetuneReport) {
+    println!("| class | precision | recall | validation photos |");
+    println!("|-------|-----------|--------|-------------------|");
+    for c in &r.per_class {
+        println!(
+            "| {} | {:.1}% | {:.1}% | {} |",
+            c.class,
+            100.0 * c.precision,
+            100.0 * c.recall,
+            c.support
+        );
+    }
+    println!(
+        "labels kept from {:.0}% up{}; {:.1}% of the validation photos would be `other`",
+        100.0 * r.floor,
+        r.min_cosine
+            .map(|c| format!(", photos unlike the training photos (cosine to every class mean under {c:.3}) are `other`"))
+            .unwrap_or_default(),
+        100.0 * r.val_other_share
+    );
+    let g = &r.gate;
+    match g.parent_val_top1 {
+        Some(parent) => println!(
+            "gate: {:.1}% against the parent's {:.1}% on the same photos (margin {:.1} points): {}",
+            100.0 * g.val_top1,
+            100.0 * parent,
+            100.0 * g.margin,
+            if g.passed {
+                "passed"
+            } else if g.forced {
+                "failed, deployed anyway (--force)"
+            } else {
+                "failed"
+            }
+        ),
+        None => println!("gate: the task's first version, nothing to compare with"),
     }
 }
 
@@ -200,12 +274,24 @@ pub(crate) async fn versions(args: ServerArgs) -> Result<()> {
     let client = Client::new(&args)?;
     let list: Vec<ModelVersion> = client.get_json("/v1/tuner/versions").await?;
     for v in list {
+        let metrics = match v.metrics.get("val_top1") {
+            Some(top1) => format!(
+                "val top-1 {:.1}%{}",
+                100.0 * top1.as_f64().unwrap_or(0.0),
+                match v.metrics.get("gate_passed").and_then(|g| g.as_bool()) {
+                    Some(false) => " (below its parent: a candidate)",
+                    _ => "",
+                }
+            ),
+            None => v.metrics.to_string(),
+        };
         println!(
-            "{} {:<40} parent {:<40} {}",
+            "{} {:<10} {:<40} parent {:<40} {}",
             if v.active { "*" } else { " " },
+            v.task,
             v.id,
             v.parent.as_deref().unwrap_or("-"),
-            v.metrics
+            metrics
         );
     }
     Ok(())

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use ndpipe_model::{CodecKind, ExecutionProvider};
+use ndpipe_store::{ExactDuplicates, NearHash};
 use serde::Serialize;
 
 /// Flags of `ndpipe serve` and `ndpipe pipestore`: keys of `[pipestore]`.
@@ -58,6 +59,15 @@ pub(crate) struct PipeStoreFlags {
     #[command(flatten)]
     #[serde(flatten)]
     pub(crate) peers: PeerFlags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) similar: SimilarFlags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) similar_index: SimilarIndexFlags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) duplicates: DuplicateFlags,
     /// Largest accepted image in pixels, checked before decoding [max_pixels; default: 64 Mpx].
     #[arg(long, env = "NDPIPE_MAX_PIXELS")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -137,6 +147,20 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_EXECUTION_PROVIDER")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) execution_provider: Option<ExecutionProvider>,
+    /// The words model's folder, which maps a search in words onto class names; without it a
+    /// search in words is an error [words_model_dir; default: MODEL_DIR/words].
+    #[arg(long, env = "NDPIPE_WORDS_MODEL_DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) words_model_dir: Option<PathBuf>,
+    /// Least cosine similarity of a class to a search in words, -1..=1 [words_min_score;
+    /// default: 0.6].
+    #[arg(long, env = "NDPIPE_WORDS_MIN_SCORE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) words_min_score: Option<f32>,
+    /// Most classes of each task one search in words maps to [words_max_classes; default: 3].
+    #[arg(long, env = "NDPIPE_WORDS_MAX_CLASSES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) words_max_classes: Option<usize>,
     /// Longest wait, in ms, for concurrent uploads to fill a labelling batch [label_wait_ms;
     /// default: 5].
     #[arg(long, env = "NDPIPE_LABEL_WAIT_MS")]
@@ -234,6 +258,20 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_TUNER_ORT_LIB")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) ort_lib: Option<PathBuf>,
+    /// The words model's folder, which maps a search in words onto class names
+    /// [words_model_dir; default: MODEL_DIR/words, else .cache/model/words].
+    #[arg(long, env = "NDPIPE_TUNER_WORDS_MODEL_DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) words_model_dir: Option<PathBuf>,
+    /// Least cosine similarity of a class to a search in words, -1..=1 [words_min_score;
+    /// default: 0.6].
+    #[arg(long, env = "NDPIPE_TUNER_WORDS_MIN_SCORE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) words_min_score: Option<f32>,
+    /// Most classes of each task one search in words maps to [words_max_classes; default: 3].
+    #[arg(long, env = "NDPIPE_TUNER_WORDS_MAX_CLASSES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) words_max_classes: Option<usize>,
     /// Largest backbone (ONNX file) `ndpipe models add` may upload, in bytes
     /// [max_backbone_bytes; default: 512 MiB].
     #[arg(long, env = "NDPIPE_MAX_BACKBONE_BYTES")]
@@ -254,6 +292,12 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_REPAIR_STALL_MS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) repair_stall_ms: Option<u64>,
+    /// A fine-tuned version deploys only when its validation top-1 is at most this far (a
+    /// share: 0.01 is one point) below its parent's on the same photos; otherwise it stays a
+    /// candidate [deploy_margin; default: 0.01].
+    #[arg(long, env = "NDPIPE_DEPLOY_MARGIN")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) deploy_margin: Option<f32>,
 }
 
 /// Flags of `ndpipe gateway`: keys of `[gateway]`.
@@ -297,11 +341,17 @@ pub(crate) struct GatewayFlags {
     #[command(flatten)]
     #[serde(flatten)]
     pub(crate) peers: PeerFlags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) duplicates: DuplicateFlags,
     /// Deadline of each call to a PipeStore, an upload's ingest and copies included, in ms
     /// [peer_timeout_ms; default: 30000].
     #[arg(long, env = "NDPIPE_PEER_TIMEOUT_MS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) peer_timeout_ms: Option<u64>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) similar: SimilarFlags,
 }
 
 /// Flags of the servers that take photos from clients (PipeStores and gateways): who may
@@ -336,6 +386,38 @@ pub(crate) struct ClientFlags {
     #[arg(long, env = "NDPIPE_MAX_UPLOADS_PER_CLIENT")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_uploads_per_client: Option<usize>,
+}
+
+/// Flags of duplicate finding, on the servers that take uploads (PipeStores and gateways); the
+/// same keys in `[pipestore]` and `[gateway]`.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+pub(crate) struct DuplicateFlags {
+    /// An upload of bytes the catalog already has: existing (200 with the existing photo's id
+    /// as duplicate_of, nothing stored) or store (201, a new photo, duplicate_of said)
+    /// [exact_duplicates; default: existing].
+    #[arg(long, env = "NDPIPE_EXACT_DUPLICATES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) exact_duplicates: Option<ExactDuplicates>,
+    /// Perceptual hash of near duplicates: phash, gradient, mean or blockhash [near_hash;
+    /// default: phash].
+    #[arg(long, env = "NDPIPE_NEAR_HASH")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) near_hash: Option<NearHash>,
+    /// Largest Hamming distance, in bits of 64, between near duplicates' hashes, 0..=32
+    /// [near_hamming; default: 12].
+    #[arg(long, env = "NDPIPE_NEAR_HAMMING")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) near_hamming: Option<u32>,
+    /// Smallest width and height, in pixels, of a photo paired as a near duplicate
+    /// [near_min_side; default: 64].
+    #[arg(long, env = "NDPIPE_NEAR_MIN_SIDE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) near_min_side: Option<u32>,
+    /// Smallest cosine similarity between semantic duplicates' features, -1..=1
+    /// [semantic_min_cosine; default: 0.9].
+    #[arg(long, env = "NDPIPE_SEMANTIC_MIN_COSINE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) semantic_min_cosine: Option<f64>,
 }
 
 /// Flags of every server on how it meets its peers and clients: the cluster secret, mutual
@@ -375,6 +457,54 @@ pub(crate) struct PeerFlags {
     #[arg(long, env = "NDPIPE_MAX_CONNECTIONS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_connections: Option<usize>,
+}
+
+/// Flags of every front door on similarity queries; the same keys in `[pipestore]` and
+/// `[gateway]`.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+pub(crate) struct SimilarFlags {
+    /// Deadline of a similarity query, in ms; nodes that have not answered by then are named
+    /// in a partial answer [similar_timeout_ms; default: 2000].
+    #[arg(long, env = "NDPIPE_SIMILAR_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_timeout_ms: Option<u64>,
+    /// Similar photos answered when a query names no k [similar_default_k; default: 10].
+    #[arg(long, env = "NDPIPE_SIMILAR_DEFAULT_K")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_default_k: Option<usize>,
+    /// Largest k a similarity query may ask for [similar_max_k; default: 1000].
+    #[arg(long, env = "NDPIPE_SIMILAR_MAX_K")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_max_k: Option<usize>,
+}
+
+/// Flags of a PipeStore's similarity index: keys of `[pipestore]`.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+pub(crate) struct SimilarIndexFlags {
+    /// Where each backbone's similarity index is saved [similar_index_dir; default:
+    /// DATA/index].
+    #[arg(long, env = "NDPIPE_SIMILAR_INDEX_DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_index_dir: Option<PathBuf>,
+    /// How often a changed similarity index is saved, in ms, and at a clean stop
+    /// [similar_save_interval_ms; default: 60000].
+    #[arg(long, env = "NDPIPE_SIMILAR_SAVE_INTERVAL_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_save_interval_ms: Option<u64>,
+    /// Graph degree (HNSW M) of the similarity index [similar_connectivity; default: 16].
+    #[arg(long, env = "NDPIPE_SIMILAR_CONNECTIVITY")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_connectivity: Option<usize>,
+    /// Beam width while adding to the similarity index (HNSW ef_construction)
+    /// [similar_expansion_add; default: 128].
+    #[arg(long, env = "NDPIPE_SIMILAR_EXPANSION_ADD")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_expansion_add: Option<usize>,
+    /// Beam width while searching the similarity index (HNSW ef) [similar_expansion_search;
+    /// default: 64].
+    #[arg(long, env = "NDPIPE_SIMILAR_EXPANSION_SEARCH")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similar_expansion_search: Option<usize>,
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use clap::Args;
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use ndpipe::client::{Client, ServerArgs, UploadError};
+use ndpipe::client::{Client, ServerArgs, Truth, UploadError, Uploaded};
 use ndpipe::fashion_mnist;
 
 /// File extensions imported from folders.
@@ -46,6 +46,10 @@ pub(super) struct ImportArgs {
     /// Split of the labelled photos of a folder: train, val or test.
     #[arg(long, default_value = "train")]
     pub split: String,
+    /// The task the labels belong to (created before with `ndpipe tasks create`) [default: the
+    /// default task].
+    #[arg(long)]
+    pub task: Option<String>,
     /// Uploads in flight at once.
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
@@ -79,6 +83,8 @@ impl Item {
 #[derive(Debug, Default)]
 struct Summary {
     imported: u64,
+    /// Uploads answered with a photo the store had already (the same bytes).
+    already: u64,
     skipped: u64,
     rejected: BTreeMap<String, Vec<String>>,
     failed: Vec<String>,
@@ -110,19 +116,20 @@ pub(super) async fn run(args: ImportArgs) -> Result<()> {
         .context("progress bar template")?,
     );
     let started = std::time::Instant::now();
-    let split = args.split.clone();
+    let (split, task) = (args.split.clone(), args.task.clone());
     let mut results = futures::stream::iter(items)
         .map(|item| {
             let client = client.clone();
-            let split = split.clone();
+            let (split, task) = (split.clone(), task.clone());
             async move {
                 let name = item.name();
-                (name, upload(&client, item, &split).await)
+                (name, upload(&client, item, &split, task.as_deref()).await)
             }
         })
         .buffer_unordered(args.concurrency.max(1));
     while let Some((name, result)) = results.next().await {
         match result {
+            Ok(u) if u.duplicate_of == Some(u.id) => summary.already += 1,
             Ok(_) => summary.imported += 1,
             Err(UploadError::Rejected(body)) => {
                 summary
@@ -143,7 +150,12 @@ pub(super) async fn run(args: ImportArgs) -> Result<()> {
     Ok(())
 }
 
-async fn upload(client: &Client, item: Item, split: &str) -> Result<u64, UploadError> {
+async fn upload(
+    client: &Client,
+    item: Item,
+    split: &str,
+    task: Option<&str>,
+) -> Result<Uploaded, UploadError> {
     match item {
         Item::File { path, label } => {
             let bytes = tokio::fs::read(&path).await.map_err(|e| {
@@ -151,13 +163,18 @@ async fn upload(client: &Client, item: Item, split: &str) -> Result<u64, UploadE
                     anyhow::anyhow!(e).context(format!("reading {}", path.display())),
                 )
             })?;
-            let split = label.as_ref().map(|_| split);
-            client.upload(bytes, label.as_deref(), split).await
+            let truth = label.as_deref().map(|label| Truth { label, split, task });
+            client.upload_reply(bytes, truth).await
         }
         Item::Fashion { split, index } => {
             let png = fashion_mnist::png(split.image(index)).map_err(UploadError::Failed)?;
             let label = fashion_mnist::CLASSES[usize::from(split.labels[index])];
-            client.upload(png, Some(label), Some(split.name)).await
+            let truth = Truth {
+                label,
+                split: split.name,
+                task,
+            };
+            client.upload_reply(png, Some(truth)).await
         }
     }
 }
@@ -166,19 +183,31 @@ fn fashion_items(args: &ImportArgs) -> Result<Vec<Item>> {
     let dir = fashion_mnist::dir(args.fashion_mnist_dir.as_ref());
     let train = Arc::new(fashion_mnist::load(&dir, "train")?);
     let test = Arc::new(fashion_mnist::load(&dir, "test")?);
+    // Both the skip and the limit are taken 6:1 from train and test, as the data set is.
+    let six_to_one = |n: usize| {
+        let n_train = (n * 6).div_ceil(7);
+        (n_train, n - n_train)
+    };
+    let (skip_train, skip_test) = six_to_one(args.skip);
+    let (skip_train, skip_test) = (skip_train.min(train.len()), skip_test.min(test.len()));
     let (n_train, n_test) = match args.limit {
         Some(n) => {
-            let n_train = (n * 6).div_ceil(7).min(train.len());
-            (n_train, (n - n_train).min(test.len()))
+            let (n_train, n_test) = six_to_one(n);
+            (
+                n_train.min(train.len() - skip_train),
+                n_test.min(test.len() - skip_test),
+            )
         }
-        None => (train.len(), test.len()),
+        None => (train.len() - skip_train, test.len() - skip_test),
     };
     let mut items = Vec::with_capacity(n_train + n_test);
-    items.extend((0..n_train).map(|index| Item::Fashion {
-        split: train.clone(),
-        index,
-    }));
-    items.extend((0..n_test).map(|index| Item::Fashion {
+    items.extend(
+        (skip_train..skip_train + n_train).map(|index| Item::Fashion {
+            split: train.clone(),
+            index,
+        }),
+    );
+    items.extend((skip_test..skip_test + n_test).map(|index| Item::Fashion {
         split: test.clone(),
         index,
     }));
@@ -223,10 +252,11 @@ fn folder_items(dir: &Path, args: &ImportArgs, summary: &mut Summary) -> Result<
 fn print_summary(s: &Summary, elapsed: std::time::Duration) {
     let rejected: usize = s.rejected.values().map(Vec::len).sum();
     println!(
-        "imported {} photos in {:.1} s ({:.0} photos/s); skipped {} non-photo files; rejected {}; failed {}",
+        "imported {} photos in {:.1} s ({:.0} photos/s); {} already stored; skipped {} non-photo files; rejected {}; failed {}",
         s.imported,
         elapsed.as_secs_f64(),
         s.imported as f64 / elapsed.as_secs_f64().max(1e-9),
+        s.already,
         s.skipped,
         rejected,
         s.failed.len()

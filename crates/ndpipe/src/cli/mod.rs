@@ -8,11 +8,13 @@ mod flags;
 mod gateway;
 mod import;
 mod keys;
+mod label;
 mod models;
 mod nodes;
 mod photos;
 mod relabel;
 mod serve;
+mod tasks;
 mod tuner;
 
 use anyhow::Result;
@@ -37,12 +39,18 @@ enum Command {
     Tuner(tuner::TunerArgs),
     /// Run a gateway: a front door to a replicated cluster that holds no photo itself.
     Gateway(gateway::GatewayArgs),
-    /// Fine-tune a new classifier head from the PipeStores' features, deploy it, re-label.
+    /// Fine-tune a new classifier head of a task from the PipeStores' features; deploy it (when
+    /// it validates no worse than the task's head now) and re-label.
     Finetune(finetune::FinetuneArgs),
-    /// List the model versions the Tuner knows (* marks the serving one).
+    /// List the model versions the Tuner knows, with their task (* marks the serving ones).
     Versions(ServerArgs),
-    /// Serve an earlier model version again (deploy + re-label).
+    /// Serve a model version of its task (deploy + re-label): an earlier one, or a candidate.
     Rollback(finetune::RollbackArgs),
+    /// Tasks: named classifiers over the backbone, each with its own classes and labels.
+    Tasks(tasks::TasksArgs),
+    /// Give many photos a task's class as ground truth (by ids, a search or a CSV file), or
+    /// accept their predicted labels.
+    Label(label::LabelArgs),
     /// Backbones the Tuner keeps for rollouts: add one (an ONNX file and its manifest), list them.
     Models(models::ModelsArgs),
     /// Serve another backbone on every node: stage it, re-extract and label every photo with
@@ -77,6 +85,8 @@ impl Cli {
             Command::Finetune(args) => finetune::finetune(args).await,
             Command::Versions(args) => finetune::versions(args).await,
             Command::Rollback(args) => finetune::rollback(args).await,
+            Command::Tasks(args) => tasks::run(args).await,
+            Command::Label(args) => label::run(args).await,
             Command::Models(args) => models::run(args).await,
             Command::Rollout(args) => models::rollout(args).await,
             Command::Nodes(args) => nodes::run(args).await,

@@ -76,6 +76,10 @@ pub(crate) struct RolloutArgs {
     /// Start the job and print its id without following it.
     #[arg(long)]
     no_wait: bool,
+    /// Commit the backbone even when a task's head cannot be carried to it (that task is then
+    /// left without a head until it is fine-tuned again).
+    #[arg(long)]
+    force: bool,
 }
 
 /// Runs `ndpipe rollout`.
@@ -83,7 +87,7 @@ pub(crate) async fn rollout(args: RolloutArgs) -> Result<()> {
     let client = Client::new(&args.server)?;
     let job: JobView = client
         .post_json_body(
-            &format!("/v1/tuner/rollout/{}", args.backbone),
+            &format!("/v1/tuner/rollout/{}?force={}", args.backbone, args.force),
             &serde_json::json!({}),
         )
         .await
@@ -127,6 +131,24 @@ fn print_rollout(r: &RolloutReport) {
     }
     for skipped in &r.skipped {
         println!("  left out {skipped}");
+    }
+    for t in &r.tasks {
+        let figures = match (t.val_top1, t.parent_val_top1) {
+            (Some(new), Some(old)) => format!(
+                " (validation top-1 {:.1}%, {:.1}% before)",
+                100.0 * new,
+                100.0 * old
+            ),
+            _ => String::new(),
+        };
+        match (&t.version, t.carried) {
+            (Some(v), true) => println!("  task {}: {} -> {v}{figures}", t.task, t.from),
+            _ => println!(
+                "  task {}: not carried, left without a head: {}{figures}",
+                t.task,
+                t.reason.as_deref().unwrap_or("")
+            ),
+        }
     }
 }
 

@@ -71,12 +71,11 @@ async fn photos_are_labelled_at_ingest_and_found_by_search() {
             .any(|h| h["id"] == ids["chelsea.png"]),
         "{tabby}"
     );
-    assert!(
-        inst.json("/v1/search?label=cat").await["hits"]
-            .as_array()
-            .unwrap()
-            .is_empty(),
-        "whole class names only"
+    let (status, body) = inst.get("/v1/search?label=cat").await;
+    assert_eq!(status, 404, "whole class names only");
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&body).unwrap()["error"].as_str(),
+        Some("unknown_class")
     );
     assert_eq!(inst.get("/v1/search").await.0, 400);
     assert_eq!(inst.get("/v1/search?label=x&model=nope").await.0, 404);

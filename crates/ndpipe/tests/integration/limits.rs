@@ -144,7 +144,8 @@ async fn uploads_over_the_per_client_cap_answer_429_with_json() {
             refused = Some(body);
             break;
         }
-        assert_eq!(status, 201, "{body}");
+        // The same probe again is answered with the photo it stored first (200).
+        assert!(matches!(status, 200 | 201), "{status} {body}");
         if let Some(answer) = answered(&mut held) {
             assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
             held = start_held_upload(&inst, &photo);

@@ -5,6 +5,8 @@
 //! - `disk`: a full disk (a tmpfs the test mounts): 507 below the reserve, nothing lost, start
 //!   read-only, uploads again once space returns.
 //! - `cli`: the import and photos commands.
+//! - `duplicates`: the same bytes again per `--exact-duplicates`, edited copies grouped as near
+//!   duplicates with their original as keeper, `ndpipe photos duplicates`.
 //! - `config`: the configuration file, and flags over it.
 //! - `inference`: labels at ingest with the real model, search, re-labelling jobs, model faults.
 //! - `cache`: the cache policies on a real training run reading a PipeStore (quick mode).
@@ -28,6 +30,10 @@
 //! - `gateway`: a gateway in front of three PipeStores with two copies of each photo:
 //!   placement, reads and deletes through it, its token, a PipeStore killed behind it; a
 //!   repair job that cannot finish fails.
+//! - `similar`: similar photos with the real model: one store (an edited copy finds its
+//!   original, kill -9 and a damaged index file), and three PipeStores with a gateway (every
+//!   front door finds every node's photos; a stopped or killed node makes a partial answer
+//!   within the deadline).
 //! - `gateway_s3`: S3 through that gateway (boto3): photos, sidecars and multipart uploads
 //!   from every front door, plain objects on two nodes, repaired, deleted and mended.
 
@@ -38,6 +44,7 @@ mod cluster;
 mod common;
 mod config;
 mod disk;
+mod duplicates;
 mod durability;
 mod faults;
 mod gateway;
@@ -52,5 +59,8 @@ mod rollout;
 mod rollout_balance;
 mod rollout_replicated;
 mod s3;
+mod similar;
+mod tasks;
+mod tasks_rollout;
 mod tls;
 mod tuner;

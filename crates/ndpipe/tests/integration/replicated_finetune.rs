@@ -92,7 +92,7 @@ async fn each_photo_trained_once_and_deployed(report: &serde_json::Value, nodes:
     assert_eq!(report["deploy"]["nodes"], 2, "{report}");
     let version = report["version"].as_str().unwrap();
     for node in nodes {
-        assert_eq!(node.active_versions().await, [version]);
+        assert_eq!(node.task_version("default").await.as_deref(), Some(version));
     }
 }
 

@@ -197,9 +197,9 @@ pub(crate) async fn watch_rollout(
     job
 }
 
-/// The model version a node's search serves (its active one).
+/// The general task's version a node's search serves (its active one).
 async fn searched_version(node: &Instance) -> String {
-    let found = node.json("/v1/search?label=anything").await;
+    let found = node.json("/v1/search?label=other&task=general").await;
     found["model_version"].as_str().unwrap().to_string()
 }
 
@@ -221,9 +221,7 @@ async fn rollout_on(url: &str) {
         node.wait_labelled(PHOTOS).await;
     }
     tuner.wait_for_nodes(2).await;
-    let old = nodes[0].active_versions().await;
-    assert_eq!(old.len(), 1);
-    let old = old[0].clone();
+    let old = nodes[0].task_version("general").await.unwrap();
 
     let tmp = tempfile::tempdir().unwrap();
     let second = second_backbone(tmp.path());
@@ -284,7 +282,7 @@ async fn rollout_on(url: &str) {
 
     // Every node serves the new version, and every photo has labels from it.
     for node in &nodes {
-        assert_eq!(node.active_versions().await, [new.as_str()]);
+        assert_eq!(node.task_version("general").await, Some(new.clone()));
         serves_new_labels(node, &new, PHOTOS).await;
     }
     let listed = tuner.get("/v1/tuner/nodes").await;
@@ -292,7 +290,10 @@ async fn rollout_on(url: &str) {
     for n in listed.as_array().unwrap() {
         assert_eq!(
             (&n["version"], &n["in_sync"]),
-            (&serde_json::json!(new), &serde_json::json!(true)),
+            (
+                &serde_json::json!(format!("general={new}")),
+                &serde_json::json!(true)
+            ),
             "{listed}"
         );
     }

@@ -42,7 +42,7 @@ async fn replicated_rollout_on(url: &str) {
     assert_eq!(of("photos") + of("taken"), PHOTOS + of("given"), "{report}");
 
     for node in &nodes {
-        assert_eq!(node.active_versions().await, [new.as_str()]);
+        assert_eq!(node.task_version("general").await, Some(new.clone()));
     }
     serves_new_labels(&nodes[0], &new, PHOTOS).await;
     finetune_computes_no_features(&tuner).await;
@@ -113,7 +113,7 @@ async fn lost_node_on(url: &str) {
     // Every photo, the lost node's too, has labels from the new backbone; the survivors serve
     // it, and their stored features cover every photo they answer for now.
     for node in &nodes[..2] {
-        assert_eq!(node.active_versions().await, [new.as_str()]);
+        assert_eq!(node.task_version("general").await, Some(new.clone()));
     }
     serves_new_labels(&nodes[0], &new, 3 * PHOTOS).await;
     finetune_computes_no_features(&tuner).await;
@@ -121,7 +121,7 @@ async fn lost_node_on(url: &str) {
     // The node comes back: the syncer commits the staged backbone there.
     nodes[2].restart();
     let mut polls = 0;
-    while nodes[2].active_versions().await != [new.as_str()] {
+    while nodes[2].task_version("general").await != Some(new.clone()) {
         polls += 1;
         assert!(
             polls < POLLS,

@@ -4,7 +4,7 @@
 
 use ndpipe_model::HeadWeights;
 use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
-use ndpipe_proto::{head_bytes, pb};
+use ndpipe_proto::{pb, put_head};
 
 use crate::common::{Instance, TunerProcess, import_fashion};
 
@@ -109,11 +109,13 @@ async fn two_pipestores_finetune_deploy_relabel_and_roll_back() {
         "re-labelling ran the head over stored features"
     );
     let version = report["version"].as_str().unwrap().to_string();
-    let pretrained = report["parent"].as_str().unwrap().to_string();
+    assert!(
+        report["parent"].is_null(),
+        "the task's first version: {report}"
+    );
 
     for node in [&a, &b] {
-        let active = node.active_versions().await;
-        assert_eq!(active, [version.as_str()]);
+        assert_eq!(node.task_version("default").await, Some(version.clone()));
         let trousers = node.json("/v1/search?label=Trouser&limit=100").await;
         assert!(
             trousers["hits"].as_array().unwrap().len() >= 20,
@@ -144,34 +146,38 @@ async fn two_pipestores_finetune_deploy_relabel_and_roll_back() {
         "most moved photos were trained on: {successor}"
     );
 
-    let (status, job) = tuner
-        .run_job(
-            &format!("/v1/tuner/deploy/{pretrained}"),
-            serde_json::json!({}),
-        )
-        .await;
-    let rollback = succeeded(status, &job, "deploy", &tuner.log());
-    assert_eq!(rollback["modes"], serde_json::json!(["full", "full"]));
-    assert_eq!(
-        rollback["changed_fraction"].as_f64().unwrap(),
-        1.0,
-        "ImageNet labels replace the Fashion classes"
-    );
-    let models = a.json("/v1/models").await;
-    assert!(
-        models
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|m| m["id"] == pretrained.as_str() && m["active"] == true)
-    );
-    let versions = tuner.get("/v1/tuner/versions").await;
-    assert_eq!(versions.as_array().unwrap().len(), 3);
+    // The successor, deployed by hand, then a rollback to the version before it: each a head
+    // over the stored features, the general task's ImageNet labels untouched.
+    let successor = successor["version"].as_str().unwrap().to_string();
+    for (deployed, before) in [(&successor, &version), (&version, &successor)] {
+        let (status, job) = tuner
+            .run_job(
+                &format!("/v1/tuner/deploy/{deployed}"),
+                serde_json::json!({}),
+            )
+            .await;
+        let deploy = succeeded(status, &job, "deploy", &tuner.log());
+        assert_eq!(
+            deploy["modes"],
+            serde_json::json!(["head", "head"]),
+            "{deploy}"
+        );
+        assert_eq!(deploy["task"], "default", "{deploy}");
+        assert_ne!(deployed, before);
+        assert_eq!(a.task_version("default").await.as_ref(), Some(deployed));
+    }
+    let general = a.task_version("general").await.unwrap();
     let nodes = tuner.get("/v1/tuner/nodes").await;
     for n in nodes.as_array().unwrap() {
-        assert_eq!(n["version"], pretrained.as_str(), "{nodes}");
+        assert_eq!(
+            n["version"],
+            format!("default={version},general={general}").as_str(),
+            "{nodes}"
+        );
         assert_eq!(n["in_sync"], true, "{nodes}");
     }
+    let versions = tuner.get("/v1/tuner/versions").await;
+    assert_eq!(versions.as_array().unwrap().len(), 3);
 
     let (status, unknown) = tuner
         .post("/v1/tuner/deploy/nope", serde_json::json!({}))
@@ -272,7 +278,7 @@ async fn a_head_of_the_wrong_input_dimension_is_refused() {
     let url = nodes[0]["url"].as_str().unwrap().to_string();
     let mut client = PipeStoreClient::connect(url).await.unwrap();
     let inventory = client
-        .inventory(pb::InventoryRequest {})
+        .inventory(pb::InventoryRequest::default())
         .await
         .unwrap()
         .into_inner();
@@ -284,16 +290,12 @@ async fn a_head_of_the_wrong_input_dimension_is_refused() {
         vec![0.0; 2],
     )
     .unwrap();
-    let (weights, crc32c) = head_bytes(&head);
-    let request = pb::StageHeadRequest {
+    let mut request = pb::StageHeadRequest {
         version: "bad-dim".into(),
         backbone_version: inventory.backbone_version.clone(),
-        classes: head.classes().to_vec(),
-        input_dim: 512,
-        weights,
-        crc32c,
         ..Default::default()
     };
+    put_head(&mut request, &head);
     let err = client.stage_head(request.clone()).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
     assert!(err.message().contains("1280"), "{}", err.message());

@@ -34,6 +34,8 @@ fn required(method: &Method, path: &str, metrics_open: bool) -> Option<Role> {
         "/healthz" | "/readyz" => None,
         "/metrics" if metrics_open => None,
         p if p.starts_with("/v1/admin/") || p == "/v1/admin" => Some(Role::Admin),
+        // A query photo is read with, never stored; a batch of neighbours only reads.
+        "/v1/similar" | "/v1/similar/neighbours" => Some(Role::Read),
         _ if method == Method::GET || method == Method::HEAD => Some(Role::Read),
         _ => Some(Role::Write),
     }
@@ -103,6 +105,14 @@ mod tests {
         assert_eq!(get("/v1/photos/1/tensor"), Some(Role::Read));
         assert_eq!(get("/v1/tuner/jobs"), Some(Role::Read));
         assert_eq!(get("/v1/admin/keys"), Some(Role::Admin));
+        assert_eq!(
+            required(&Method::POST, "/v1/similar", false),
+            Some(Role::Read)
+        );
+        assert_eq!(
+            required(&Method::POST, "/v1/similar/neighbours", false),
+            Some(Role::Read)
+        );
         assert_eq!(
             required(&Method::POST, "/v1/photos", false),
             Some(Role::Write)

@@ -1,5 +1,5 @@
 //! The client API of `ndpipe gateway`: the photo routes of a PipeStore's front door (upload,
-//! read, metadata, labels, listing, delete, cluster status) over a [`FrontDoor`] that holds no photo,
+//! read, metadata, labels, listing, delete, cluster status, similar photos) over a [`FrontDoor`] that holds no photo,
 //! with the probes and metrics. The answers are a replicated PipeStore's, from the same
 //! helpers (`photos.rs`).
 
@@ -16,12 +16,16 @@ use axum::{Json, Router};
 use ndpipe_catalog::Catalog;
 use serde::Serialize;
 
+use super::duplicates::{self, DuplicateParams, DuplicatesReply};
 use super::error::{ApiError, Counted, count, parse_id};
 use super::labels;
 use super::photos::{self, MetaReply, Page, PageParams, UploadParams, UploadReply};
 use super::{finish, limited_upload, ops};
+use crate::duplicates::DuplicateSettings;
+use crate::duplicates::semantic::SemanticPairs;
 use crate::metrics::StoreMetrics;
 use crate::replication::{ClusterStatus, FrontDoor};
+use crate::similar::SimilarFront;
 
 /// What a gateway's handlers work with.
 #[derive(Clone)]
@@ -29,19 +33,39 @@ pub(crate) struct GatewayState {
     front: Arc<FrontDoor>,
     catalog: Arc<dyn Catalog>,
     metrics: Arc<StoreMetrics>,
+    similar: Arc<SimilarFront>,
+    /// The settings of `GET /v1/duplicates` and its source of semantic pairs.
+    duplicates: duplicates::Finding,
 }
 
 impl GatewayState {
-    /// The state of a gateway in front of `front`, answering bucket and key from `catalog`.
+    /// The state of a gateway in front of `front`, answering bucket and key from `catalog` and
+    /// similarity queries through `similar`.
     pub(crate) fn new(
         front: Arc<FrontDoor>,
         catalog: Arc<dyn Catalog>,
         metrics: Arc<StoreMetrics>,
+        similar: Arc<SimilarFront>,
     ) -> Self {
         GatewayState {
             front,
             catalog,
             metrics,
+            similar,
+            duplicates: duplicates::Finding::default(),
+        }
+    }
+
+    /// The same state, finding duplicates with `settings`, the semantic level's pairs from
+    /// `semantic` (without one, `level=semantic` is refused).
+    pub(crate) fn with_duplicates(
+        self,
+        settings: DuplicateSettings,
+        semantic: Option<Arc<dyn SemanticPairs>>,
+    ) -> Self {
+        GatewayState {
+            duplicates: duplicates::Finding { settings, semantic },
+            ..self
         }
     }
 }
@@ -68,9 +92,14 @@ pub(crate) fn gateway_router(
         .route("/v1/photos/{id}/meta", get(get_meta))
         .route("/v1/photos/{id}/labels", get(get_labels))
         .route("/v1/cluster", get(cluster))
+        .route("/v1/duplicates", get(list_duplicates))
         .route("/healthz", get(health))
         .route("/readyz", get(ready))
-        .route("/metrics", get(ops::metrics::<GatewayState>));
+        .route("/metrics", get(ops::metrics::<GatewayState>))
+        .merge(super::similar::routes(
+            Some(state.similar.clone()),
+            state.metrics.clone(),
+        ));
     finish(routes, state, max_upload_bytes)
 }
 
@@ -84,10 +113,20 @@ async fn upload(
     let started = Instant::now();
     let result = async {
         let (body, truth) = photos::upload_input(&headers, query, body)?;
+        super::tasks::check_truth(&state.catalog, truth.as_ref()).await?;
         Ok(state.front.upload(body, truth).await?)
     }
     .await;
     photos::answer_upload(&state, started, result)
+}
+
+/// `GET /v1/duplicates`: the cluster's groups of duplicate photos, from the catalog.
+async fn list_duplicates(
+    State(state): State<GatewayState>,
+    query: Result<Query<DuplicateParams>, QueryRejection>,
+) -> Result<Json<DuplicatesReply>, ApiError> {
+    let (catalog, finding) = (state.catalog.clone(), state.duplicates.clone());
+    duplicates::answer(&state, catalog, finding, query).await
 }
 
 /// `GET /v1/photos/{id}`: the original from the first holder whose copy is intact.
@@ -122,7 +161,7 @@ async fn get_labels(
     Path(raw): Path<String>,
 ) -> Result<Json<Vec<labels::VersionLabels>>, ApiError> {
     let id = parse_id(&raw).map_err(|e| count(&state, e))?;
-    labels::cluster_labels(&state, &state.front, id).await
+    labels::cluster_labels(&state, &state.catalog, &state.front, id).await
 }
 
 /// `GET /v1/photos?after=&limit=`: every node's photos with their holders.

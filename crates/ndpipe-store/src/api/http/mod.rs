@@ -3,15 +3,17 @@
 //!
 //! Route groups: [`photos`] (upload, read, list, delete, ground truth), [`labels`] (labels,
 //! search, models), [`jobs`] (re-labelling jobs), [`ops`] (health, metrics, compaction),
-//! [`keys`] (access keys); [`gateway`] is the photo routes of `ndpipe gateway`, a front door
-//! with no store of its own. [`auth`] gives every call the role it needs (bearer token or an
-//! access key's secret). Every error is a JSON body
-//! (`{"error": kind, "message": ...}`) and is counted by kind ([`error`]): handlers answer
-//! [`ApiError`]s, and a layer gives one to any error that comes without a body (405 from the
-//! router, 431 for oversized headers, ...).
+//! [`keys`] (access keys), [`similar`] (similar photos, cluster-wide), [`duplicates`] (groups
+//! of duplicate photos), [`tasks`] (tasks and their labels); [`gateway`] is the
+//! photo routes of `ndpipe gateway`, a front door with no store of its own. [`auth`] gives
+//! every call the role it needs (bearer token or an access key's secret). Every error is a
+//! JSON body (`{"error": kind, "message": ...}`) and is counted by kind ([`error`]): handlers
+//! answer [`ApiError`]s, and a layer gives one to any error that comes without a body (405
+//! from the router, 431 for oversized headers, ...).
 
 mod auth;
 mod cluster;
+mod duplicates;
 mod error;
 mod gateway;
 mod jobs;
@@ -19,6 +21,8 @@ mod keys;
 mod labels;
 mod ops;
 mod photos;
+mod similar;
+mod tasks;
 
 use std::sync::Arc;
 
@@ -33,13 +37,18 @@ use axum::routing::{MethodRouter, delete, get, post, put};
 use ndpipe_catalog::Catalog;
 use ndpipe_util::per_client::{PerClientLimit, limit_per_client};
 
+use crate::duplicates::DuplicateSettings;
+use crate::duplicates::semantic::SemanticPairs;
+use crate::inference::model::Models;
 use crate::ingest::Ingestor;
 use crate::jobs::Jobs;
 use crate::keys::KeyStore;
 use crate::membership::Readiness;
 use crate::metrics::StoreMetrics;
 use crate::replication::Replication;
+use crate::similar::SimilarFront;
 use crate::storage::PhotoStore;
+use crate::words::Words;
 pub(crate) use auth::{Guard, authorize};
 pub(crate) use error::ApiError;
 use error::Counted;
@@ -69,6 +78,14 @@ pub(crate) struct AppState {
     /// The cluster as one store, when photos are replicated: uploads, reads and deletes go
     /// through it.
     replication: Option<Arc<Replication>>,
+    /// The node's models, when one is loaded (a task's new floor applies to them at once).
+    models: Option<Arc<Models>>,
+    /// The matcher of searches in words, when a model is loaded.
+    words: Option<Arc<Words>>,
+    /// Similarity queries (`None` without a model).
+    similar: Option<Arc<SimilarFront>>,
+    /// The settings of `GET /v1/duplicates` and its source of semantic pairs.
+    duplicates: duplicates::Finding,
 }
 
 impl AppState {
@@ -92,7 +109,42 @@ impl AppState {
             readiness: Arc::new(Readiness::default()),
             model_loaded: false,
             replication: None,
+            models: None,
+            words: None,
+            similar: None,
+            duplicates: duplicates::Finding::default(),
         }
+    }
+
+    /// The same state, finding duplicates with `settings`, the semantic level's pairs from
+    /// `semantic` (without one, `level=semantic` is refused).
+    pub(crate) fn with_duplicates(
+        self,
+        settings: DuplicateSettings,
+        semantic: Option<Arc<dyn SemanticPairs>>,
+    ) -> Self {
+        AppState {
+            duplicates: duplicates::Finding { settings, semantic },
+            ..self
+        }
+    }
+
+    /// The same state, with the node's models and its matcher of searches in words.
+    pub(crate) fn with_models(
+        self,
+        models: Option<Arc<Models>>,
+        words: Option<Arc<Words>>,
+    ) -> Self {
+        AppState {
+            models,
+            words,
+            ..self
+        }
+    }
+
+    /// The same state, answering similarity queries through `similar`.
+    pub(crate) fn with_similar(self, similar: Option<Arc<SimilarFront>>) -> Self {
+        AppState { similar, ..self }
     }
 
     /// The same state, with uploads, reads and deletes through `replication` when given.
@@ -139,6 +191,13 @@ pub(crate) fn router(
             "/v1/photos/{id}/ground-truth",
             put(photos::set_ground_truth),
         )
+        .route("/v1/tasks", post(tasks::create))
+        .route("/v1/tasks/{task}", put(tasks::update))
+        .route(
+            "/v1/tasks/{task}/labels",
+            post(tasks::label).delete(tasks::unlabel),
+        )
+        .route("/v1/photos/{id}/labels/{task}", post(tasks::confirm))
         .route("/v1/admin/compact", post(ops::compact))
         .route("/v1/jobs/relabel", post(jobs::start_relabel))
         .route("/v1/admin/keys", post(keys::create).get(keys::list))
@@ -151,12 +210,23 @@ pub(crate) fn router(
         .route("/v1/photos/{id}/tensor", get(photos::get_tensor))
         .route("/v1/photos/{id}/labels", get(labels::get_labels))
         .route("/v1/search", get(labels::search))
+        .route("/v1/tasks", get(tasks::list))
+        .route("/v1/tasks/{task}", get(tasks::get_task))
+        .route("/v1/duplicates", get(duplicates::list))
         .route("/v1/models", get(labels::models))
         .route("/v1/jobs", get(jobs::list))
         .route("/v1/jobs/{id}", get(jobs::get_job))
         .route("/healthz", get(ops::health))
         .route("/readyz", get(ops::ready))
-        .route("/metrics", get(ops::metrics::<AppState>));
+        .route("/metrics", get(ops::metrics::<AppState>))
+        .merge(similar::routes(
+            state.similar.clone(),
+            state.metrics.clone(),
+        ))
+        .merge(similar::neighbour_routes(
+            state.similar.clone(),
+            state.metrics.clone(),
+        ));
     finish(writes.merge(reads), state, max_upload_bytes)
 }
 

@@ -13,7 +13,8 @@ use ndpipe_catalog::{Catalog, CatalogError, GroundTruth, PhotoMeta, PhotoRecord,
 use serde::{Deserialize, Serialize};
 
 use super::error::{ApiError, Counted, MAX_PHOTO_ID, blocking, count, parse_id};
-use super::{AppState, page_limit};
+use super::{AppState, page_limit, tasks};
+use crate::duplicates::exact::Uploaded;
 use crate::replication::FrontDoor;
 
 /// Query parameters of an upload; the same values may come as `x-ndpipe-label`/`x-ndpipe-split`.
@@ -21,6 +22,7 @@ use crate::replication::FrontDoor;
 pub(super) struct UploadParams {
     label: Option<String>,
     split: Option<String>,
+    task: Option<String>,
 }
 
 /// Reply to a successful upload.
@@ -31,9 +33,14 @@ pub(super) struct UploadReply {
     bytes: u64,
     width: u32,
     height: u32,
+    /// The oldest photo that already had these bytes (`exact_duplicates`); absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duplicate_of: Option<u64>,
 }
 
-/// `POST /v1/photos`: stores a photo durably (201 once it is on disk; labelling follows).
+/// `POST /v1/photos`: stores a photo durably (201 once it is on disk; labelling follows), or,
+/// when the catalog has its bytes already and `exact_duplicates` is `existing`, answers 200
+/// with that photo.
 pub(super) async fn upload(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -43,9 +50,10 @@ pub(super) async fn upload(
     let started = Instant::now();
     let result = async {
         let (body, truth) = upload_input(&headers, query, body)?;
+        tasks::check_truth(&state.catalog, truth.as_ref()).await?;
         Ok(match &state.replication {
             Some(replication) => replication.upload(body, truth).await?,
-            None => state.ingestor.ingest(body, truth).await?,
+            None => state.ingestor.upload(body, truth).await?,
         })
     }
     .await;
@@ -73,33 +81,45 @@ pub(super) fn upload_input(
     Ok((body, ground_truth(headers, params)?))
 }
 
-/// The answer to an upload that began at `started`: 201 with the photo, or the error; timed
-/// and counted either way.
+/// The answer to an upload that began at `started`: 201 with the new photo, 200 with the
+/// existing one when nothing was stored, or the error; timed and counted either way.
 pub(super) fn answer_upload(
     state: &impl Counted,
     started: Instant,
-    result: Result<PhotoRecord, ApiError>,
+    result: Result<Uploaded, ApiError>,
 ) -> Result<(StatusCode, Json<UploadReply>), ApiError> {
     let metrics = state.metrics();
     metrics
         .ingest_seconds
         .observe(started.elapsed().as_secs_f64());
-    let PhotoRecord { id, meta } = result.map_err(|e| count(state, e))?;
+    let Uploaded {
+        record: PhotoRecord { id, meta, .. },
+        duplicate_of,
+        stored,
+    } = result.map_err(|e| count(state, e))?;
     metrics.uploads.inc();
-    metrics.upload_bytes.inc_by(meta.bytes);
+    if stored {
+        metrics.upload_bytes.inc_by(meta.bytes);
+    }
     Ok((
-        StatusCode::CREATED,
+        if stored {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        },
         Json(UploadReply {
             id,
             sha256: meta.sha256,
             bytes: meta.bytes,
             width: meta.width,
             height: meta.height,
+            duplicate_of,
         }),
     ))
 }
 
-/// The ground truth of an upload, from its query or headers; a split needs a label.
+/// The ground truth of an upload, from its query or headers (`label`, `split`, `task`, or
+/// `x-ndpipe-label`, `x-ndpipe-split`, `x-ndpipe-task`); a split or a task needs a label.
 fn ground_truth(
     headers: &HeaderMap,
     params: UploadParams,
@@ -116,20 +136,25 @@ fn ground_truth(
     };
     let label = params.label.or(header_text("x-ndpipe-label")?);
     let split = params.split.or(header_text("x-ndpipe-split")?);
-    match (label, split) {
-        (None, None) => Ok(None),
-        (None, Some(_)) => Err(ApiError::bad_request(
+    let task = params.task.or(header_text("x-ndpipe-task")?);
+    match (label, split, task) {
+        (None, None, None) => Ok(None),
+        (None, _, _) => Err(ApiError::bad_request(
             "invalid_label",
-            "a split was given without a label",
+            "a split or a task was given without a label",
         )),
-        (Some(label), split) => {
+        (Some(label), split, task) => {
             let split = match split.as_deref() {
                 None => Split::Train,
                 Some(s) => s.parse().map_err(|e: CatalogError| {
                     ApiError::bad_request("invalid_split", e.to_string())
                 })?,
             };
-            Ok(Some(GroundTruth { label, split }))
+            Ok(Some(GroundTruth {
+                task: tasks::task_name(task.as_deref())?,
+                label,
+                split,
+            }))
         }
     }
 }
@@ -262,7 +287,7 @@ pub(super) async fn cluster_meta(
     };
     let catalog = catalog.clone();
     let object = blocking(state, move || catalog.object_of_photo(id)).await?;
-    let record = PhotoRecord { id, meta: c.meta };
+    let record = PhotoRecord::new(id, c.meta);
     Ok(MetaReply {
         copies: Some(c.holders),
         ..MetaReply::new(record, object)
@@ -370,10 +395,7 @@ pub(super) async fn cluster_page(
             .into_iter()
             .map(|c| {
                 let object = catalog.object_of_photo(c.id)?;
-                let record = PhotoRecord {
-                    id: c.id,
-                    meta: c.meta,
-                };
+                let record = PhotoRecord::new(c.id, c.meta);
                 Ok::<_, CatalogError>(MetaReply {
                     copies: Some(c.holders),
                     ..MetaReply::new(record, object)
@@ -416,9 +438,11 @@ pub(super) fn answer_delete(
 pub(super) struct GroundTruthBody {
     label: Option<String>,
     split: Option<Split>,
+    task: Option<String>,
 }
 
-/// `PUT /v1/photos/{id}/ground-truth`: sets (or, without a label, clears) the ground truth.
+/// `PUT /v1/photos/{id}/ground-truth`: sets (or, without a label, clears) the ground truth of
+/// a task (the default task when none is named).
 pub(super) async fn set_ground_truth(
     State(state): State<AppState>,
     Path(raw): Path<String>,
@@ -430,17 +454,26 @@ pub(super) async fn set_ground_truth(
     }
     let Json(body) =
         body.map_err(|e| count(&state, ApiError::bad_request("bad_body", e.body_text())))?;
+    let task = tasks::task_name(body.task.as_deref()).map_err(|e| count(&state, e))?;
     let truth = match body.label {
         Some(label) => {
             crate::ingest::validate_label(&label).map_err(|e| count(&state, e.into()))?;
             Some(GroundTruth {
+                task: task.clone(),
                 label,
                 split: body.split.unwrap_or(Split::Train),
             })
         }
         None => None,
     };
+    tasks::check_truth(&state.catalog, truth.as_ref())
+        .await
+        .map_err(|e| count(&state, e))?;
     let catalog = state.catalog.clone();
-    blocking(&state, move || catalog.set_ground_truth(id, truth.as_ref())).await?;
+    blocking(&state, move || match &truth {
+        Some(truth) => catalog.set_ground_truth(id, truth),
+        None => catalog.clear_ground_truth(id, &task).map(drop),
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }

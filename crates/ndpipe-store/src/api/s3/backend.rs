@@ -6,12 +6,14 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use ndpipe_catalog::{Catalog, GroundTruth, PhotoId, PhotoRecord, Prediction};
+use ndpipe_catalog::{Catalog, GroundTruth, PhotoId, Prediction, TaskName};
 use s3s::S3Result;
 use s3s::crypto::{Checksum as _, Sha256};
 
 use super::blocking;
 use super::errors::{self, catalog as catalog_error};
+use crate::duplicates::ExactDuplicates;
+use crate::duplicates::exact::Uploaded;
 use crate::ingest::Ingestor;
 use crate::replication::{FrontDoor, Replication, StoredBlob};
 use crate::storage::{Blobs, PhotoStore, blobs};
@@ -31,18 +33,36 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// Stores a photo (ingested once, labelled near its data).
+    /// Stores a photo (ingested once, labelled near its data), or with `mode`
+    /// [`ExactDuplicates::Existing`] answers the photo that has its bytes already.
     pub(crate) async fn put_photo(
         &self,
+        mode: ExactDuplicates,
         bytes: Bytes,
         truth: Option<GroundTruth>,
-    ) -> S3Result<PhotoRecord> {
+    ) -> S3Result<Uploaded> {
         match self {
-            Backend::Local { ingestor, .. } => {
-                ingestor.ingest(bytes, truth).await.map_err(errors::ingest)
-            }
-            Backend::Node(r) => r.upload(bytes, truth).await.map_err(errors::replication),
-            Backend::Gateway(f) => f.upload(bytes, truth).await.map_err(errors::replication),
+            Backend::Local { ingestor, .. } => ingestor
+                .upload_as(mode, bytes, truth)
+                .await
+                .map_err(errors::ingest),
+            Backend::Node(r) => r
+                .upload_as(mode, bytes, truth)
+                .await
+                .map_err(errors::replication),
+            Backend::Gateway(f) => f
+                .upload_as(mode, bytes, truth)
+                .await
+                .map_err(errors::replication),
+        }
+    }
+
+    /// What an upload of bytes the catalog already has does here (`exact_duplicates`).
+    pub(crate) fn exact_duplicates(&self) -> ExactDuplicates {
+        match self {
+            Backend::Local { ingestor, .. } => ingestor.exact().mode(),
+            Backend::Node(r) => r.front().exact().mode(),
+            Backend::Gateway(f) => f.exact().mode(),
         }
     }
 
@@ -131,26 +151,26 @@ impl Backend {
         }
     }
 
-    /// Photo `id`'s predictions by the model its labeller runs, best first (empty before it
-    /// is labelled or without a model).
+    /// Photo `id`'s predictions by the versions its labeller runs, per task in task order,
+    /// best first (a task is left out before the photo is labelled for it).
     pub(crate) async fn active_labels(
         &self,
         catalog: &Arc<dyn Catalog>,
         id: PhotoId,
-    ) -> S3Result<Vec<Prediction>> {
+    ) -> S3Result<Vec<(TaskName, Vec<Prediction>)>> {
         match self {
             Backend::Local { .. } => {
                 let catalog = catalog.clone();
                 blocking(move || {
-                    let Some(active) = catalog.active_model().map_err(catalog_error)? else {
-                        return Ok(Vec::new());
-                    };
-                    let all = catalog.predictions(id).map_err(catalog_error)?;
-                    Ok(all
+                    let active = catalog.active_models().map_err(catalog_error)?;
+                    let mut all = catalog.predictions(id).map_err(catalog_error)?;
+                    Ok(active
                         .into_iter()
-                        .find(|(version, _)| *version == active.id)
-                        .map(|(_, labels)| labels)
-                        .unwrap_or_default())
+                        .filter_map(|v| {
+                            let at = all.iter().position(|(version, _)| *version == v.id)?;
+                            Some((v.task, all.swap_remove(at).1))
+                        })
+                        .collect())
                 })
                 .await
             }

@@ -1,20 +1,27 @@
-//! Labels through S3: `GetObjectTagging` answers the active model's top labels of a photo as
-//! tags, and GET and HEAD carry them in `x-amz-meta-ndpipe-labels`.
+//! Labels through S3: `GetObjectTagging` answers each task's top label of a photo as tags,
+//! and GET and HEAD carry every task's labels in `x-amz-meta-ndpipe-labels-<task>`, the general
+//! task's also in `x-amz-meta-ndpipe-labels`.
 
-use ndpipe_catalog::{PhotoId, Prediction};
+use ndpipe_catalog::{PhotoId, Prediction, TaskName};
 use s3s::dto::*;
 use s3s::{S3Response, S3Result};
 
 use super::S3State;
 use super::objects::lookup;
 
-/// The user-metadata name of the labels on GET and HEAD (`x-amz-meta-ndpipe-labels`).
+/// The user-metadata name of the labels on GET and HEAD (`x-amz-meta-ndpipe-labels`, the
+/// general task's; `-<task>` after it for each task's).
 pub(crate) const LABELS_META: &str = "ndpipe-labels";
 
-/// The active model's predictions of photo `id`, best first (empty before it is labelled or
-/// without a model).
-async fn active_labels(state: &S3State, id: PhotoId) -> S3Result<Vec<Prediction>> {
-    state.backend.active_labels(&state.catalog, id).await
+/// The most tasks whose top label `GetObjectTagging` answers (S3 allows ten tags, two each).
+const TAGGED_TASKS: usize = 5;
+
+/// The active versions' predictions of photo `id` per task, best first (a task is left out
+/// before the photo is labelled for it), the general task first.
+async fn active_labels(state: &S3State, id: PhotoId) -> S3Result<Vec<(TaskName, Vec<Prediction>)>> {
+    let mut labels = state.backend.active_labels(&state.catalog, id).await?;
+    labels.sort_by_key(|(task, _)| (!task.is_general(), task.clone()));
+    Ok(labels)
 }
 
 /// Text safe in an HTTP header value: visible ASCII and spaces; anything else becomes `?`.
@@ -30,22 +37,26 @@ pub(super) fn header_safe(text: &str) -> String {
         .collect()
 }
 
-/// The labels header of photo `id`: `label (score); label (score); ...`, best first; `None`
-/// before it is labelled.
-pub(crate) async fn header_value(state: &S3State, id: PhotoId) -> S3Result<Option<String>> {
-    let labels = active_labels(state, id).await?;
-    if labels.is_empty() {
-        return Ok(None);
+/// The labels metadata of photo `id`: per task, (metadata name, `label (score); ...` best
+/// first), the general task's under [`LABELS_META`] as well; empty before it is labelled.
+pub(crate) async fn metadata(state: &S3State, id: PhotoId) -> S3Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for (task, labels) in active_labels(state, id).await? {
+        let text = labels
+            .iter()
+            .map(|p| format!("{} ({:.3})", header_safe(&p.label), p.score))
+            .collect::<Vec<_>>()
+            .join("; ");
+        if task.is_general() {
+            out.push((LABELS_META.to_string(), text.clone()));
+        }
+        out.push((format!("{LABELS_META}-{task}"), text));
     }
-    let parts: Vec<String> = labels
-        .iter()
-        .map(|p| format!("{} ({:.3})", header_safe(&p.label), p.score))
-        .collect();
-    Ok(Some(parts.join("; ")))
+    Ok(out)
 }
 
-/// `GetObjectTagging`: tags `ndpipe-label-N` (the class name) and `ndpipe-score-N` for the
-/// active model's top labels (N = 1 is the best; at most five, S3's limit being ten tags); a
+/// `GetObjectTagging`: for each task (the general one first, at most five, S3's limit being ten
+/// tags), tag `ndpipe-<task>` with its top label and `ndpipe-<task>-score` with its score; a
 /// plain object or an unlabelled photo has none.
 pub(crate) async fn tagging(
     state: &S3State,
@@ -62,12 +73,12 @@ pub(crate) async fn tagging(
     };
     let tag_set = labels
         .iter()
-        .take(5)
-        .enumerate()
-        .flat_map(|(i, p)| {
+        .filter_map(|(task, labels)| Some((task, labels.first()?)))
+        .take(TAGGED_TASKS)
+        .flat_map(|(task, p)| {
             [
-                tag(format!("ndpipe-label-{}", i + 1), p.label.clone()),
-                tag(format!("ndpipe-score-{}", i + 1), format!("{:.4}", p.score)),
+                tag(format!("ndpipe-{task}"), p.label.clone()),
+                tag(format!("ndpipe-{task}-score"), format!("{:.4}", p.score)),
             ]
         })
         .collect();

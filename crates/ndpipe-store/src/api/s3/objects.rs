@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use ndpipe_catalog::{GroundTruth, ObjectBody, ObjectRecord, Split};
+use ndpipe_catalog::{GroundTruth, ObjectBody, ObjectRecord, PhotoRecord, Split, TaskName};
 use ndpipe_model::PhotoFormat;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
@@ -15,10 +15,13 @@ use super::body::{self, Expected};
 use super::buckets::{require, timestamp};
 use super::errors::{catalog as catalog_error, no_such_key};
 use super::{S3State, blocking, labels};
+use crate::duplicates::ExactDuplicates;
 
 /// User-metadata names that set the ground truth of an image instead of being stored.
 pub(super) const LABEL_META: &str = "ndpipe-label";
 pub(super) const SPLIT_META: &str = "ndpipe-split";
+/// The user-metadata name of the ground truth's task (`x-amz-meta-ndpipe-task`).
+pub(super) const TASK_META: &str = "ndpipe-task";
 
 /// What a write stores: the bytes, their ETag, the type and the user metadata.
 pub(crate) struct NewObject {
@@ -96,33 +99,61 @@ pub(super) fn is_photo(content_type: Option<&str>, bytes: &[u8]) -> bool {
     claimed || PhotoFormat::sniff(bytes).is_some()
 }
 
-/// The ground truth given as `x-amz-meta-ndpipe-label`/`-split`, taken out of `metadata`.
+/// The ground truth given as `x-amz-meta-ndpipe-label`/`-split`/`-task`, taken out of
+/// `metadata`.
 pub(super) fn ground_truth(
     metadata: &mut BTreeMap<String, String>,
 ) -> S3Result<Option<GroundTruth>> {
     let label = metadata.remove(LABEL_META);
     let split = metadata.remove(SPLIT_META);
-    match (label, split) {
-        (None, None) => Ok(None),
-        (None, Some(_)) => Err(s3_error!(
+    let task = metadata.remove(TASK_META);
+    match (label, split, task) {
+        (None, None, None) => Ok(None),
+        (None, _, _) => Err(s3_error!(
             InvalidArgument,
-            "x-amz-meta-{SPLIT_META} was given without x-amz-meta-{LABEL_META}"
+            "x-amz-meta-{SPLIT_META} or x-amz-meta-{TASK_META} was given without x-amz-meta-{LABEL_META}"
         )),
-        (Some(label), split) => {
+        (Some(label), split, task) => {
             let split = match split.as_deref() {
                 None => Split::Train,
                 Some(s) => s
                     .parse()
                     .map_err(|e| s3_error!(InvalidArgument, "x-amz-meta-{SPLIT_META}: {e}"))?,
             };
-            Ok(Some(GroundTruth { label, split }))
+            let task = match task.as_deref() {
+                None => TaskName::default_task(),
+                Some(t) => t
+                    .parse()
+                    .map_err(|e| s3_error!(InvalidArgument, "x-amz-meta-{TASK_META}: {e}"))?,
+            };
+            Ok(Some(GroundTruth { task, label, split }))
         }
     }
 }
 
+/// Refuses a label of a task the catalog does not hold, before anything is stored.
+async fn check_task(state: &S3State, truth: Option<&GroundTruth>) -> S3Result<()> {
+    let Some(task) = truth.map(|t| t.task.clone()) else {
+        return Ok(());
+    };
+    let catalog = state.catalog.clone();
+    let name = task.clone();
+    let known = tokio::task::spawn_blocking(move || catalog.task(&name))
+        .await
+        .map_err(|e| s3_error!(InternalError, "{e}"))?
+        .map_err(catalog_error)?;
+    match known {
+        Some(_) => Ok(()),
+        None => Err(s3_error!(
+            InvalidArgument,
+            "x-amz-meta-{TASK_META}: task {task} does not exist (create it with POST /v1/tasks)"
+        )),
+    }
+}
+
 /// Stores `object` at (`bucket`, `key`): an image through ingest (nothing is stored when it
-/// does not decode), anything else as a blob; then the catalog row, replacing the key's old
-/// object, whose photo or blob is then removed.
+/// does not decode; see [`photo_of`] for bytes stored already), anything else as a blob; then
+/// the catalog row, replacing the key's old object, whose photo or blob is then removed.
 pub(crate) async fn store(
     state: &S3State,
     bucket: &str,
@@ -130,9 +161,12 @@ pub(crate) async fn store(
     mut object: NewObject,
 ) -> S3Result<ObjectRecord> {
     let truth = ground_truth(&mut object.metadata)?;
+    check_task(state, truth.as_ref()).await?;
     let bytes = object.bytes.clone();
+    let mut stored = true;
     let (body, content_type, sha256) = if is_photo(object.content_type.as_deref(), &bytes) {
-        let photo = state.backend.put_photo(bytes, truth).await?;
+        let (photo, new) = photo_of(state, bucket, key, bytes, truth).await?;
+        stored = new;
         (
             ObjectBody::Photo(photo.id),
             photo.meta.content_type,
@@ -166,14 +200,51 @@ pub(crate) async fn store(
     let catalog = state.catalog.clone();
     let row = record.clone();
     match blocking(move || catalog.put_object(&row).map_err(catalog_error)).await {
+        // The same bytes again at the same key, in `existing` mode: the photo stays.
+        Ok(Some(old)) if old.body == record.body => {}
         Ok(Some(old)) => remove_body(state, &old.body).await,
         Ok(None) => {}
         Err(e) => {
-            remove_body(state, &record.body).await;
+            if stored {
+                remove_body(state, &record.body).await;
+            }
             return Err(e);
         }
     }
     Ok(record)
+}
+
+/// The photo of an image object at (`bucket`, `key`), and whether it was stored now. With
+/// `exact_duplicates = "existing"`, bytes the catalog has already name the existing photo,
+/// unless another key names it (the object catalog gives a photo one key at most): then, as
+/// with `store`, the object gets a new photo of its own. Either way the object is created.
+async fn photo_of(
+    state: &S3State,
+    bucket: &str,
+    key: &str,
+    bytes: Bytes,
+    truth: Option<GroundTruth>,
+) -> S3Result<(PhotoRecord, bool)> {
+    let mode = state.backend.exact_duplicates();
+    let uploaded = state
+        .backend
+        .put_photo(mode, bytes.clone(), truth.clone())
+        .await?;
+    if uploaded.stored {
+        return Ok((uploaded.record, true));
+    }
+    let (id, catalog) = (uploaded.record.id, state.catalog.clone());
+    let named = blocking(move || catalog.object_of_photo(id).map_err(catalog_error)).await?;
+    match named {
+        Some(other) if (other.bucket.as_str(), other.key.as_str()) != (bucket, key) => {
+            let fresh = state
+                .backend
+                .put_photo(ExactDuplicates::Store, bytes, truth)
+                .await?;
+            Ok((fresh.record, true))
+        }
+        _ => Ok((uploaded.record, false)),
+    }
 }
 
 /// Removes the photo or blob an object no longer names; a failure is logged (a photo that
@@ -213,13 +284,12 @@ pub(crate) async fn read_bytes(state: &S3State, object: &ObjectRecord) -> S3Resu
         .ok_or_else(|| no_such_key(&object.key))
 }
 
-/// The user metadata answered for `object`: what was stored, with the labels of a photo.
+/// The user metadata answered for `object`: what was stored, with every task's labels of a
+/// photo.
 async fn metadata(state: &S3State, object: &ObjectRecord) -> S3Result<Metadata> {
     let mut out: Metadata = object.metadata.clone().into_iter().collect();
-    if let Some(id) = object.photo_id()
-        && let Some(labels) = labels::header_value(state, id).await?
-    {
-        out.insert(labels::LABELS_META.into(), labels);
+    if let Some(id) = object.photo_id() {
+        out.extend(labels::metadata(state, id).await?);
     }
     Ok(out)
 }

@@ -7,6 +7,7 @@ use ndpipe_proto::Features;
 use ndpipe_proto::pb::{self, extract_event::Event};
 
 use super::cached::RemoteRow;
+use super::quality::ClassMeans;
 use super::report::NodeReport;
 use super::streams::{Source, wire_bytes};
 use super::trainer::RunData;
@@ -73,6 +74,8 @@ pub(crate) struct Intake {
     val_left_out: u64,
     /// Per node, the photos this job trains on.
     trained: Vec<Vec<u64>>,
+    /// The class means of the training features received (the novelty check's).
+    means: ClassMeans,
 }
 
 impl Intake {
@@ -104,6 +107,7 @@ impl Intake {
             trained_before: vec![HashSet::new(); nodes],
             val_left_out: 0,
             trained: vec![Vec::new(); nodes],
+            means: ClassMeans::new(classes, dim),
         }
     }
 
@@ -185,6 +189,15 @@ impl Intake {
             .iter()
             .chain(&self.trained[i])
             .copied()
+            .collect()
+    }
+
+    /// The validation photos each node sent (by node index), as their owner.
+    pub(crate) fn val_owners(&self) -> Vec<(usize, Vec<u64>)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i, n.val_ids.clone()))
             .collect()
     }
 
@@ -298,6 +311,7 @@ impl Intake {
             return Ok(());
         }
         self.trained[owner].extend_from_slice(&features.photo_ids);
+        self.means.add(&features);
         let runs = self.runs.len();
         let out_of_range = || format!("sent run {run} of {runs}");
         let k = run as usize;
@@ -413,9 +427,14 @@ impl Intake {
         Some((k, data))
     }
 
-    /// The validation set, handed to the trainer once.
-    pub(crate) fn take_val(&mut self) -> Features {
-        std::mem::replace(&mut self.val, empty(self.dim))
+    /// The validation set, for the trainer (a copy stays, for the figures after training).
+    pub(crate) fn val(&self) -> Features {
+        self.val.clone()
+    }
+
+    /// The class means of the training features received.
+    pub(crate) fn means(&self) -> &ClassMeans {
+        &self.means
     }
 
     /// Bytes of features, labels and ids received, re-fetches included.

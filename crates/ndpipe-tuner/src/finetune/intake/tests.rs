@@ -80,7 +80,7 @@ fn runs_are_ready_when_every_node_sent_them_and_duplicates_are_dropped() {
     let (run, data) = i.next_ready_run().unwrap();
     assert_eq!((run, data.len()), (0, 8));
     assert!(i.next_ready_run().is_none(), "run 1 is not there yet");
-    assert_eq!(i.take_val().photo_ids, [0, 1, 2, 3]);
+    assert_eq!(i.val().photo_ids, [0, 1, 2, 3]);
     assert_eq!(i.images(), 12);
     let per_image = 2 * 2 + 4 + 8;
     assert_eq!(i.bytes(), 12 * per_image);
@@ -157,7 +157,7 @@ fn photos_an_ancestor_trained_on_never_validate_and_training_photos_are_recorded
     feed(&mut i, a, chunk(Part::Val, 0, 0, 0..4)).unwrap();
     feed(&mut i, b, chunk(Part::Val, 0, 0, 0..4)).unwrap();
     assert_eq!(i.val_left_out(), 2, "only node a's photos 1 and 2");
-    let val = i.take_val();
+    let val = i.val();
     assert_eq!(val.photo_ids, [0, 3, 0, 1, 2, 3]);
     assert_eq!((val.labels.len(), val.values.len()), (6, 12));
     feed(&mut i, b, chunk(Part::Train, 1, 0, 7..9)).unwrap();

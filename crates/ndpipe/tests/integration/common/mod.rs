@@ -69,7 +69,7 @@ pub(crate) fn jpeg(width: u32, height: u32, seed: u32) -> Vec<u8> {
         image::Rgb([
             (x + seed) as u8,
             (y * 3 + seed) as u8,
-            ((x ^ y) + seed * 7) as u8,
+            ((x ^ y) + seed * 7 + (seed >> 8) * 13) as u8,
         ])
     });
     let mut out = Vec::new();
@@ -388,16 +388,15 @@ impl Instance {
         serde_json::from_slice(&body).unwrap()
     }
 
-    /// The model versions `GET /v1/models` marks active on this node.
-    pub(crate) async fn active_versions(&self) -> Vec<String> {
+    /// The version `GET /v1/models` marks active for `task` on this node.
+    pub(crate) async fn task_version(&self, task: &str) -> Option<String> {
         let models = self.json("/v1/models").await;
         models
             .as_array()
             .unwrap_or_else(|| panic!("{models}"))
             .iter()
-            .filter(|m| m["active"] == true)
+            .find(|m| m["active"] == true && m["task"] == task)
             .map(|m| m["id"].as_str().unwrap().to_string())
-            .collect()
     }
 
     /// Waits until online labelling has labelled `n` photos (so their features are stored); a
