@@ -147,7 +147,8 @@ impl PipeStore {
                 .with_failing_commits(config.fault_fail_commits)
                 .with_cluster_secret(cluster_secret.clone())
                 .with_tls(tls.clone())
-                .with_replicas(replica_map.clone(), &name),
+                .with_replicas(replica_map.clone(), &name)
+                .with_duplicates(config.duplicates()),
             )
         });
         let ingest_config = IngestConfig {

@@ -92,7 +92,7 @@ impl PipeStoreNode {
         self: Arc<Self>,
         req: pb::ExtractRequest,
     ) -> Result<Events, NodeError> {
-        let plan = Arc::new(ExtractionPlan::new(&req, &*self.catalog)?);
+        let plan = Arc::new(ExtractionPlan::new(&req, &*self.catalog, &self.duplicates)?);
         self.keep_plan(&req.job_id, plan.clone());
         info!(job = %req.job_id, val = plan.val.len(), train = plan.train.len(), runs = req.runs, "extraction starts");
         let (tx, rx) = mpsc::channel(8);

@@ -17,6 +17,7 @@
 //!   reached to a fast node, which runs the staged backbone and stores the outputs back);
 //! - here: the node itself, its inventory and re-labelling after a deploy.
 
+mod carve;
 mod error;
 mod extract;
 mod heads;
@@ -39,6 +40,7 @@ pub(crate) use error::NodeError;
 pub(crate) use extract::Events;
 pub(crate) use rollout::MAX_BACKBONE_BYTES;
 
+use crate::duplicates::DuplicateSettings;
 use crate::inference::ActiveModel;
 use crate::inference::backbones::{BackboneDirs, BackboneLoader};
 use crate::inference::model::Models;
@@ -84,6 +86,8 @@ pub(crate) struct PipeStoreNode {
     /// The cluster's replica map and this node's name in it, on a replicated cluster: a
     /// rollout's pass leaves the copies of other nodes' photos to their primaries.
     replicas: Option<(Arc<dyn ReplicaCatalog>, String)>,
+    /// How a plan finds the duplicates it keeps on one side of the validation line.
+    duplicates: DuplicateSettings,
 }
 
 impl PipeStoreNode {
@@ -110,6 +114,7 @@ impl PipeStoreNode {
             corrupt_chunks: AtomicU32::new(0),
             failing_commits: AtomicU32::new(0),
             secret: None,
+            duplicates: DuplicateSettings::default(),
             tls: None,
             backbones,
             loader,
@@ -132,6 +137,13 @@ impl PipeStoreNode {
     }
 
     /// Makes the calls to other nodes (take-overs) over `tls`.
+    /// The same node, keeping duplicates found by `settings` on one side of the validation
+    /// line in its plans.
+    pub(crate) fn with_duplicates(mut self, settings: DuplicateSettings) -> Self {
+        self.duplicates = settings;
+        self
+    }
+
     pub(crate) fn with_tls(mut self, tls: Option<Tls>) -> Self {
         self.tls = tls;
         self

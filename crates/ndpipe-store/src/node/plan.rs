@@ -5,14 +5,16 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use ndpipe_catalog::{Split, TaskName, TruthCatalog};
+use ndpipe_catalog::{Catalog, Split, TaskName};
 use ndpipe_proto::{RunPlan, pb};
 use ndpipe_util::sync::lock;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
 use super::NodeError;
+use super::carve::CarveGroups;
 use super::pace::Pace;
+use crate::duplicates::DuplicateSettings;
 
 /// A labelled photo as extraction sees it: (photo id, class index in the job's class list).
 pub(super) type Row = (u64, u32);
@@ -55,10 +57,13 @@ pub(super) struct ExtractionPlan {
 
 impl ExtractionPlan {
     /// Plans a job from its request: the photos labelled for its task with the requested
-    /// classes, training photos shuffled (seeded by the job id) and cut into runs.
+    /// classes, training photos shuffled (seeded by the job id) and cut into runs. Duplicates
+    /// (exact and near, by `duplicates`) stay on one side of the validation line
+    /// ([`CarveGroups`]).
     pub(super) fn new(
         req: &pb::ExtractRequest,
-        catalog: &dyn TruthCatalog,
+        catalog: &dyn Catalog,
+        duplicates: &DuplicateSettings,
     ) -> Result<Self, NodeError> {
         if req.runs == 0 || req.align == 0 || req.chunk_size == 0 {
             return Err(NodeError::InvalidArgument(
@@ -87,16 +92,19 @@ impl ExtractionPlan {
             })?,
         };
         // One read of the catalog, so that a split changed meanwhile cannot put a photo in both.
+        let truths = catalog.ground_truths(&task)?;
+        let groups = CarveGroups::of(catalog, duplicates, &truths)?;
         let (mut train, mut val) = (Vec::new(), Vec::new());
-        for truth in catalog.ground_truths(&task)? {
+        for truth in &truths {
             let Some(&class) = index.get(truth.label.as_str()) else {
                 continue;
             };
             let id = truth.id;
             match truth.split {
-                Split::Train if carve && carved_for_validation(&truth.sha256) => {
+                Split::Train if carve && carved_for_validation(groups.key(truth)) => {
                     val.push((id, class));
                 }
+                Split::Train if groups.held_out(id) => {}
                 Split::Train => train.push((id, class)),
                 Split::Val if !carve => val.push((id, class)),
                 Split::Val | Split::Test => {}
@@ -341,7 +349,8 @@ mod tests {
         let mut copy = ndpipe_catalog::test_suite::photo(2000, Some(("cat", Split::Train)));
         copy.meta.sha256 = format!("{:064x}", 7);
         c.upsert_photo(&copy).unwrap();
-        let carved = ExtractionPlan::new(&request("carve"), &c).unwrap();
+        let carved =
+            ExtractionPlan::new(&request("carve"), &c, &DuplicateSettings::default()).unwrap();
         let side = |id: u64| carved.val.iter().any(|r| r.0 == id);
         assert_eq!(side(7), side(2000));
         let other_task = pb::ExtractRequest {
@@ -349,10 +358,48 @@ mod tests {
             ..request("carve")
         };
         assert!(
-            ExtractionPlan::new(&other_task, &c)
+            ExtractionPlan::new(&other_task, &c, &DuplicateSettings::default())
                 .is_ok_and(|p| p.train.is_empty() && p.val.is_empty()),
             "another task's ground truth is its own"
         );
+    }
+
+    #[test]
+    fn near_copies_are_carved_alike_and_never_train_against_their_validation_copy() {
+        use ndpipe_catalog::DuplicateCatalog;
+        let c = catalog();
+        let settings = DuplicateSettings::default();
+        let alg = settings.near_hash.name();
+        // 3 and 2001 are near copies (hashes 1 bit apart); so are 4 and 1001 (a `val` photo),
+        // and 5 and 1021 (a `test` photo). Every other photo has a hash far from these.
+        let copy = ndpipe_catalog::test_suite::photo(2001, Some(("cat", Split::Train)));
+        c.upsert_photo(&copy).unwrap();
+        let far = |id: u64| id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut hashes: Vec<(u64, u64)> = (1..=1040).map(|id| (id, far(id))).collect();
+        hashes.extend([
+            (2001, 0),
+            (1001, 0xffff_ffff_0000_0000),
+            (1021, 0x0000_0000_ffff_ffff),
+        ]);
+        hashes[2] = (3, 1);
+        hashes[3] = (4, 0xffff_ffff_0000_0001);
+        hashes[4] = (5, 0x0000_0000_ffff_fffe);
+        c.put_near_hashes(alg, &hashes).unwrap();
+
+        let with_val = ExtractionPlan::new(&request("val"), &c, &settings).unwrap();
+        let trains = |p: &ExtractionPlan, id: u64| p.train.iter().any(|r| r.0 == id);
+        assert!(
+            !trains(&with_val, 4),
+            "a near copy of a val photo does not train"
+        );
+        assert!(!trains(&with_val, 5), "nor one of a test photo");
+        assert!(trains(&with_val, 3) && trains(&with_val, 2001));
+
+        let carved = ExtractionPlan::new(&request("carve"), &c, &settings).unwrap();
+        let validates = |id: u64| carved.val.iter().any(|r| r.0 == id);
+        assert_eq!(validates(3), validates(2001), "one key for the group");
+        let key = format!("{:064x}", 3).min(format!("{:064x}", 2001));
+        assert_eq!(validates(3), carved_for_validation(&key));
     }
 
     /// A catalog of 1000 training photos (cat), 20 `val` (dog) and 20 `test` (dog).
@@ -373,12 +420,14 @@ mod tests {
     #[test]
     fn validation_is_val_or_carved_from_training_and_never_test() {
         let c = catalog();
-        let with_val = ExtractionPlan::new(&request("val"), &c).unwrap();
+        let with_val =
+            ExtractionPlan::new(&request("val"), &c, &DuplicateSettings::default()).unwrap();
         let val_ids: Vec<u64> = with_val.val.iter().map(|r| r.0).collect();
         assert_eq!(val_ids, (1001..=1020).collect::<Vec<_>>());
         assert_eq!(with_val.train.len(), 1000);
 
-        let carved = ExtractionPlan::new(&request("carve"), &c).unwrap();
+        let carved =
+            ExtractionPlan::new(&request("carve"), &c, &DuplicateSettings::default()).unwrap();
         let sha = |id: u64| format!("{id:064x}");
         assert!(
             carved
@@ -402,12 +451,13 @@ mod tests {
             "about a tenth: {}",
             carved.val.len()
         );
-        let again = ExtractionPlan::new(&request("carve"), &c).unwrap();
+        let again =
+            ExtractionPlan::new(&request("carve"), &c, &DuplicateSettings::default()).unwrap();
         assert_eq!(again.val, carved.val, "the same photos every time");
 
         for bad in ["test", ""] {
             assert!(matches!(
-                ExtractionPlan::new(&request(bad), &c),
+                ExtractionPlan::new(&request(bad), &c, &DuplicateSettings::default()),
                 Err(NodeError::InvalidArgument(m)) if m.contains("never validates")
             ));
         }
