@@ -89,15 +89,19 @@ fn edited_cat() -> Vec<u8> {
     out
 }
 
-/// Waits until the server logged `line` (e.g. after SIGTERM, that it stopped).
-async fn logged(inst: &Instance, line: &str) {
+/// Stops the server with SIGTERM and waits until it logs that it stopped (its log holds one
+/// more "PipeStore stopped" than before: the log spans restarts), its index saved.
+async fn stop_cleanly(inst: &Instance) {
+    const LINE: &str = "PipeStore stopped";
+    let before = inst.log().matches(LINE).count();
+    inst.signal("TERM");
     for _ in 0..POLLS {
-        if inst.log().contains(line) {
+        if inst.log().matches(LINE).count() > before {
             return;
         }
         tokio::time::sleep(POLL).await;
     }
-    panic!("never logged {line:?}\n{}", inst.log());
+    panic!("never logged {LINE:?} again\n{}", inst.log());
 }
 
 #[tokio::test]
@@ -159,8 +163,7 @@ async fn similar_photos_on_one_store_survive_kill9_and_a_damaged_index() {
     assert_eq!(status, 400, "{body}");
 
     // A clean stop saves the index; then uploads and a delete, and kill -9 before any save.
-    inst.signal("TERM");
-    logged(&inst, "PipeStore stopped").await;
+    stop_cleanly(&inst).await;
     inst.restart();
     let uploads: Vec<_> = (0..12)
         .map(|seed| {
@@ -209,8 +212,7 @@ async fn similar_photos_on_one_store_survive_kill9_and_a_damaged_index() {
     .await;
 
     // A damaged index file is found at the next start and rebuilt.
-    inst.signal("TERM");
-    logged(&inst, "PipeStore stopped").await;
+    stop_cleanly(&inst).await;
     let dir = inst.data.join("index");
     let file = std::fs::read_dir(&dir)
         .unwrap()
