@@ -17,7 +17,6 @@ use tokio::task::JoinHandle;
 use tracing::info;
 
 use crate::api::http::{self, GatewayState};
-use crate::api::s3;
 use crate::config::GatewayConfig;
 use crate::duplicates::exact::ExactCheck;
 use crate::error::Error;
@@ -148,6 +147,7 @@ impl Gateway {
             // Semantic pairs come from the PipeStores' indexes, each over its own photos; a
             // gateway holds none, so `level=semantic` is refused here and asked of a PipeStore.
             .with_duplicates(config.duplicates(), None);
+        let objects = state.objects();
         let guard = http::Guard {
             keys: keys.clone(),
             metrics,
@@ -174,7 +174,7 @@ impl Gateway {
                         max_upload_bytes: config.max_upload_bytes,
                         limits: config.http_limits(),
                     },
-                    s3::Backend::Gateway(front),
+                    objects,
                     catalog,
                     keys,
                     &stopped,

@@ -153,7 +153,7 @@ pub(crate) struct Ingestor {
     decode_budget_mib: u32,
     /// Photos gone from the store whose catalog row or features are not removed yet.
     unfinished_deletes: Mutex<BTreeSet<u64>>,
-    /// The exact-duplicate check of [`Ingestor::upload`].
+    /// The exact-duplicate check of [`Ingestor::upload`], with the configured mode.
     exact: ExactCheck,
     /// Every photo catalogued here, for the perceptual-hash worker.
     hash_queue: Arc<HashQueue>,
@@ -199,26 +199,15 @@ impl Ingestor {
     }
 
     /// An upload: [`Ingestor::ingest`] behind the exact-duplicate check (bytes the catalog
-    /// already has are answered as `exact_duplicates` says).
+    /// already has are answered as `mode` says).
     pub(crate) async fn upload(
-        &self,
-        bytes: bytes::Bytes,
-        truth: Option<GroundTruth>,
-    ) -> Result<Uploaded, IngestError> {
-        self.exact
-            .upload(bytes, truth, |b, t| self.ingest(b, t))
-            .await
-    }
-
-    /// [`Ingestor::upload`] in `mode` rather than the configured one.
-    pub(crate) async fn upload_as(
         &self,
         mode: ExactDuplicates,
         bytes: bytes::Bytes,
         truth: Option<GroundTruth>,
     ) -> Result<Uploaded, IngestError> {
         self.exact
-            .upload_as(mode, bytes, truth, |b, t| self.ingest(b, t))
+            .upload(mode, bytes, truth, |b, t| self.ingest(b, t))
             .await
     }
 

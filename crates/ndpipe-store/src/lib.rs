@@ -26,6 +26,8 @@
 //!   photos, labels, jobs, keys and ops route groups, JSON errors, a role for every call);
 //!   `api::s3` is the S3-compatible API (SigV4 with access keys);
 //!   `api::grpc` is the Tuner protocol over `node`;
+//! - `objects`: where an object's bytes live, the one seam `/v1`, S3 and the gateway ask:
+//!   this node alone, this node in a replicated cluster, or a gateway that stores nothing;
 //! - `ingest`: validates and preprocesses each upload once (`ndpipe-model`), writes it to the
 //!   store, catalogs it (`ndpipe-catalog`) and hands it to online labelling; deletes; reconciles
 //!   catalog and store at start;
@@ -72,6 +74,7 @@ mod keys;
 mod membership;
 mod metrics;
 mod node;
+mod objects;
 mod pipestore;
 mod replication;
 mod server;

@@ -26,6 +26,7 @@ use crate::jobs::Jobs;
 use crate::keys::KeyStore;
 use crate::membership::{self, Member, Readiness};
 use crate::node::PipeStoreNode;
+use crate::objects::{Local, Replicated, SharedObjects};
 use crate::pipestore::PipeStore;
 use crate::similar::{IndexPairs, NodeSimilar};
 use crate::storage::PhotoStore;
@@ -116,6 +117,19 @@ impl PipeStore {
             None => {}
         }
         let readiness = Arc::new(Readiness::default());
+        let objects: SharedObjects = match &replication {
+            Some(r) => Arc::new(Replicated::new(
+                r.clone(),
+                ingestor.clone(),
+                catalog.clone(),
+            )),
+            None => Arc::new(Local::new(
+                ingestor.clone(),
+                store.clone(),
+                blobs.clone(),
+                catalog.clone(),
+            )),
+        };
         let s3 = match config.s3_listen {
             Some(addr) => Some(
                 start_s3(
@@ -126,14 +140,7 @@ impl PipeStore {
                         max_upload_bytes: config.max_upload_bytes,
                         limits: config.http_limits(),
                     },
-                    match &replication {
-                        Some(r) => s3::Backend::Node(r.clone()),
-                        None => s3::Backend::Local {
-                            ingestor: ingestor.clone(),
-                            store: store.clone(),
-                            blobs: blobs.clone(),
-                        },
-                    },
+                    objects.clone(),
                     catalog.clone(),
                     keys.clone(),
                     &stopped,
@@ -152,7 +159,7 @@ impl PipeStore {
         });
         let catalog_for_hashes = catalog.clone();
         let state = AppState::new(
-            ingestor.clone(),
+            (ingestor.clone(), objects),
             store.clone(),
             catalog,
             jobs.clone(),
@@ -162,7 +169,6 @@ impl PipeStore {
         .named(&name)
         .with_readiness(readiness.clone(), node.is_some())
         .with_models(models.clone(), words)
-        .with_replication(replication.clone())
         .with_similar(similar.front.clone())
         .with_duplicates(
             config.duplicates(),
@@ -361,12 +367,12 @@ pub(crate) struct S3Listen<'a> {
     pub(crate) limits: HttpLimits,
 }
 
-/// Opens the S3 API's multipart staging, binds `listen.addr` and serves objects kept by
-/// `backend` (rows in `catalog`) until `stopped`; signatures and roles are checked against
+/// Opens the S3 API's multipart staging, binds `listen.addr` and serves `objects` (rows in
+/// `catalog`) until `stopped`; signatures and roles are checked against
 /// `keys`.
 pub(crate) async fn start_s3(
     listen: S3Listen<'_>,
-    backend: s3::Backend,
+    objects: SharedObjects,
     catalog: Arc<dyn Catalog>,
     keys: Arc<KeyStore>,
     stopped: &watch::Receiver<bool>,
@@ -376,7 +382,7 @@ pub(crate) async fn start_s3(
         source,
     })?;
     let state = Arc::new(s3::S3State {
-        backend,
+        objects,
         catalog,
         uploads: Arc::new(uploads),
         max_upload_bytes: listen.max_upload_bytes,

@@ -78,23 +78,8 @@ impl ExactCheck {
     }
 
     /// Uploads `bytes` (with ground truth `truth`) with `store` unless they are a photo's
-    /// already and the mode is [`ExactDuplicates::Existing`]; then `truth` is set on that photo.
+    /// already and `mode` is [`ExactDuplicates::Existing`]; then `truth` is set on that photo.
     pub(crate) async fn upload<F, Fut, E>(
-        &self,
-        bytes: Bytes,
-        truth: Option<GroundTruth>,
-        store: F,
-    ) -> Result<Uploaded, E>
-    where
-        F: FnOnce(Bytes, Option<GroundTruth>) -> Fut,
-        Fut: Future<Output = Result<PhotoRecord, E>>,
-        E: From<CatalogError> + From<JoinError> + From<IngestError>,
-    {
-        self.upload_as(self.mode, bytes, truth, store).await
-    }
-
-    /// [`ExactCheck::upload`] in `mode` rather than the configured one.
-    pub(crate) async fn upload_as<F, Fut, E>(
         &self,
         mode: ExactDuplicates,
         bytes: Bytes,
@@ -168,11 +153,16 @@ mod tests {
 
     async fn upload(check: &ExactCheck, bytes: &'static [u8]) -> Uploaded {
         check
-            .upload(Bytes::from_static(bytes), None, |b, _| async move {
-                let mut p = photo(77, None);
-                p.meta.sha256 = hex::encode(Sha256::digest(&b));
-                Ok::<_, crate::ingest::IngestError>(p)
-            })
+            .upload(
+                check.mode(),
+                Bytes::from_static(bytes),
+                None,
+                |b, _| async move {
+                    let mut p = photo(77, None);
+                    p.meta.sha256 = hex::encode(Sha256::digest(&b));
+                    Ok::<_, crate::ingest::IngestError>(p)
+                },
+            )
             .await
             .unwrap()
     }
@@ -207,6 +197,7 @@ mod tests {
         let truth = GroundTruth::new("Trouser", Split::Val);
         let same = check
             .upload(
+                check.mode(),
                 Bytes::from_static(b"same"),
                 Some(truth.clone()),
                 |_, _| async {
@@ -223,9 +214,14 @@ mod tests {
         assert_eq!((stored[0].id, stored[0].label.as_str()), (5, "Trouser"));
         let bad = GroundTruth::new("\u{7}", Split::Val);
         let refused = check
-            .upload(Bytes::from_static(b"same"), Some(bad), |_, _| async {
-                Err::<PhotoRecord, _>(IngestError::InvalidLabel("never stored".into()))
-            })
+            .upload(
+                check.mode(),
+                Bytes::from_static(b"same"),
+                Some(bad),
+                |_, _| async {
+                    Err::<PhotoRecord, _>(IngestError::InvalidLabel("never stored".into()))
+                },
+            )
             .await;
         assert!(matches!(refused, Err(IngestError::InvalidLabel(_))));
     }

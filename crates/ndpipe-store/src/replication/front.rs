@@ -152,26 +152,15 @@ impl FrontDoor {
 
     /// Stores an upload on `replicas` nodes: ingested by the primary, copied to the others, and
     /// catalogued once every copy is durable; bytes the cluster already has are answered as
-    /// `exact_duplicates` says, before anything is sent.
+    /// `mode` says, before anything is sent.
     pub(crate) async fn upload(
-        &self,
-        bytes: bytes::Bytes,
-        truth: Option<GroundTruth>,
-    ) -> Result<Uploaded, ReplicationError> {
-        self.exact
-            .upload(bytes, truth, |b, t| self.place_and_forward(b, t))
-            .await
-    }
-
-    /// [`FrontDoor::upload`] in `mode` rather than the configured one.
-    pub(crate) async fn upload_as(
         &self,
         mode: ExactDuplicates,
         bytes: bytes::Bytes,
         truth: Option<GroundTruth>,
     ) -> Result<Uploaded, ReplicationError> {
         self.exact
-            .upload_as(mode, bytes, truth, |b, t| self.place_and_forward(b, t))
+            .upload(mode, bytes, truth, |b, t| self.place_and_forward(b, t))
             .await
     }
 

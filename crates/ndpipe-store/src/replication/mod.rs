@@ -181,20 +181,8 @@ impl Replication {
 
     /// Stores an upload on `replicas` nodes: ingested here when this node is its primary,
     /// else forwarded to the primary ([`FrontDoor::upload`]); bytes the cluster already has
-    /// are answered as `exact_duplicates` says.
+    /// are answered as `mode` says.
     pub(crate) async fn upload(
-        &self,
-        bytes: bytes::Bytes,
-        truth: Option<GroundTruth>,
-    ) -> Result<Uploaded, ReplicationError> {
-        let check = self.front.exact();
-        check
-            .upload(bytes, truth, |b, t| self.place_here(b, t))
-            .await
-    }
-
-    /// [`Replication::upload`] in `mode` rather than the configured one.
-    pub(crate) async fn upload_as(
         &self,
         mode: ExactDuplicates,
         bytes: bytes::Bytes,
@@ -202,7 +190,7 @@ impl Replication {
     ) -> Result<Uploaded, ReplicationError> {
         let check = self.front.exact();
         check
-            .upload_as(mode, bytes, truth, |b, t| self.place_here(b, t))
+            .upload(mode, bytes, truth, |b, t| self.place_here(b, t))
             .await
     }
 

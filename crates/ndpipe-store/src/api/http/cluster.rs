@@ -1,17 +1,20 @@
-//! `GET /v1/cluster`: the replicated cluster as this node sees it (404 `not_replicated` on a
+//! `GET /v1/cluster`: the replicated cluster as this front door sees it (404 `not_replicated` on a
 //! node that keeps single copies).
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 
-use super::AppState;
+use super::FrontState;
 use super::error::{ApiError, count};
 use crate::replication::ClusterStatus;
 
 /// `GET /v1/cluster`: nodes, copy counts, and this node's repair work.
-pub(super) async fn status(State(state): State<AppState>) -> Result<Json<ClusterStatus>, ApiError> {
-    let Some(replication) = &state.replication else {
+pub(super) async fn status(
+    State(state): State<FrontState>,
+) -> Result<Json<ClusterStatus>, ApiError> {
+    let found = (state.objects.cluster().await).map_err(|e| count(&state, e.into()))?;
+    let Some(status) = found else {
         return Err(count(
             &state,
             ApiError::new(
@@ -21,10 +24,5 @@ pub(super) async fn status(State(state): State<AppState>) -> Result<Json<Cluster
             ),
         ));
     };
-    let status = replication
-        .front()
-        .status()
-        .await
-        .map_err(|e| count(&state, e.into()))?;
     Ok(Json(status))
 }

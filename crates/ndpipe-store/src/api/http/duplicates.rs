@@ -15,7 +15,7 @@ use ndpipe_catalog::Catalog;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ApiError, Counted, blocking, count};
-use super::{AppState, page_limit};
+use super::{FrontState, page_limit};
 use crate::duplicates::find::find;
 use crate::duplicates::groups::{Group, Level};
 use crate::duplicates::semantic::{SemanticPair, SemanticPairs};
@@ -67,9 +67,9 @@ pub(super) struct DuplicatesReply {
     next_after: Option<u64>,
 }
 
-/// `GET /v1/duplicates` on a PipeStore.
+/// `GET /v1/duplicates`, on every front door.
 pub(super) async fn list(
-    State(state): State<AppState>,
+    State(state): State<FrontState>,
     query: Result<Query<DuplicateParams>, QueryRejection>,
 ) -> Result<Json<DuplicatesReply>, ApiError> {
     let (catalog, finding) = (state.catalog.clone(), state.duplicates.clone());
@@ -77,7 +77,7 @@ pub(super) async fn list(
 }
 
 /// The page of groups that `query` asks for, from `catalog` as `finding` says.
-pub(super) async fn answer(
+async fn answer(
     state: &impl Counted,
     catalog: Arc<dyn Catalog>,
     finding: Finding,

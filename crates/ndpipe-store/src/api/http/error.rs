@@ -11,6 +11,7 @@ use super::AppState;
 use crate::ingest::IngestError;
 use crate::jobs::JobError;
 use crate::metrics::StoreMetrics;
+use crate::objects::ObjectsError;
 use crate::replication::ReplicationError;
 use crate::storage::StoreError;
 
@@ -213,6 +214,18 @@ impl From<ReplicationError> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
             }
             ReplicationError::Task(_) | ReplicationError::Files(_) => internal(e),
+        }
+    }
+}
+
+impl From<ObjectsError> for ApiError {
+    fn from(e: ObjectsError) -> Self {
+        match e {
+            ObjectsError::Ingest(e) => e.into(),
+            ObjectsError::Cluster(e) => e.into(),
+            ObjectsError::Store(e) => e.into(),
+            ObjectsError::Catalog(e) => e.into(),
+            other => internal(other),
         }
     }
 }

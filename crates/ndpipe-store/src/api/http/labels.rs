@@ -1,22 +1,20 @@
 //! Labels: a photo's predictions per model version and task, search by label, and the model
 //! versions.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use ndpipe_catalog::{Catalog, CatalogError, ModelVersion, Prediction, TaskHit, TaskName};
+use ndpipe_catalog::{Catalog, ModelVersion, Prediction, TaskHit, TaskName};
 use ndpipe_model::words::Match;
 use serde::{Deserialize, Serialize};
 
-use crate::replication::FrontDoor;
+use crate::objects::VersionedLabels;
 use crate::words::WordsFailure;
 
-use super::error::{ApiError, Counted, blocking, count, parse_id};
-use super::{AppState, page_limit};
+use super::error::{ApiError, blocking, count, parse_id};
+use super::{AppState, FrontState, page_limit};
 
 #[derive(Debug, Serialize)]
 pub(super) struct VersionLabels {
@@ -31,61 +29,21 @@ pub(super) struct VersionLabels {
 /// `GET /v1/photos/{id}/labels`: the photo's ranked labels under every model version, each
 /// with its task (on a replicated cluster, of any node's photo).
 pub(super) async fn get_labels(
-    State(state): State<AppState>,
+    State(state): State<FrontState>,
     Path(raw): Path<String>,
 ) -> Result<Json<Vec<VersionLabels>>, ApiError> {
     let id = parse_id(&raw).map_err(|e| count(&state, e))?;
-    if state.ingestor.is_deleted(id) {
-        return Err(count(&state, ApiError::photo_not_found(id)));
-    }
+    let found = (state.objects.labels(id).await).map_err(|e| count(&state, e.into()))?;
+    let labels = found.ok_or_else(|| count(&state, ApiError::photo_not_found(id)))?;
     let catalog = state.catalog.clone();
-    let (exists, labels, versions) = blocking(&state, move || {
-        Ok::<_, CatalogError>((
-            catalog.photo(id)?.is_some(),
-            catalog.predictions(id)?,
-            catalog.models()?,
-        ))
-    })
-    .await?;
-    match (&state.replication, exists) {
-        (_, true) => {
-            let active: Vec<String> = (versions.iter())
-                .filter(|v| v.active)
-                .map(|v| v.id.clone())
-                .collect();
-            Ok(Json(by_version(labels, &versions, &active)))
-        }
-        (Some(replication), false) => {
-            cluster_labels(&state, &state.catalog, replication.front(), id).await
-        }
-        (None, false) => Err(count(&state, ApiError::photo_not_found(id))),
-    }
-}
-
-/// Any node's photo `id`'s labels under every model version.
-pub(super) async fn cluster_labels(
-    state: &impl Counted,
-    catalog: &Arc<dyn Catalog>,
-    front: &FrontDoor,
-    id: u64,
-) -> Result<Json<Vec<VersionLabels>>, ApiError> {
-    let found = front
-        .labels_of(id)
-        .await
-        .map_err(|e| count(state, e.into()))?;
-    let (labels, active) = found.ok_or_else(|| count(state, ApiError::photo_not_found(id)))?;
-    let catalog = catalog.clone();
-    let versions = blocking(state, move || catalog.models()).await?;
-    Ok(Json(by_version(labels, &versions, &active)))
+    let versions = blocking(&state, move || catalog.models()).await?;
+    Ok(Json(by_version(labels, &versions)))
 }
 
 /// The labels of each version with its task, `active` when the photo's primary serves it.
-fn by_version(
-    labels: Vec<(String, Vec<Prediction>)>,
-    versions: &[ModelVersion],
-    active: &[String],
-) -> Vec<VersionLabels> {
-    labels
+fn by_version(labels: VersionedLabels, versions: &[ModelVersion]) -> Vec<VersionLabels> {
+    let VersionedLabels { by_version, active } = labels;
+    by_version
         .into_iter()
         .map(|(model_version, labels)| VersionLabels {
             task: (versions.iter())

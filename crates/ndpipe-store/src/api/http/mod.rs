@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::HttpBody;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRef, Request, State};
 use axum::handler::Handler;
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
@@ -45,7 +45,7 @@ use crate::jobs::Jobs;
 use crate::keys::KeyStore;
 use crate::membership::Readiness;
 use crate::metrics::StoreMetrics;
-use crate::replication::Replication;
+use crate::objects::SharedObjects;
 use crate::similar::SimilarFront;
 use crate::storage::PhotoStore;
 use crate::words::Words;
@@ -75,9 +75,8 @@ pub(crate) struct AppState {
     readiness: Arc<Readiness>,
     /// Whether a model is loaded (`/readyz` says so).
     model_loaded: bool,
-    /// The cluster as one store, when photos are replicated: uploads, reads and deletes go
-    /// through it.
-    replication: Option<Arc<Replication>>,
+    /// Where photos' bytes live: this node alone, or the replicated cluster.
+    objects: SharedObjects,
     /// The node's models, when one is loaded (a task's new floor applies to them at once).
     models: Option<Arc<Models>>,
     /// The matcher of searches in words, when a model is loaded.
@@ -88,10 +87,37 @@ pub(crate) struct AppState {
     duplicates: duplicates::Finding,
 }
 
+/// What the routes every front door has (photos, labels, duplicates, cluster status) work
+/// with, taken from a node's or a gateway's state.
+#[derive(Clone)]
+pub(crate) struct FrontState {
+    objects: SharedObjects,
+    catalog: Arc<dyn Catalog>,
+    metrics: Arc<StoreMetrics>,
+    duplicates: duplicates::Finding,
+}
+
+impl Counted for FrontState {
+    fn metrics(&self) -> &StoreMetrics {
+        &self.metrics
+    }
+}
+
+impl FromRef<AppState> for FrontState {
+    fn from_ref(state: &AppState) -> Self {
+        FrontState {
+            objects: state.objects.clone(),
+            catalog: state.catalog.clone(),
+            metrics: state.metrics.clone(),
+            duplicates: state.duplicates.clone(),
+        }
+    }
+}
+
 impl AppState {
-    /// The state of a node's API (who may call it is [`authorize`]'s concern).
+    /// The state of a node's API over `objects` (who may call it is [`authorize`]'s concern).
     pub(crate) fn new(
-        ingestor: Arc<Ingestor>,
+        (ingestor, objects): (Arc<Ingestor>, SharedObjects),
         store: Arc<PhotoStore>,
         catalog: Arc<dyn Catalog>,
         jobs: Arc<Jobs>,
@@ -108,7 +134,7 @@ impl AppState {
             node: Arc::from("local"),
             readiness: Arc::new(Readiness::default()),
             model_loaded: false,
-            replication: None,
+            objects,
             models: None,
             words: None,
             similar: None,
@@ -145,14 +171,6 @@ impl AppState {
     /// The same state, answering similarity queries through `similar`.
     pub(crate) fn with_similar(self, similar: Option<Arc<SimilarFront>>) -> Self {
         AppState { similar, ..self }
-    }
-
-    /// The same state, with uploads, reads and deletes through `replication` when given.
-    pub(crate) fn with_replication(self, replication: Option<Arc<Replication>>) -> Self {
-        AppState {
-            replication,
-            ..self
-        }
     }
 
     /// The same state, telling `/readyz` about the node's membership and model.
@@ -337,8 +355,15 @@ impl AppState {
             None,
             crate::inference::RelabelOptions::default(),
         );
+        let ingestor = Arc::new(ingestor);
+        let objects = Arc::new(crate::objects::Local::new(
+            ingestor.clone(),
+            s.store.clone(),
+            Arc::new(crate::storage::Blobs::open(s._dir.path().join("blobs")).expect("test blobs")),
+            s.catalog.clone(),
+        ));
         AppState::new(
-            Arc::new(ingestor),
+            (ingestor, objects),
             s.store.clone(),
             s.catalog.clone(),
             Arc::new(jobs),

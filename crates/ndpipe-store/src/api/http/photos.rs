@@ -1,6 +1,5 @@
 //! Photos: upload, read back (original, tensor, metadata), list, delete, set ground truth.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Json;
@@ -9,13 +8,13 @@ use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use ndpipe_catalog::{Catalog, CatalogError, GroundTruth, PhotoMeta, PhotoRecord, Split};
+use ndpipe_catalog::{Catalog, CatalogError, GroundTruth, PhotoRecord, Split};
 use serde::{Deserialize, Serialize};
 
 use super::error::{ApiError, Counted, MAX_PHOTO_ID, blocking, count, parse_id};
-use super::{AppState, page_limit, tasks};
+use super::{AppState, FrontState, page_limit, tasks};
 use crate::duplicates::exact::Uploaded;
-use crate::replication::FrontDoor;
+use crate::objects::{PhotoPage, StoredPhoto};
 
 /// Query parameters of an upload; the same values may come as `x-ndpipe-label`/`x-ndpipe-split`.
 #[derive(Debug, Deserialize)]
@@ -38,11 +37,11 @@ pub(super) struct UploadReply {
     duplicate_of: Option<u64>,
 }
 
-/// `POST /v1/photos`: stores a photo durably (201 once it is on disk; labelling follows), or,
-/// when the catalog has its bytes already and `exact_duplicates` is `existing`, answers 200
-/// with that photo.
+/// `POST /v1/photos`: stores a photo durably (201 once it is on disk, every copy of it in a
+/// cluster; labelling follows), or, when the catalog has its bytes already and
+/// `exact_duplicates` is `existing`, answers 200 with that photo.
 pub(super) async fn upload(
-    State(state): State<AppState>,
+    State(state): State<FrontState>,
     headers: HeaderMap,
     query: Result<Query<UploadParams>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
@@ -51,17 +50,15 @@ pub(super) async fn upload(
     let result = async {
         let (body, truth) = upload_input(&headers, query, body)?;
         tasks::check_truth(&state.catalog, truth.as_ref()).await?;
-        Ok(match &state.replication {
-            Some(replication) => replication.upload(body, truth).await?,
-            None => state.ingestor.upload(body, truth).await?,
-        })
+        let mode = state.objects.exact_duplicates();
+        Ok(state.objects.put_photo(mode, body, truth).await?)
     }
     .await;
     answer_upload(&state, started, result)
 }
 
 /// The body and ground truth of an upload, or why the request is refused.
-pub(super) fn upload_input(
+fn upload_input(
     headers: &HeaderMap,
     query: Result<Query<UploadParams>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
@@ -83,7 +80,7 @@ pub(super) fn upload_input(
 
 /// The answer to an upload that began at `started`: 201 with the new photo, 200 with the
 /// existing one when nothing was stored, or the error; timed and counted either way.
-pub(super) fn answer_upload(
+fn answer_upload(
     state: &impl Counted,
     started: Instant,
     result: Result<Uploaded, ApiError>,
@@ -159,40 +156,19 @@ fn ground_truth(
     }
 }
 
-/// `GET /v1/photos/{id}`: the original bytes, with an ETag of their SHA-256.
+/// `GET /v1/photos/{id}`: the original bytes (from any intact copy in a cluster), with an
+/// ETag of their SHA-256 (304 when the client has it).
 pub(super) async fn get_photo(
-    State(state): State<AppState>,
+    State(state): State<FrontState>,
     Path(raw): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&raw).map_err(|e| count(&state, e))?;
-    let found = match &state.replication {
-        Some(replication) => replication
-            .read(id)
-            .await
-            .map_err(|e| count(&state, e.into()))?,
-        None => {
-            let store = state.store.clone();
-            blocking(&state, move || store.original(id))
-                .await?
-                .map(|(entry, bytes)| (entry.meta, bytes))
-        }
-    };
-    photo_response(&state, id, found, &headers)
-}
-
-/// Photo `id`'s original as the answer to a `GET`, with an ETag of its SHA-256 (304 when the
-/// client has it); 404 when `found` is `None`.
-pub(super) fn photo_response(
-    state: &impl Counted,
-    id: u64,
-    found: Option<(PhotoMeta, Vec<u8>)>,
-    headers: &HeaderMap,
-) -> Result<Response, ApiError> {
+    let found = (state.objects.read_photo(id).await).map_err(|e| count(&state, e.into()))?;
     let Some((meta, bytes)) = found else {
-        return Err(count(state, ApiError::photo_not_found(id)));
+        return Err(count(&state, ApiError::photo_not_found(id)));
     };
-    state.metrics().reads.inc();
+    state.metrics.reads.inc();
     let etag = format!("\"{}\"", meta.sha256);
     if headers
         .get(header::IF_NONE_MATCH)
@@ -248,60 +224,28 @@ pub(super) struct MetaReply {
     copies: Option<Vec<String>>,
 }
 
-/// `GET /v1/photos/{id}/meta`: the photo's catalog row, with its bucket and key.
+/// `GET /v1/photos/{id}/meta`: the photo's catalog row, with its bucket and key and, in a
+/// cluster, its holders.
 pub(super) async fn get_meta(
-    State(state): State<AppState>,
+    State(state): State<FrontState>,
     Path(raw): Path<String>,
 ) -> Result<Json<MetaReply>, ApiError> {
     let id = parse_id(&raw).map_err(|e| count(&state, e))?;
-    if state.ingestor.is_deleted(id) {
-        return Err(count(&state, ApiError::photo_not_found(id)));
-    }
-    if let Some(replication) = &state.replication {
-        return cluster_meta(&state, replication.front(), &state.catalog, id)
-            .await
-            .map(Json);
-    }
+    let found = (state.objects.photo(id).await).map_err(|e| count(&state, e.into()))?;
+    let photo = found.ok_or_else(|| count(&state, ApiError::photo_not_found(id)))?;
     let catalog = state.catalog.clone();
-    let (row, object) = blocking(&state, move || {
-        Ok::<_, CatalogError>((catalog.photo(id)?, catalog.object_of_photo(id)?))
-    })
-    .await?;
-    let record = row.ok_or_else(|| count(&state, ApiError::photo_not_found(id)))?;
-    Ok(Json(MetaReply::new(record, object)))
-}
-
-/// Any node's photo `id` with the nodes that hold its copies, and its bucket and key.
-pub(super) async fn cluster_meta(
-    state: &impl Counted,
-    front: &FrontDoor,
-    catalog: &Arc<dyn Catalog>,
-    id: u64,
-) -> Result<MetaReply, ApiError> {
-    let found = front
-        .copies_of(id)
-        .await
-        .map_err(|e| count(state, e.into()))?;
-    let Some(c) = found else {
-        return Err(count(state, ApiError::photo_not_found(id)));
-    };
-    let catalog = catalog.clone();
-    let object = blocking(state, move || catalog.object_of_photo(id)).await?;
-    let record = PhotoRecord::new(id, c.meta);
-    Ok(MetaReply {
-        copies: Some(c.holders),
-        ..MetaReply::new(record, object)
-    })
+    let mut replies = blocking(&state, move || with_objects(&*catalog, vec![photo])).await?;
+    Ok(Json(replies.remove(0)))
 }
 
 impl MetaReply {
-    fn new(record: PhotoRecord, object: Option<ndpipe_catalog::ObjectRecord>) -> Self {
+    fn new(photo: StoredPhoto, object: Option<ndpipe_catalog::ObjectRecord>) -> Self {
         let (bucket, key) = object.map(|o| (o.bucket, o.key)).unzip();
         MetaReply {
-            record,
+            record: photo.record,
             bucket,
             key,
-            copies: None,
+            copies: photo.copies,
         }
     }
 }
@@ -309,12 +253,12 @@ impl MetaReply {
 /// Each photo with the bucket and key it has in the S3 API, if any.
 fn with_objects(
     catalog: &dyn Catalog,
-    photos: Vec<PhotoRecord>,
+    photos: Vec<StoredPhoto>,
 ) -> Result<Vec<MetaReply>, CatalogError> {
     photos
         .into_iter()
         .map(|p| {
-            let object = catalog.object_of_photo(p.id)?;
+            let object = catalog.object_of_photo(p.record.id)?;
             Ok(MetaReply::new(p, object))
         })
         .collect()
@@ -333,32 +277,22 @@ pub(super) struct Page {
     next_after: Option<u64>,
 }
 
-/// `GET /v1/photos?after=&limit=`: catalog rows in id order (with their bucket and key), a
-/// page at a time.
+/// `GET /v1/photos?after=&limit=`: photos in id order (with their bucket and key and, in a
+/// cluster, every node's photos with their holders), a page at a time.
 pub(super) async fn list(
-    State(state): State<AppState>,
+    State(state): State<FrontState>,
     query: Result<Query<PageParams>, QueryRejection>,
 ) -> Result<Json<Page>, ApiError> {
     let (after, limit) = page_params(&state, query)?;
-    if let Some(replication) = &state.replication {
-        return cluster_page(&state, replication.front(), &state.catalog, after, limit).await;
-    }
-    // Rows of unfinished deletes are left out: ask for that many more.
-    let asked = limit + state.ingestor.unfinished_deletes();
-    let catalog = state.catalog.clone();
-    let mut photos = blocking(&state, move || catalog.list_photos(after, asked)).await?;
-    let more = photos.len() == asked;
-    photos.retain(|p| !state.ingestor.is_deleted(p.id));
-    let more = more || photos.len() > limit;
-    photos.truncate(limit);
-    let next_after = more.then(|| photos.last().map(|p| p.id)).flatten();
+    let PhotoPage { photos, next_after } =
+        (state.objects.page(after, limit).await).map_err(|e| count(&state, e.into()))?;
     let catalog = state.catalog.clone();
     let photos = blocking(&state, move || with_objects(&*catalog, photos)).await?;
     Ok(Json(Page { photos, next_after }))
 }
 
 /// `after` and `limit` of a listing, checked.
-pub(super) fn page_params(
+fn page_params(
     state: &impl Counted,
     query: Result<Query<PageParams>, QueryRejection>,
 ) -> Result<(Option<u64>, usize), ApiError> {
@@ -374,64 +308,19 @@ pub(super) fn page_params(
     Ok((params.after, limit))
 }
 
-/// A page of every node's photos, with their holders (a replicated cluster's listing).
-pub(super) async fn cluster_page(
-    state: &impl Counted,
-    front: &FrontDoor,
-    catalog: &Arc<dyn Catalog>,
-    after: Option<u64>,
-    limit: usize,
-) -> Result<Json<Page>, ApiError> {
-    let mut copies = front
-        .list(after, limit + 1)
-        .await
-        .map_err(|e| count(state, e.into()))?;
-    let more = copies.len() > limit;
-    copies.truncate(limit);
-    let next_after = more.then(|| copies.last().map(|p| p.id)).flatten();
-    let catalog = catalog.clone();
-    let photos = blocking(state, move || {
-        copies
-            .into_iter()
-            .map(|c| {
-                let object = catalog.object_of_photo(c.id)?;
-                let record = PhotoRecord::new(c.id, c.meta);
-                Ok::<_, CatalogError>(MetaReply {
-                    copies: Some(c.holders),
-                    ..MetaReply::new(record, object)
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()
-    })
-    .await?;
-    Ok(Json(Page { photos, next_after }))
-}
-
-/// `DELETE /v1/photos/{id}`: 204, or 404 when there was no such photo.
+/// `DELETE /v1/photos/{id}`: every copy (behind a tombstone in a cluster); 204, or 404 when
+/// there was no such photo.
 pub(super) async fn delete(
-    State(state): State<AppState>,
+    State(state): State<FrontState>,
     Path(raw): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = parse_id(&raw).map_err(|e| count(&state, e))?;
-    let existed = match &state.replication {
-        Some(replication) => replication.delete(id).await.map_err(ApiError::from),
-        None => state.ingestor.delete(id).await.map_err(ApiError::from),
-    };
-    answer_delete(&state, id, existed)
-}
-
-/// The answer to a delete of photo `id`: 204 when it existed, else 404.
-pub(super) fn answer_delete(
-    state: &impl Counted,
-    id: u64,
-    existed: Result<bool, ApiError>,
-) -> Result<StatusCode, ApiError> {
-    if existed.map_err(|e| count(state, e))? {
-        state.metrics().deletes.inc();
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(count(state, ApiError::photo_not_found(id)))
+    let existed = (state.objects.delete_photo(id).await).map_err(|e| count(&state, e.into()))?;
+    if !existed {
+        return Err(count(&state, ApiError::photo_not_found(id)));
     }
+    state.metrics.deletes.inc();
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[derive(Debug, Deserialize)]

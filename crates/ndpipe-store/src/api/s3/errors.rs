@@ -9,6 +9,7 @@ use s3s::{S3Error, S3ErrorCode, s3_error};
 
 use crate::api::http::ApiError;
 use crate::ingest::IngestError;
+use crate::objects::ObjectsError;
 use crate::replication::ReplicationError;
 use crate::storage::StoreError;
 
@@ -87,6 +88,23 @@ pub(crate) fn replication(e: ReplicationError) -> S3Error {
             };
             custom(code, api.status, api.message)
         }
+    }
+}
+
+/// Objects that could not be stored, read or deleted, each cause as its own mapping says.
+pub(crate) fn objects(e: ObjectsError) -> S3Error {
+    match e {
+        ObjectsError::Ingest(e) => ingest(e),
+        ObjectsError::Cluster(e) => replication(e),
+        ObjectsError::Store(e) => store(e),
+        ObjectsError::Catalog(e) => catalog(e),
+        other => internal(other),
+    }
+}
+
+impl From<ObjectsError> for S3Error {
+    fn from(e: ObjectsError) -> Self {
+        objects(e)
     }
 }
 

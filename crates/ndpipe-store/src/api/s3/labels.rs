@@ -19,7 +19,7 @@ const TAGGED_TASKS: usize = 5;
 /// The active versions' predictions of photo `id` per task, best first (a task is left out
 /// before the photo is labelled for it), the general task first.
 async fn active_labels(state: &S3State, id: PhotoId) -> S3Result<Vec<(TaskName, Vec<Prediction>)>> {
-    let mut labels = state.backend.active_labels(&state.catalog, id).await?;
+    let mut labels = state.objects.active_labels(id).await?;
     labels.sort_by_key(|(task, _)| (!task.is_general(), task.clone()));
     Ok(labels)
 }

@@ -6,7 +6,7 @@
 //! write, tensor, labels, features) and its catalog row gets a bucket and a key; anything else
 //! (a sidecar) is a plain object kept in a file. Overwriting a key replaces the photo. In a
 //! replicated cluster both kinds are placed on `replicas` PipeStores, so that every node's S3
-//! API and a gateway's serve every object (`backend`). Operations this module does not
+//! API and a gateway's serve every object (`crate::objects`). Operations this module does not
 //! implement answer `NotImplemented` in S3's XML.
 //!
 //! - `service`: the `s3s::S3` implementation, one line per operation;
@@ -14,13 +14,10 @@
 //!   (ListObjectsV2 and V1), `multipart`, `labels` (tags and the labels header);
 //! - `auth`: SigV4 with access keys and a role check for every operation;
 //! - `body`: reading a body whole under the upload limit, with its checksums verified;
-//! - `backend`: where objects' bytes live (this node, the cluster, or the cluster seen from a
-//!   gateway); `errors`: internal errors as S3 errors; `host`: virtual-host-style bucket
-//!   names;
+//! - `errors`: internal errors as S3 errors; `host`: virtual-host-style bucket names;
 //! - `serve`: the listener.
 
 mod auth;
-mod backend;
 mod body;
 mod buckets;
 mod errors;
@@ -39,7 +36,8 @@ use std::sync::Arc;
 use ndpipe_catalog::Catalog;
 use s3s::S3Error;
 
-pub(crate) use backend::Backend;
+use crate::objects::SharedObjects;
+
 pub(crate) use multipart::Uploads;
 pub(crate) use serve::serve;
 pub(crate) use service::service;
@@ -47,7 +45,7 @@ pub(crate) use service::service;
 /// What the S3 operations work with.
 pub(crate) struct S3State {
     /// Where objects' bytes go.
-    pub(crate) backend: Backend,
+    pub(crate) objects: SharedObjects,
     /// Buckets and object rows (and, for labels, predictions).
     pub(crate) catalog: Arc<dyn Catalog>,
     /// Multipart uploads in progress, staged here until they complete.

@@ -179,7 +179,7 @@ pub(crate) async fn store(
                 "ground truth can only be given for an image"
             ));
         }
-        let stored = state.backend.put_blob(bytes).await?;
+        let stored = state.objects.put_blob(bytes).await?;
         let content_type = object
             .content_type
             .clone()
@@ -225,9 +225,9 @@ async fn photo_of(
     bytes: Bytes,
     truth: Option<GroundTruth>,
 ) -> S3Result<(PhotoRecord, bool)> {
-    let mode = state.backend.exact_duplicates();
+    let mode = state.objects.exact_duplicates();
     let uploaded = state
-        .backend
+        .objects
         .put_photo(mode, bytes.clone(), truth.clone())
         .await?;
     if uploaded.stored {
@@ -238,7 +238,7 @@ async fn photo_of(
     match named {
         Some(other) if (other.bucket.as_str(), other.key.as_str()) != (bucket, key) => {
             let fresh = state
-                .backend
+                .objects
                 .put_photo(ExactDuplicates::Store, bytes, truth)
                 .await?;
             Ok((fresh.record, true))
@@ -251,8 +251,8 @@ async fn photo_of(
 /// stays is still listed by `/v1`, a blob is only wasted space).
 pub(crate) async fn remove_body(state: &S3State, body: &ObjectBody) {
     let removed = match body {
-        ObjectBody::Photo(id) => state.backend.delete_photo(*id).await,
-        ObjectBody::Blob(name) => state.backend.delete_blob(name).await,
+        ObjectBody::Photo(id) => state.objects.delete_photo(*id).await.map(drop),
+        ObjectBody::Blob(name) => state.objects.delete_blob(name).await,
     };
     if let Err(e) = removed {
         warn!(body = ?body, error = %e, "cannot remove what a replaced or deleted object named");
@@ -276,8 +276,8 @@ pub(crate) async fn lookup(state: &S3State, bucket: &str, key: &str) -> S3Result
 /// The bytes of `object`, from its photo or its file.
 pub(crate) async fn read_bytes(state: &S3State, object: &ObjectRecord) -> S3Result<Bytes> {
     let found = match &object.body {
-        ObjectBody::Photo(id) => state.backend.read_photo(*id).await?,
-        ObjectBody::Blob(name) => state.backend.read_blob(name, &object.sha256).await?,
+        ObjectBody::Photo(id) => state.objects.read_photo(*id).await?.map(|(_, bytes)| bytes),
+        ObjectBody::Blob(name) => state.objects.read_blob(name, &object.sha256).await?,
     };
     found
         .map(Bytes::from)
