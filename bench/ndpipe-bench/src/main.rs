@@ -28,6 +28,7 @@ mod rollout;
 mod rollout_slow;
 mod rsweep;
 mod s3;
+mod s3_null;
 mod scale;
 mod scaling;
 mod serve_process;

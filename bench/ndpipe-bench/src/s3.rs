@@ -5,6 +5,10 @@
 //! `/v1` in the same direction is the figure (target: S3 ingest within 10% of `/v1`). `aws`
 //! and `s5cmd` are timed as processes, as people run them; the Python clients time
 //! themselves, the interpreter's start left out.
+//!
+//! Where the time goes: each run's CPU seconds are split between this process (the store)
+//! and the client's process, per megabyte; and each client uploads the same files to a null
+//! server (`s3_null`) in the same run, which gives its own ceiling on this machine.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,6 +21,7 @@ use ndpipe::client::{Client, UploadError};
 use ndpipe_store::PipeStore;
 
 use crate::cluster::{any_port, client, store_config};
+use crate::s3_null::{Cpu, NullServer};
 
 /// Flags of `ndpipe-bench s3`.
 #[derive(Debug, Args)]
@@ -48,6 +53,22 @@ struct Row {
     seconds: f64,
     mb_per_s: f64,
     ratio_to_v1: f64,
+    /// CPU milliseconds per MB of this process (the store; with the in-process Rust client
+    /// for `/v1`) in the best round.
+    server_cpu_ms_per_mb: f64,
+    /// CPU milliseconds per MB of the client's process in the best round (0 in-process).
+    client_cpu_ms_per_mb: f64,
+    /// Uploads only: MB/s of the same client against the null server (its own ceiling).
+    alone_mb_per_s: Option<f64>,
+}
+
+/// One timed run of a client in one direction, with the CPU it took on each side.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    client: &'static str,
+    direction: &'static str,
+    seconds: f64,
+    cpu: Cpu,
 }
 
 /// Runs `ndpipe-bench s3`.
@@ -86,21 +107,27 @@ pub(crate) async fn run(args: S3Bench) -> Result<()> {
         up: &up,
         work: work.path(),
         n: args.concurrency,
+        uploads_only: false,
+    };
+    let null = NullServer::start().await?;
+    let null_http = client(null.addr)?;
+    let alone = Round {
+        http: &null_http,
+        v1: format!("http://{}", null.addr),
+        endpoint: &format!("http://{}", null.addr),
+        uploads_only: true,
+        ..ctx.clone()
     };
     // Alternate the clients round by round and keep the best of each, so that a burst of load
     // from elsewhere on the machine does not decide a ratio.
-    let mut times: Vec<(&'static str, &'static str, f64)> = Vec::new();
+    let (mut best, mut best_alone) = (Vec::new(), Vec::new());
     for round in 1..=args.rounds {
         eprintln!("  round {round} of {}...", args.rounds);
-        for (client, direction, seconds) in ctx.run(round).await? {
-            match times.iter_mut().find(|t| t.0 == client && t.1 == direction) {
-                Some(best) => best.2 = best.2.min(seconds),
-                None => times.push((client, direction, seconds)),
-            }
-        }
+        keep_best(&mut best, ctx.run(round).await?);
+        keep_best(&mut best_alone, alone.run(round).await?);
     }
     running.stop().await?;
-    let rows = rows(&times, photos.len(), megabytes);
+    let rows = rows(&best, &best_alone, photos.len(), megabytes);
     print_table(&rows);
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&rows)?)
@@ -109,7 +136,22 @@ pub(crate) async fn run(args: S3Bench) -> Result<()> {
     Ok(())
 }
 
+/// Keeps in `best` the fastest sample of each client and direction.
+fn keep_best(best: &mut Vec<Sample>, samples: Vec<Sample>) {
+    for s in samples {
+        match best
+            .iter_mut()
+            .find(|b| b.client == s.client && b.direction == s.direction)
+        {
+            Some(b) if b.seconds > s.seconds => *b = s,
+            Some(_) => {}
+            None => best.push(s),
+        }
+    }
+}
+
 /// What every round works with.
+#[derive(Clone)]
 struct Round<'a> {
     http: &'a Client,
     v1: String,
@@ -118,30 +160,30 @@ struct Round<'a> {
     up: &'a Path,
     work: &'a Path,
     n: usize,
+    /// Only uploads (against the null server, which keeps nothing to download).
+    uploads_only: bool,
 }
 
 impl Round<'_> {
-    /// Every client up and down once, each under its own prefix and folder for `round`;
-    /// returns (client, direction, seconds), and checks that every download is whole.
-    async fn run(&self, round: usize) -> Result<Vec<(&'static str, &'static str, f64)>> {
+    /// Every client up (and, unless `uploads_only`, down) once, each under its own prefix and
+    /// folder for `round`; checks that every download is whole.
+    async fn run(&self, round: usize) -> Result<Vec<Sample>> {
         let (n, endpoint) = (self.n, self.endpoint);
-        let mut times = Vec::new();
-        let ids = timed(&mut times, "/v1", "upload", || async {
-            v1_upload(self.http, self.photos, n).await
-        })
-        .await?;
-        timed(&mut times, "/v1", "download", || {
-            v1_download(self.http, &ids, n)
-        })
-        .await?;
+        let mut samples = Vec::new();
+        let (cpu, started) = (Cpu::now()?, Instant::now());
+        let ids = v1_upload(self.http, self.photos, n).await?;
+        samples.push(sample("/v1", "upload", started, cpu)?);
+        if !self.uploads_only {
+            let (cpu, started) = (Cpu::now()?, Instant::now());
+            v1_download(self.http, &ids, n).await?;
+            samples.push(sample("/v1", "download", started, cpu)?);
+        }
         let dir = |name: &str| self.work.join(format!("{name}-{round}"));
         let prefix = |name: &str| format!("s3://bench/{name}-{round}/");
+        let ids_file = self.work.join(format!("python-ids-{round}"));
+        let up = self.up.display().to_string();
         let tools = [
-            (
-                "aws s3 cp",
-                "upload",
-                Tool::Aws(self.up.display().to_string(), prefix("aws")),
-            ),
+            ("aws s3 cp", "upload", Tool::Aws(up.clone(), prefix("aws"))),
             (
                 "aws s3 cp",
                 "download",
@@ -150,7 +192,7 @@ impl Round<'_> {
             (
                 "s5cmd",
                 "upload",
-                Tool::S5cmd(format!("{}/*", self.up.display()), prefix("s5cmd")),
+                Tool::S5cmd(format!("{up}/*"), prefix("s5cmd")),
             ),
             (
                 "s5cmd",
@@ -170,52 +212,54 @@ impl Round<'_> {
                 "download",
                 Tool::Boto3("get", dir("boto3"), format!("boto3-{round}/")),
             ),
+            (
+                "python /v1",
+                "upload",
+                Tool::PythonV1("put", self.up.to_path_buf(), ids_file.clone()),
+            ),
+            (
+                "python /v1",
+                "download",
+                Tool::PythonV1("get", self.up.to_path_buf(), ids_file),
+            ),
         ];
         for (client, direction, tool) in tools {
-            let started = Instant::now();
-            let reported = tool.run(endpoint, n)?;
-            let seconds = reported.unwrap_or_else(|| started.elapsed().as_secs_f64());
-            times.push((client, direction, seconds));
+            if self.uploads_only && direction == "download" {
+                continue;
+            }
+            let (cpu, started) = (Cpu::now()?, Instant::now());
+            let reported = tool.run(endpoint, &self.v1, n)?;
+            let mut s = sample(client, direction, started, cpu)?;
+            s.seconds = reported.unwrap_or(s.seconds);
+            samples.push(s);
         }
-        let out = run_quiet(
-            clean(Command::new("python3"))
-                .args(["-c", PYTHON_V1, &self.v1])
-                .arg(self.up)
-                .arg(n.to_string()),
-        )?;
-        let mut secs = out.split_whitespace().map(str::parse::<f64>);
-        for direction in ["upload", "download"] {
-            let s = secs
-                .next()
-                .context("the Python /v1 client printed no time")??;
-            times.push(("python /v1", direction, s));
+        if !self.uploads_only {
+            for name in ["aws", "s5cmd", "boto3"] {
+                let got = std::fs::read_dir(dir(name))?.count();
+                ensure!(
+                    got == self.photos.len(),
+                    "{name} downloaded {got} of {} files",
+                    self.photos.len()
+                );
+            }
         }
-        for name in ["aws", "s5cmd", "boto3"] {
-            let got = std::fs::read_dir(dir(name))?.count();
-            ensure!(
-                got == self.photos.len(),
-                "{name} downloaded {got} of {} files",
-                self.photos.len()
-            );
-        }
-        Ok(times)
+        Ok(samples)
     }
 }
 
-async fn timed<T, F, Fut>(
-    times: &mut Vec<(&'static str, &'static str, f64)>,
+/// The sample of a run that began at `started` with the CPU totals `cpu`.
+fn sample(
     client: &'static str,
     direction: &'static str,
-    f: F,
-) -> Result<T>
-where
-    F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    let started = Instant::now();
-    let out = f().await?;
-    times.push((client, direction, started.elapsed().as_secs_f64()));
-    Ok(out)
+    started: Instant,
+    cpu: Cpu,
+) -> Result<Sample> {
+    Ok(Sample {
+        client,
+        direction,
+        seconds: started.elapsed().as_secs_f64(),
+        cpu: cpu.since()?,
+    })
 }
 
 async fn v1_upload(http: &Client, photos: &[Vec<u8>], n: usize) -> Result<Vec<u64>> {
@@ -255,6 +299,8 @@ enum Tool {
     S5cmd(String, String),
     /// `put` or `get`, the local folder, the key prefix.
     Boto3(&'static str, PathBuf, String),
+    /// `put` (the folder's files, their ids written to the file) or `get` (those ids).
+    PythonV1(&'static str, PathBuf, PathBuf),
 }
 
 /// boto3 with a thread pool: `put` every file of a folder, or `get` every object into one;
@@ -285,12 +331,13 @@ print(time.monotonic() - started)
 "#;
 
 /// The same thread pool over `/v1` with Python's own HTTP client, to set boto3 against a
-/// Python client of the same shape: uploads every file, then downloads them; prints the two
-/// durations.
+/// Python client of the same shape: `put` uploads every file and writes their ids to a file,
+/// `get` downloads those ids; prints its own seconds.
 const PYTHON_V1: &str = r#"
 import http.client, json, os, sys, threading, time, urllib.parse
 from concurrent.futures import ThreadPoolExecutor
-url, folder, workers = urllib.parse.urlparse(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+url = urllib.parse.urlparse(sys.argv[1])
+op, folder, ids_file, workers = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 local = threading.local()
 def conn():
     if not hasattr(local, 'c'):
@@ -308,17 +355,25 @@ def get(id):
     assert r.status == 200, r.status
     return len(r.read())
 with ThreadPoolExecutor(workers) as pool:
-    started = time.monotonic()
-    ids = list(pool.map(put, sorted(os.listdir(folder))))
-    up = time.monotonic() - started
-    started = time.monotonic()
-    list(pool.map(get, ids))
-print(up, time.monotonic() - started)
+    if op == 'put':
+        started = time.monotonic()
+        ids = list(pool.map(put, sorted(os.listdir(folder))))
+        took = time.monotonic() - started
+        with open(ids_file, 'w') as f:
+            json.dump(ids, f)
+    else:
+        with open(ids_file) as f:
+            ids = json.load(f)
+        started = time.monotonic()
+        list(pool.map(get, ids))
+        took = time.monotonic() - started
+print(took)
 "#;
 
 impl Tool {
-    /// Runs the client; the seconds it measured itself, if it does (boto3).
-    fn run(&self, endpoint: &str, n: usize) -> Result<Option<f64>> {
+    /// Runs the client against S3 at `endpoint` or `/v1` at `v1`; the seconds it measured
+    /// itself, if it does (the Python clients).
+    fn run(&self, endpoint: &str, v1: &str, n: usize) -> Result<Option<f64>> {
         match self {
             Tool::Aws(from, to) => {
                 aws(endpoint, &["s3", "cp", "--recursive", "--quiet", from, to])?;
@@ -341,6 +396,20 @@ impl Tool {
                         .arg(prefix),
                 )?;
                 Ok(Some(out.trim().parse().context("boto3 printed no time")?))
+            }
+            Tool::PythonV1(op, folder, ids) => {
+                let out = run_quiet(
+                    clean(Command::new("python3"))
+                        .args(["-c", PYTHON_V1, v1, op])
+                        .arg(folder)
+                        .arg(ids)
+                        .arg(n.to_string()),
+                )?;
+                Ok(Some(
+                    out.trim()
+                        .parse()
+                        .context("the Python /v1 client printed no time")?,
+                ))
             }
         }
     }
@@ -377,23 +446,26 @@ fn run_quiet(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn rows(times: &[(&'static str, &'static str, f64)], files: usize, mb: f64) -> Vec<Row> {
+fn rows(best: &[Sample], alone: &[Sample], files: usize, mb: f64) -> Vec<Row> {
     let v1 = |direction: &str| {
-        times
-            .iter()
-            .find(|(c, d, _)| *c == "/v1" && *d == direction)
-            .map_or(f64::NAN, |t| mb / t.2)
+        (best.iter())
+            .find(|s| s.client == "/v1" && s.direction == direction)
+            .map_or(f64::NAN, |s| mb / s.seconds)
     };
-    times
-        .iter()
-        .map(|&(client, direction, seconds)| Row {
-            client,
-            direction,
+    best.iter()
+        .map(|s| Row {
+            client: s.client,
+            direction: s.direction,
             files,
             megabytes: mb,
-            seconds,
-            mb_per_s: mb / seconds,
-            ratio_to_v1: mb / seconds / v1(direction),
+            seconds: s.seconds,
+            mb_per_s: mb / s.seconds,
+            ratio_to_v1: mb / s.seconds / v1(s.direction),
+            server_cpu_ms_per_mb: s.cpu.own * 1e3 / mb,
+            client_cpu_ms_per_mb: s.cpu.children * 1e3 / mb,
+            alone_mb_per_s: (alone.iter())
+                .find(|a| a.client == s.client && a.direction == s.direction)
+                .map(|a| mb / a.seconds),
         })
         .collect()
 }
@@ -401,26 +473,45 @@ fn rows(times: &[(&'static str, &'static str, f64)], files: usize, mb: f64) -> V
 fn print_table(rows: &[Row]) {
     println!();
     println!(
-        "| {:<10} | {:<8} | {:>5} | {:>7} | {:>7} | {:>7} | {:>8} |",
-        "client", "way", "files", "MB", "s", "MB/s", "vs /v1"
+        "| {:<10} | {:<8} | {:>5} | {:>7} | {:>7} | {:>7} | {:>7} | {:>11} | {:>12} | {:>10} |",
+        "client",
+        "way",
+        "files",
+        "MB",
+        "s",
+        "MB/s",
+        "vs /v1",
+        "store ms/MB",
+        "client ms/MB",
+        "alone MB/s"
     );
     println!(
-        "|{:-<12}|{:-<10}|{:->7}|{:->9}|{:->9}|{:->9}|{:->10}|",
-        "", "", "", "", "", "", ""
+        "|{:-<12}|{:-<10}|{:->7}|{:->9}|{:->9}|{:->9}|{:->9}|{:->13}|{:->14}|{:->12}|",
+        "", "", "", "", "", "", "", "", "", ""
     );
     for r in rows {
+        let alone = r.alone_mb_per_s.map_or("-".into(), |a| format!("{a:.1}"));
         println!(
-            "| {:<10} | {:<8} | {:>5} | {:>7.1} | {:>7.2} | {:>7.1} | {:>7.0}% |",
+            "| {:<10} | {:<8} | {:>5} | {:>7.1} | {:>7.2} | {:>7.1} | {:>6.0}% | {:>11.1} | {:>12.1} | {:>10} |",
             r.client,
             r.direction,
             r.files,
             r.megabytes,
             r.seconds,
             r.mb_per_s,
-            r.ratio_to_v1 * 100.0
+            r.ratio_to_v1 * 100.0,
+            r.server_cpu_ms_per_mb,
+            r.client_cpu_ms_per_mb,
+            alone
         );
     }
     println!(
         "vs /v1 = throughput / the /v1 throughput in the same direction (same photos, same run); target >= 90% for uploads"
+    );
+    println!(
+        "store ms/MB = CPU of this process per MB (the store; for /v1 also the in-process Rust client); client ms/MB = CPU of the client's process"
+    );
+    println!(
+        "alone MB/s = the same upload against a null server that stores nothing (the client's own ceiling here, same run)"
     );
 }
