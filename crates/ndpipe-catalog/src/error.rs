@@ -23,6 +23,12 @@ pub enum CatalogError {
         /// The duplicate thing.
         what: String,
     },
+    /// A conditional write's condition does not hold (S3's `If-None-Match`/`If-Match`).
+    #[error("precondition failed: {what}")]
+    PreconditionFailed {
+        /// Why, e.g. "object photos/a.jpg exists".
+        what: String,
+    },
     /// The thing still holds others (a bucket with objects).
     #[error("{what} is not empty")]
     NotEmpty {

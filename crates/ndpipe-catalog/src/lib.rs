@@ -52,7 +52,7 @@ pub use duplicates::DuplicateCatalog;
 pub use error::CatalogError;
 pub use keys::{AccessKeyRecord, Role};
 pub use label_terms::label_matches;
-pub use objects::{Bucket, ObjectBody, ObjectRecord};
+pub use objects::{Bucket, ObjectBody, ObjectRecord, PutCondition};
 pub use pg::{OpenedCatalog, PgCatalog, PgOptions, PhotoIdBlocks, describe, is_postgres_url, open};
 pub use replicas::{FailOver, PhotoCopies, PlacementNode, ReplicaCatalog, ReplicationCounts};
 pub use sqlite::SqliteCatalog;
@@ -318,10 +318,16 @@ pub trait ObjectCatalog: Send + Sync {
     /// [`CatalogError::NotEmpty`] if it holds objects.
     fn delete_bucket(&self, name: &str) -> Result<(), CatalogError>;
 
-    /// Records an object, replacing the one of the same bucket and key; returns the replaced
-    /// one (whose bytes the caller then removes). Fails with [`CatalogError::NotFound`] if
-    /// the bucket does not exist.
-    fn put_object(&self, object: &ObjectRecord) -> Result<Option<ObjectRecord>, CatalogError>;
+    /// Records an object, replacing the one of the same bucket and key, when `condition` holds
+    /// for the object there (checked and written in one step); returns the replaced one (whose
+    /// bytes the caller then removes). Fails with [`CatalogError::NotFound`] if the bucket does
+    /// not exist, and as [`PutCondition`] says when the condition does not hold: then nothing
+    /// changes.
+    fn put_object(
+        &self,
+        object: &ObjectRecord,
+        condition: &PutCondition,
+    ) -> Result<Option<ObjectRecord>, CatalogError>;
 
     /// One object.
     fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, CatalogError>;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::PhotoId;
+use crate::{CatalogError, PhotoId};
 
 /// A bucket of the S3 API.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +57,52 @@ impl ObjectRecord {
         match self.body {
             ObjectBody::Photo(id) => Some(id),
             ObjectBody::Blob(_) => None,
+        }
+    }
+}
+
+/// What an object write requires of the object at its key (S3's conditional writes). The
+/// catalog checks it in the transaction that writes, so two writers cannot both pass it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum PutCondition {
+    /// Nothing: the write creates the object or replaces the one at the key.
+    #[default]
+    Always,
+    /// Create only (`If-None-Match: *`): fails with [`CatalogError::PreconditionFailed`] when
+    /// the key holds an object.
+    Absent,
+    /// Replace only (`If-Match`): the object at the key must have one of these ETags (without
+    /// quotes; `*` stands for any). Fails with [`CatalogError::NotFound`] when the key holds no
+    /// object and [`CatalogError::PreconditionFailed`] when its ETag is not listed; an empty
+    /// list fails either way.
+    Matches(Vec<String>),
+}
+
+impl PutCondition {
+    /// Whether a write of (`bucket`, `key`) may replace `current`, the object there now: the
+    /// error [`ObjectCatalog::put_object`](crate::ObjectCatalog::put_object) fails with if not.
+    pub fn check(
+        &self,
+        bucket: &str,
+        key: &str,
+        current: Option<&ObjectRecord>,
+    ) -> Result<(), CatalogError> {
+        let what = || format!("object {bucket}/{key}");
+        match (self, current) {
+            (PutCondition::Always, _) | (PutCondition::Absent, None) => Ok(()),
+            (PutCondition::Absent, Some(_)) => Err(CatalogError::PreconditionFailed {
+                what: format!("{} exists", what()),
+            }),
+            (PutCondition::Matches(_), None) => Err(CatalogError::NotFound { what: what() }),
+            (PutCondition::Matches(etags), Some(o)) => {
+                if etags.iter().any(|e| e == "*" || *e == o.etag) {
+                    Ok(())
+                } else {
+                    Err(CatalogError::PreconditionFailed {
+                        what: format!("{} has ETag {}", what(), o.etag),
+                    })
+                }
+            }
         }
     }
 }

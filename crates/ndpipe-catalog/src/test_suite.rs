@@ -1,16 +1,18 @@
 //! Behaviour every [`Catalog`] implementation must show, run by each implementation's tests
 //! ([`run`]), and every [`NodeRegistry`] ([`run_nodes`]).
 
+mod conditions;
 mod duplicates;
 mod search;
 mod tasks;
 
+pub use conditions::racing_writers_of_one_key_have_one_winner;
 pub use search::{INDEX_LABELS, index_label_answers, store_index_labels};
 
 use crate::{
     AccessKeyRecord, Bucket, Catalog, CatalogError, GroundTruth, JobRecord, ModelVersion,
-    NodeRegistry, NodeState, ObjectBody, ObjectRecord, PhotoMeta, PhotoRecord, Prediction, Role,
-    Split, TaskName, TaskTruth,
+    NodeRegistry, NodeState, ObjectBody, ObjectRecord, PhotoMeta, PhotoRecord, Prediction,
+    PutCondition, Role, Split, TaskName, TaskTruth,
 };
 
 /// A photo record with predictable fields (the default task's ground truth), for tests.
@@ -62,6 +64,7 @@ pub fn run(c: &dyn Catalog) {
     buckets_create_list_and_delete_only_when_empty(c);
     objects_replace_list_by_prefix_and_follow_their_photo(c);
     access_keys_are_unique_by_name_id_and_secret(c);
+    conditions::run(c);
 }
 
 fn jobs_round_trip(c: &dyn Catalog) {
@@ -357,10 +360,11 @@ fn buckets_create_list_and_delete_only_when_empty(c: &dyn Catalog) {
     assert_eq!(c.bucket("zeta").unwrap(), Some(b("zeta")));
     assert_eq!(c.bucket("nope").unwrap(), None);
     assert!(matches!(
-        c.put_object(&object("nope", "k", None)),
+        c.put_object(&object("nope", "k", None), &PutCondition::Always),
         Err(CatalogError::NotFound { .. })
     ));
-    c.put_object(&object("zeta", "k", None)).unwrap();
+    c.put_object(&object("zeta", "k", None), &PutCondition::Always)
+        .unwrap();
     assert!(matches!(
         c.delete_bucket("zeta"),
         Err(CatalogError::NotEmpty { .. })
@@ -378,11 +382,12 @@ fn objects_replace_list_by_prefix_and_follow_their_photo(c: &dyn Catalog) {
     c.upsert_photo(&photo(30, None)).unwrap();
     c.upsert_photo(&photo(31, None)).unwrap();
     assert_eq!(
-        c.put_object(&object("alpha", "a/1.jpg", Some(30))).unwrap(),
+        c.put_object(&object("alpha", "a/1.jpg", Some(30)), &PutCondition::Always)
+            .unwrap(),
         None
     );
     let replaced = c
-        .put_object(&object("alpha", "a/1.jpg", Some(31)))
+        .put_object(&object("alpha", "a/1.jpg", Some(31)), &PutCondition::Always)
         .unwrap()
         .expect("the first object is returned when replaced");
     assert_eq!(replaced.photo_id(), Some(30));
@@ -392,7 +397,8 @@ fn objects_replace_list_by_prefix_and_follow_their_photo(c: &dyn Catalog) {
     );
     assert_eq!(c.object_of_photo(30).unwrap(), None);
     for key in ["a/2.xmp", "a/b/3.json", "b/4.json", "a", "a0", "\u{e9}"] {
-        c.put_object(&object("alpha", key, None)).unwrap();
+        c.put_object(&object("alpha", key, None), &PutCondition::Always)
+            .unwrap();
     }
     let keys = |prefix: &str, after: Option<&str>, limit: usize| -> Vec<String> {
         c.list_objects("alpha", prefix, after, limit)

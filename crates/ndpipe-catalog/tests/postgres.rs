@@ -59,6 +59,17 @@ fn postgres_passes_the_catalog_suite() {
     test_suite::run(&PgCatalog::connect(&db.url).unwrap());
 }
 
+/// Two nodes' handles on one database, as two front doors of a cluster: of the writers that
+/// race through both to create one key, or to replace it if unchanged, exactly one wins.
+#[test]
+fn conditional_writes_through_two_nodes_have_one_winner() {
+    let Some(db) = support::database("conditional") else {
+        return;
+    };
+    let (a, b) = (node(&db.url, "a"), node(&db.url, "b"));
+    test_suite::racing_writers_of_one_key_have_one_winner(&[&a, &b], "shared");
+}
+
 #[test]
 fn postgres_passes_the_node_registry_suite() {
     let Some(db) = support::database("nodes") else {

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 
 use ndpipe_catalog::{
     BlobCatalog, Bucket, ModelRegistry, ModelVersion, NodeRegistry, ObjectBody, ObjectCatalog,
-    ObjectRecord, PgCatalog, PgOptions, PhotoCatalog, Prediction, ReplicaCatalog, TaskName,
+    ObjectRecord, PgCatalog, PgOptions, PhotoCatalog, Prediction, PutCondition, ReplicaCatalog,
+    TaskName,
 };
 
 fn node(url: &str, name: &str) -> PgCatalog {
@@ -219,8 +220,10 @@ fn plain_objects_copies_are_counted_repaired_by_one_node_and_forgotten_with_it()
     );
     c.add_blob_copy("y").unwrap();
     a.add_blob_copy("z").unwrap();
-    a.put_object(&blob_object("x.json", "x")).unwrap();
-    a.put_object(&blob_object("y.json", "y")).unwrap();
+    a.put_object(&blob_object("x.json", "x"), &PutCondition::Always)
+        .unwrap();
+    a.put_object(&blob_object("y.json", "y"), &PutCondition::Always)
+        .unwrap();
     assert_eq!(a.blob_holders("x").unwrap(), ["b", "c"]);
     assert!(a.blob_holders("nothing").unwrap().is_empty());
     let names = ["x", "y", "z"].map(String::from);

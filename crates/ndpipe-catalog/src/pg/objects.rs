@@ -6,7 +6,7 @@ use postgres::{Row, Transaction};
 use super::error::db;
 use super::{PgCatalog, from_sql, sql_id};
 use crate::objects::within_prefix;
-use crate::{Bucket, CatalogError, ObjectBody, ObjectCatalog, ObjectRecord, PhotoId};
+use crate::{Bucket, CatalogError, ObjectBody, ObjectCatalog, ObjectRecord, PhotoId, PutCondition};
 
 const OBJECT_COLUMNS: &str =
     "bucket, key, photo_id, blob, bytes, etag, sha256, content_type, modified_ms, metadata";
@@ -60,6 +60,23 @@ fn lock_object(
     .as_ref()
     .map(object_from_row)
     .transpose()
+}
+
+/// The advisory-lock space of object keys (the two-key form, apart from the one-key locks
+/// such as the migrations').
+const KEY_LOCKS: i32 = 0x6f62_6a73;
+
+/// Locks (`bucket`, `key`) until the transaction ends, whether or not an object is there:
+/// writers of one key take turns, and each reads what the one before it committed (a row lock
+/// alone would not do: a waiter on a replaced row finds it deleted, and a missing row has no
+/// lock to take). Keys with the same hash only wait for each other.
+fn lock_key(tx: &mut Transaction<'_>, bucket: &str, key: &str) -> Result<(), CatalogError> {
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1, hashtext($2::text || '/' || $3::text))",
+        &[&KEY_LOCKS, &bucket, &key],
+    )
+    .map_err(db("lock object key"))?;
+    Ok(())
 }
 
 /// Whether `name` exists; the bucket row is locked (shared) so it cannot be deleted meanwhile.
@@ -139,7 +156,11 @@ impl ObjectCatalog for PgCatalog {
         })
     }
 
-    fn put_object(&self, o: &ObjectRecord) -> Result<Option<ObjectRecord>, CatalogError> {
+    fn put_object(
+        &self,
+        o: &ObjectRecord,
+        condition: &PutCondition,
+    ) -> Result<Option<ObjectRecord>, CatalogError> {
         let (photo, blob) = match &o.body {
             ObjectBody::Photo(id) => (Some(sql_id(*id)?), None),
             ObjectBody::Blob(name) => (None, Some(name.as_str())),
@@ -154,7 +175,9 @@ impl ObjectCatalog for PgCatalog {
                     what: format!("bucket {}", o.bucket),
                 });
             }
+            lock_key(tx, &o.bucket, &o.key)?;
             let old = lock_object(tx, &o.bucket, &o.key)?;
+            condition.check(&o.bucket, &o.key, old.as_ref())?;
             tx.execute(
                 "DELETE FROM objects WHERE bucket = $1 AND key = $2",
                 &[&o.bucket, &o.key],
@@ -212,6 +235,7 @@ impl ObjectCatalog for PgCatalog {
 
     fn delete_object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, CatalogError> {
         self.tx("delete object", |tx| {
+            lock_key(tx, bucket, key)?;
             let old = lock_object(tx, bucket, key)?;
             tx.execute(
                 "DELETE FROM objects WHERE bucket = $1 AND key = $2",

@@ -4,7 +4,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::{SqliteCatalog, sql_id};
 use crate::objects::within_prefix;
-use crate::{Bucket, CatalogError, ObjectBody, ObjectCatalog, ObjectRecord, PhotoId};
+use crate::{Bucket, CatalogError, ObjectBody, ObjectCatalog, ObjectRecord, PhotoId, PutCondition};
 
 const OBJECT_COLUMNS: &str =
     "bucket, key, photo_id, blob, bytes, etag, sha256, content_type, modified_ms, metadata";
@@ -142,7 +142,11 @@ impl ObjectCatalog for SqliteCatalog {
         })
     }
 
-    fn put_object(&self, o: &ObjectRecord) -> Result<Option<ObjectRecord>, CatalogError> {
+    fn put_object(
+        &self,
+        o: &ObjectRecord,
+        condition: &PutCondition,
+    ) -> Result<Option<ObjectRecord>, CatalogError> {
         let (photo, blob) = match &o.body {
             ObjectBody::Photo(id) => (Some(sql_id(*id)?), None),
             ObjectBody::Blob(name) => (None, Some(name.as_str())),
@@ -156,7 +160,9 @@ impl ObjectCatalog for SqliteCatalog {
                     what: format!("bucket {}", o.bucket),
                 });
             }
+            // One connection behind a mutex: nothing writes between this read and the write.
             let old = read_object(&tx, &o.bucket, &o.key)?;
+            condition.check(&o.bucket, &o.key, old.as_ref())?;
             tx.execute(
                 "DELETE FROM objects WHERE bucket = ?1 AND key = ?2",
                 params![o.bucket, o.key],

@@ -36,13 +36,18 @@ pub(crate) fn no_such_key(key: &str) -> S3Error {
     s3_error!(NoSuchKey, "no object has the key {key:?}")
 }
 
-/// A catalog failure: a missing bucket is `NoSuchBucket`, a bucket with objects
-/// `BucketNotEmpty`, an existing one `BucketAlreadyOwnedByYou`.
+/// A catalog failure: a missing bucket is `NoSuchBucket`, a missing object `NoSuchKey`, a
+/// bucket with objects `BucketNotEmpty`, an existing one `BucketAlreadyOwnedByYou`, a write
+/// whose condition does not hold `PreconditionFailed`.
 pub(crate) fn catalog(e: CatalogError) -> S3Error {
     match e {
         CatalogError::NotFound { what } if what.starts_with("bucket ") => {
             s3_error!(NoSuchBucket, "{what} does not exist")
         }
+        CatalogError::NotFound { what } if what.starts_with("object ") => {
+            s3_error!(NoSuchKey, "{what} does not exist")
+        }
+        CatalogError::PreconditionFailed { .. } => super::conditions::precondition_failed(),
         CatalogError::NotEmpty { what } => s3_error!(BucketNotEmpty, "{what} is not empty"),
         CatalogError::Conflict { what } if what.starts_with("bucket ") => {
             s3_error!(BucketAlreadyOwnedByYou, "{what} already exists")

@@ -14,12 +14,15 @@
 //!   (ListObjectsV2 and V1), `multipart`, `labels` (tags and the labels header);
 //! - `auth`: SigV4 with access keys and a role check for every operation;
 //! - `body`: reading a body whole under the upload limit, with its checksums verified;
+//! - `conditions`: conditional requests (`If-Match`, `If-None-Match`, `If-Modified-Since`,
+//!   `If-Unmodified-Since`, CopyObject's `x-amz-copy-source-if-*`);
 //! - `errors`: internal errors as S3 errors; `host`: virtual-host-style bucket names;
 //! - `serve`: the listener.
 
 mod auth;
 mod body;
 mod buckets;
+mod conditions;
 mod errors;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzzing;

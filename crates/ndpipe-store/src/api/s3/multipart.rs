@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::body::{self, Expected, too_large};
 use super::buckets::{require, timestamp};
+use super::conditions::write_condition;
 use super::errors::internal;
 use super::objects::{NewObject, store};
 use super::{S3State, blocking};
@@ -271,12 +272,14 @@ pub(super) fn join(
     Ok((joined.freeze(), etag))
 }
 
-/// `CompleteMultipartUpload`: the listed parts become the object (see [`join`]); nothing is
-/// stored when they do not match.
+/// `CompleteMultipartUpload`: the listed parts become the object (see [`join`]) if its
+/// `If-None-Match: *` or `If-Match` holds; nothing is stored, and the upload stays, when they
+/// do not match or it does not hold.
 pub(crate) async fn complete(
     state: &S3State,
     input: CompleteMultipartUploadInput,
 ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+    let condition = write_condition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
     let uploads = state.uploads.clone();
     let (id, bucket, key) = (
         input.upload_id.clone(),
@@ -298,7 +301,7 @@ pub(crate) async fn complete(
         content_type: info.content_type,
         metadata: info.metadata,
     };
-    let stored = store(state, &input.bucket, &input.key, object).await?;
+    let stored = store(state, &input.bucket, &input.key, object, &condition).await?;
     blocking(move || std::fs::remove_dir_all(&dir).map_err(internal)).await?;
     Ok(S3Response::new(CompleteMultipartUploadOutput {
         bucket: Some(input.bucket),

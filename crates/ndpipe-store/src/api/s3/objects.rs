@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use ndpipe_catalog::{GroundTruth, ObjectBody, ObjectRecord, PhotoRecord, Split, TaskName};
+use ndpipe_catalog::{
+    GroundTruth, ObjectBody, ObjectRecord, PhotoRecord, PutCondition, Split, TaskName,
+};
 use ndpipe_model::PhotoFormat;
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
@@ -13,6 +15,7 @@ use tracing::warn;
 
 use super::body::{self, Expected};
 use super::buckets::{require, timestamp};
+use super::conditions::{ReadConditions, copy_destination_condition, write_condition};
 use super::errors::{catalog as catalog_error, no_such_key};
 use super::{S3State, blocking, labels};
 use crate::duplicates::ExactDuplicates;
@@ -32,7 +35,8 @@ pub(crate) struct NewObject {
     pub(crate) metadata: BTreeMap<String, String>,
 }
 
-/// `PutObject`: reads the body under the upload limit (checksums verified), then stores it.
+/// `PutObject`: reads the body under the upload limit (checksums verified), then stores it
+/// if its `If-None-Match: *` or `If-Match` holds.
 pub(crate) async fn put(
     state: &S3State,
     mut req: S3Request<PutObjectInput>,
@@ -40,6 +44,7 @@ pub(crate) async fn put(
     body::refuse_unsigned_chunks(&req.headers, req.credentials.is_some())?;
     let trailers = req.trailing_headers.take();
     let input = req.input;
+    let condition = write_condition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
     require(state, &input.bucket).await?;
     let expected = Expected {
         content_md5: input.content_md5,
@@ -66,7 +71,7 @@ pub(crate) async fn put(
         content_type: input.content_type,
         metadata: input.metadata.unwrap_or_default().into_iter().collect(),
     };
-    let stored = store(state, &input.bucket, &input.key, object).await?;
+    let stored = store(state, &input.bucket, &input.key, object, &condition).await?;
     Ok(S3Response::new(PutObjectOutput {
         e_tag: Some(ETag::Strong(stored.etag)),
         size: i64::try_from(stored.bytes).ok(),
@@ -151,17 +156,22 @@ async fn check_task(state: &S3State, truth: Option<&GroundTruth>) -> S3Result<()
     }
 }
 
-/// Stores `object` at (`bucket`, `key`): an image through ingest (nothing is stored when it
-/// does not decode; see [`photo_of`] for bytes stored already), anything else as a blob; then
-/// the catalog row, replacing the key's old object, whose photo or blob is then removed.
+/// Stores `object` at (`bucket`, `key`) if `condition` holds: an image through ingest
+/// (nothing is stored when it does not decode; see [`photo_of`] for bytes stored already),
+/// anything else as a blob; then the catalog row, replacing the key's old object, whose photo
+/// or blob is then removed. The catalog checks `condition` as it writes the row (checked here
+/// first too, to spare the ingest of a write that cannot win); a write it refuses removes
+/// what it stored.
 pub(crate) async fn store(
     state: &S3State,
     bucket: &str,
     key: &str,
     mut object: NewObject,
+    condition: &PutCondition,
 ) -> S3Result<ObjectRecord> {
     let truth = ground_truth(&mut object.metadata)?;
     check_task(state, truth.as_ref()).await?;
+    precheck(state, bucket, key, condition).await?;
     let bytes = object.bytes.clone();
     let mut stored = true;
     let (body, content_type, sha256) = if is_photo(object.content_type.as_deref(), &bytes) {
@@ -197,9 +207,8 @@ pub(crate) async fn store(
         modified_ms: ndpipe_util::time::now_ms(),
         metadata: object.metadata,
     };
-    let catalog = state.catalog.clone();
-    let row = record.clone();
-    match blocking(move || catalog.put_object(&row).map_err(catalog_error)).await {
+    let (catalog, row, condition) = (state.catalog.clone(), record.clone(), condition.clone());
+    match blocking(move || catalog.put_object(&row, &condition).map_err(catalog_error)).await {
         // The same bytes again at the same key, in `existing` mode: the photo stays.
         Ok(Some(old)) if old.body == record.body => {}
         Ok(Some(old)) => remove_body(state, &old.body).await,
@@ -212,6 +221,32 @@ pub(crate) async fn store(
         }
     }
     Ok(record)
+}
+
+/// Fails as the catalog would if `condition` does not hold for the object at (`bucket`, `key`)
+/// now.
+async fn precheck(
+    state: &S3State,
+    bucket: &str,
+    key: &str,
+    condition: &PutCondition,
+) -> S3Result<()> {
+    if *condition == PutCondition::Always {
+        return Ok(());
+    }
+    let (catalog, b, k, condition) = (
+        state.catalog.clone(),
+        bucket.to_string(),
+        key.to_string(),
+        condition.clone(),
+    );
+    blocking(move || {
+        let current = catalog.object(&b, &k).map_err(catalog_error)?;
+        condition
+            .check(&b, &k, current.as_ref())
+            .map_err(catalog_error)
+    })
+    .await
 }
 
 /// The photo of an image object at (`bucket`, `key`), and whether it was stored now. With
@@ -294,12 +329,19 @@ async fn metadata(state: &S3State, object: &ObjectRecord) -> S3Result<Metadata> 
     Ok(out)
 }
 
-/// `GetObject`, whole or one byte range.
+/// `GetObject`, whole or one byte range, unless its conditions answer 304 or 412.
 pub(crate) async fn get(
     state: &S3State,
     input: GetObjectInput,
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let object = lookup(state, &input.bucket, &input.key).await?;
+    ReadConditions {
+        if_match: input.if_match,
+        if_none_match: input.if_none_match,
+        if_modified_since: input.if_modified_since,
+        if_unmodified_since: input.if_unmodified_since,
+    }
+    .check_read(&object)?;
     let bytes = read_bytes(state, &object).await?;
     let total = bytes.len() as u64;
     let (bytes, content_range) = match &input.range {
@@ -335,12 +377,20 @@ pub(crate) async fn get(
     }))
 }
 
-/// `HeadObject`: 404 for a key that names no object (a "directory" prefix included).
+/// `HeadObject`: 404 for a key that names no object (a "directory" prefix included); 304 or
+/// 412 as its conditions say.
 pub(crate) async fn head(
     state: &S3State,
     input: HeadObjectInput,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let object = lookup(state, &input.bucket, &input.key).await?;
+    ReadConditions {
+        if_match: input.if_match,
+        if_none_match: input.if_none_match,
+        if_modified_since: input.if_modified_since,
+        if_unmodified_since: input.if_unmodified_since,
+    }
+    .check_read(&object)?;
     let metadata = metadata(state, &object).await?;
     Ok(S3Response::new(HeadObjectOutput {
         content_length: i64::try_from(object.bytes).ok(),
@@ -409,11 +459,14 @@ pub(crate) async fn delete_many(
 
 /// `CopyObject`: the source's bytes stored again at the destination (an image is ingested
 /// again: a new photo with its own tensor and labels). Metadata is copied unless the request
-/// says `REPLACE`.
+/// says `REPLACE`. The source must meet the `x-amz-copy-source-if-*` conditions, the
+/// destination its `If-None-Match: *` or `If-Match` (which `s3s` leaves unparsed here).
 pub(crate) async fn copy(
     state: &S3State,
-    input: CopyObjectInput,
+    req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
+    let condition = copy_destination_condition(&req.headers)?;
+    let input = req.input;
     let CopySource::Bucket {
         bucket: src_bucket,
         key: src_key,
@@ -427,6 +480,13 @@ pub(crate) async fn copy(
     };
     require(state, &input.bucket).await?;
     let source = lookup(state, src_bucket, src_key).await?;
+    ReadConditions {
+        if_match: input.copy_source_if_match.clone(),
+        if_none_match: input.copy_source_if_none_match.clone(),
+        if_modified_since: input.copy_source_if_modified_since.clone(),
+        if_unmodified_since: input.copy_source_if_unmodified_since.clone(),
+    }
+    .check_copy_source(&source)?;
     let bytes = read_bytes(state, &source).await?;
     let replace = input
         .metadata_directive
@@ -446,7 +506,7 @@ pub(crate) async fn copy(
         content_type,
         metadata,
     };
-    let stored = store(state, &input.bucket, &input.key, object).await?;
+    let stored = store(state, &input.bucket, &input.key, object, &condition).await?;
     Ok(S3Response::new(CopyObjectOutput {
         copy_object_result: Some(CopyObjectResult {
             e_tag: Some(ETag::Strong(stored.etag)),

@@ -74,7 +74,7 @@ impl S3 for PipeStoreS3 {
     }
 
     async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> R<CopyObjectOutput> {
-        objects::copy(&self.0, req.input).await
+        objects::copy(&self.0, req).await
     }
 
     async fn list_objects_v2(&self, req: S3Request<ListObjectsV2Input>) -> R<ListObjectsV2Output> {

@@ -9,6 +9,9 @@
 //! - `keys`: access keys (`ndpipe keys`, online and offline): roles on `/v1` and S3, refusals
 //!   that change nothing, a deleted key;
 //! - `boto`: boto3: Range, paginated listing over 1000 keys, copy, batch delete;
+//! - `conditional`: conditional GET, HEAD, PUT, CompleteMultipartUpload and CopyObject, and
+//!   racing create-only and replace-only PUTs (the race script is shared with the cluster's
+//!   test, `s3_races`);
 //! - `photos`: photos through S3: a large JPEG in parts (aws and boto3) and parts that do not
 //!   match, labels as tags and metadata with the real model, bad images refused;
 //! - `tools`: `rclone sync`/`check` of a photo folder, `s5cmd cp` of many files in parallel.
@@ -16,6 +19,7 @@
 mod auth;
 mod boto;
 mod cli;
+pub(crate) mod conditional;
 mod keys;
 mod photos;
 mod tools;
