@@ -36,6 +36,7 @@
 //!   within the deadline).
 //! - `gateway_s3`: S3 through that gateway (boto3): photos, sidecars and multipart uploads
 //!   from every front door, plain objects on two nodes, repaired, deleted and mended.
+//! - `s3_races`: conditional PUTs racing through two PipeStores' S3 APIs: one winner each.
 
 mod api;
 mod cache;
@@ -59,6 +60,7 @@ mod rollout;
 mod rollout_balance;
 mod rollout_replicated;
 mod s3;
+mod s3_races;
 mod similar;
 mod tasks;
 mod tasks_rollout;
