@@ -1,4 +1,5 @@
-//! Buckets: list, create, head, location, delete (empty only).
+//! Buckets: list, create, head, location, delete (no objects; its uploads in progress are
+//! aborted with it, as AWS does).
 
 use std::time::{Duration, SystemTime};
 
@@ -6,7 +7,8 @@ use ndpipe_catalog::Bucket as CatalogBucket;
 use s3s::dto::*;
 use s3s::{S3Response, S3Result};
 
-use super::errors::{catalog as catalog_error, no_such_bucket};
+use super::errors::{catalog as catalog_error, internal, no_such_bucket};
+use super::listing::owner;
 use super::{S3State, blocking};
 
 /// `ms` since the Unix epoch as an S3 timestamp.
@@ -40,6 +42,7 @@ pub(crate) async fn list(state: &S3State) -> S3Result<S3Response<ListBucketsOutp
         .collect();
     Ok(S3Response::new(ListBucketsOutput {
         buckets: Some(buckets),
+        owner: Some(owner()),
         ..ListBucketsOutput::default()
     }))
 }
@@ -78,19 +81,16 @@ pub(crate) async fn location(
     Ok(S3Response::new(GetBucketLocationOutput::default()))
 }
 
-/// `DeleteBucket`: only an empty bucket (`BucketNotEmpty` otherwise).
+/// `DeleteBucket`: a bucket without objects (`BucketNotEmpty` otherwise); the multipart
+/// uploads in progress into it are aborted, their parts removed.
 pub(crate) async fn delete(
     state: &S3State,
     input: DeleteBucketInput,
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
-    if state.uploads.has_uploads(&input.bucket) {
-        return Err(s3s::s3_error!(
-            BucketNotEmpty,
-            "bucket {:?} has multipart uploads in progress",
-            input.bucket
-        ));
-    }
     let catalog = state.catalog.clone();
-    blocking(move || catalog.delete_bucket(&input.bucket).map_err(catalog_error)).await?;
+    let bucket = input.bucket.clone();
+    blocking(move || catalog.delete_bucket(&bucket).map_err(catalog_error)).await?;
+    let uploads = state.uploads.clone();
+    blocking(move || uploads.abort_all(&input.bucket).map_err(internal)).await?;
     Ok(S3Response::new(DeleteBucketOutput {}))
 }

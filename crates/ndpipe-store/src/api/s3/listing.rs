@@ -1,6 +1,8 @@
 //! `ListObjectsV2` (and V1): keys in byte order under a prefix, rolled up into common prefixes
 //! at a delimiter, a page of at most `max-keys` (1000) entries at a time. The continuation token
-//! is the hex of the last key or prefix the page ended at; a rolled-up prefix is skipped whole.
+//! is the hex of the last key or prefix the page ended at; a rolled-up prefix is skipped whole,
+//! and so is one at or before the cursor (V1's `NextMarker` is the prefix itself). Every object
+//! is owned by the store: [`owner`] (V1 always lists it, V2 with `fetch-owner=true`).
 
 use ndpipe_catalog::ObjectRecord;
 use s3s::dto::*;
@@ -15,26 +17,46 @@ const MAX_KEYS: usize = 1000;
 /// Appended to a common prefix to make a cursor after every key that starts with it.
 const PAST_PREFIX: char = char::MAX;
 
+/// The owner of every bucket and object: the store itself (`ID` and `DisplayName` both
+/// `ndpipe`, whoever the caller is).
+pub(crate) fn owner() -> Owner {
+    Owner {
+        display_name: Some("ndpipe".into()),
+        id: Some("ndpipe".into()),
+    }
+}
+
 /// One page of a listing.
 #[derive(Default)]
-struct Page {
-    objects: Vec<ObjectRecord>,
-    prefixes: Vec<String>,
+pub(super) struct Page {
+    pub(super) objects: Vec<ObjectRecord>,
+    pub(super) prefixes: Vec<String>,
     /// Where the next page starts (after it), when there is one.
-    next: Option<String>,
+    pub(super) next: Option<String>,
+}
+
+impl Page {
+    /// The marker of the next page for V1 and `ListObjectVersions`: the last key or common
+    /// prefix listed.
+    pub(super) fn next_marker(&self) -> Option<String> {
+        self.next
+            .as_ref()
+            .map(|c| c.trim_end_matches(PAST_PREFIX).to_string())
+    }
 }
 
 /// What to list.
-struct Query<'a> {
-    bucket: &'a str,
-    prefix: &'a str,
-    delimiter: Option<&'a str>,
-    after: Option<String>,
-    max: usize,
+pub(super) struct Query<'a> {
+    pub(super) bucket: &'a str,
+    pub(super) prefix: &'a str,
+    pub(super) delimiter: Option<&'a str>,
+    pub(super) after: Option<String>,
+    pub(super) max: usize,
 }
 
-/// Lists one page of `q`: objects and common prefixes in key order, at most `q.max` of them.
-async fn page(state: &S3State, q: Query<'_>) -> S3Result<Page> {
+/// Lists one page of `q`: objects and common prefixes in key order, at most `q.max` of them;
+/// a common prefix at or before the cursor was listed already and is skipped.
+pub(super) async fn page(state: &S3State, q: Query<'_>) -> S3Result<Page> {
     let mut out = Page::default();
     let mut cursor = q.after;
     loop {
@@ -44,11 +66,18 @@ async fn page(state: &S3State, q: Query<'_>) -> S3Result<Page> {
             if cursor.as_deref().is_some_and(|c| object.key.as_str() <= c) {
                 continue;
             }
+            let common = rolled_up(&object.key, q.prefix, q.delimiter);
+            if let Some(common) = &common
+                && cursor.as_deref().is_some_and(|c| common.as_str() <= c)
+            {
+                cursor = Some(format!("{common}{PAST_PREFIX}"));
+                continue;
+            }
             if out.objects.len() + out.prefixes.len() == q.max {
                 out.next = cursor;
                 return Ok(out);
             }
-            match rolled_up(&object.key, q.prefix, q.delimiter) {
+            match common {
                 Some(common) => {
                     cursor = Some(format!("{common}{PAST_PREFIX}"));
                     out.prefixes.push(common);
@@ -124,8 +153,13 @@ pub(super) fn url_encode(text: &str) -> String {
     out
 }
 
-/// The listing's entries, keys encoded as the client asked.
-fn entries(page: &Page, encode: bool) -> (Vec<Object>, Vec<CommonPrefix>) {
+/// The delimiter a listing echoes: none for an empty one.
+pub(super) fn echoed(delimiter: Option<String>) -> Option<String> {
+    delimiter.filter(|d| !d.is_empty())
+}
+
+/// The listing's entries, keys encoded as the client asked, with the owner when `owned`.
+fn entries(page: &Page, encode: bool, owned: bool) -> (Vec<Object>, Vec<CommonPrefix>) {
     let enc = |s: &str| if encode { url_encode(s) } else { s.to_string() };
     let objects = page
         .objects
@@ -138,20 +172,24 @@ fn entries(page: &Page, encode: bool) -> (Vec<Object>, Vec<CommonPrefix>) {
             storage_class: Some(ObjectStorageClass::from_static(
                 ObjectStorageClass::STANDARD,
             )),
+            owner: owned.then(owner),
             ..Object::default()
         })
         .collect();
-    let prefixes = page
-        .prefixes
-        .iter()
-        .map(|p| CommonPrefix {
-            prefix: Some(enc(p)),
-        })
-        .collect();
-    (objects, prefixes)
+    (objects, common_prefixes(page, encode))
 }
 
-fn wants_url(encoding: Option<&EncodingType>) -> bool {
+/// The page's common prefixes, encoded as the client asked.
+pub(super) fn common_prefixes(page: &Page, encode: bool) -> Vec<CommonPrefix> {
+    page.prefixes
+        .iter()
+        .map(|p| CommonPrefix {
+            prefix: Some(if encode { url_encode(p) } else { p.clone() }),
+        })
+        .collect()
+}
+
+pub(super) fn wants_url(encoding: Option<&EncodingType>) -> bool {
     encoding.is_some_and(|e| e.as_str() == EncodingType::URL)
 }
 
@@ -179,7 +217,7 @@ pub(crate) async fn list_v2(
     )
     .await?;
     let encode = wants_url(input.encoding_type.as_ref());
-    let (objects, prefixes) = entries(&page, encode);
+    let (objects, prefixes) = entries(&page, encode, input.fetch_owner == Some(true));
     let count = objects.len() + prefixes.len();
     Ok(S3Response::new(ListObjectsV2Output {
         name: Some(input.bucket),
@@ -191,14 +229,15 @@ pub(crate) async fn list_v2(
         next_continuation_token: page.next.map(|c| hex::encode(c.as_bytes())),
         contents: Some(objects),
         common_prefixes: Some(prefixes),
-        delimiter: input.delimiter,
+        delimiter: echoed(input.delimiter),
         encoding_type: input.encoding_type,
         start_after: input.start_after,
         ..ListObjectsV2Output::default()
     }))
 }
 
-/// `ListObjects` (V1): the same listing, paged by `marker`.
+/// `ListObjects` (V1): the same listing, paged by `marker`, always with `<Marker>` and the
+/// owner.
 pub(crate) async fn list_v1(
     state: &S3State,
     input: ListObjectsInput,
@@ -218,20 +257,17 @@ pub(crate) async fn list_v1(
     )
     .await?;
     let encode = wants_url(input.encoding_type.as_ref());
-    let (objects, prefixes) = entries(&page, encode);
-    let next_marker = page
-        .next
-        .as_ref()
-        .map(|c| c.trim_end_matches(PAST_PREFIX).to_string());
+    let (objects, prefixes) = entries(&page, encode, true);
+    let next_marker = page.next_marker();
     Ok(S3Response::new(ListObjectsOutput {
         name: Some(input.bucket),
         prefix: Some(prefix),
-        marker: input.marker,
+        marker: Some(input.marker.unwrap_or_default()),
         max_keys: i32::try_from(max).ok(),
         is_truncated: Some(page.next.is_some()),
         contents: Some(objects),
         common_prefixes: Some(prefixes),
-        delimiter: input.delimiter,
+        delimiter: echoed(input.delimiter),
         next_marker,
         encoding_type: input.encoding_type,
         ..ListObjectsOutput::default()

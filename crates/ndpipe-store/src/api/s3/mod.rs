@@ -11,7 +11,8 @@
 //!
 //! - `service`: the `s3s::S3` implementation, one line per operation;
 //! - `buckets`, `objects` (put, get with range, head, delete, copy), `listing`
-//!   (ListObjectsV2 and V1), `multipart`, `labels` (tags and the labels header);
+//!   (ListObjectsV2 and V1), `versions` (every object its one `null` version),
+//!   `multipart`, `labels` (tags and the labels header);
 //! - `auth`: SigV4 with access keys and a role check for every operation;
 //! - `body`: reading a body whole under the upload limit, with its checksums verified;
 //! - `conditions`: conditional requests (`If-Match`, `If-None-Match`, `If-Modified-Since`,
@@ -33,6 +34,7 @@ mod multipart;
 mod objects;
 mod serve;
 mod service;
+mod versions;
 
 use std::sync::Arc;
 

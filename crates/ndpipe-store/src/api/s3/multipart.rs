@@ -54,10 +54,15 @@ impl Uploads {
         })
     }
 
-    /// Whether `bucket` has an upload in progress.
-    pub(crate) fn has_uploads(&self, bucket: &str) -> bool {
-        self.all()
-            .is_ok_and(|all| all.iter().any(|(_, u)| u.bucket == bucket))
+    /// Aborts every upload into `bucket`: their folders and parts are removed.
+    pub(crate) fn abort_all(&self, bucket: &str) -> io::Result<()> {
+        for (id, _) in self.all()?.into_iter().filter(|(_, u)| u.bucket == bucket) {
+            match std::fs::remove_dir_all(self.dir.join(id)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// The folder of upload `id`; `None` for an id this node never made.

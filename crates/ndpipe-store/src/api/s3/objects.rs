@@ -17,7 +17,7 @@ use super::body::{self, Expected};
 use super::buckets::{require, timestamp};
 use super::conditions::{ReadConditions, copy_destination_condition, write_condition};
 use super::errors::{catalog as catalog_error, no_such_key};
-use super::{S3State, blocking, labels};
+use super::{S3State, blocking, labels, versions};
 use crate::duplicates::ExactDuplicates;
 
 /// User-metadata names that set the ground truth of an image instead of being stored.
@@ -417,36 +417,54 @@ async fn remove(state: &S3State, bucket: &str, key: &str) -> S3Result<bool> {
     }
 }
 
-/// `DeleteObject`: 204 whether or not the key existed, as S3 answers.
+/// `DeleteObject`: 204 whether or not the key existed, as S3 answers; of versions, only the
+/// one every object has, `null`.
 pub(crate) async fn delete(
     state: &S3State,
     input: DeleteObjectInput,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
+    versions::only_null(input.version_id.as_deref())?;
     require(state, &input.bucket).await?;
     remove(state, &input.bucket, &input.key).await?;
     Ok(S3Response::new(DeleteObjectOutput::default()))
 }
 
-/// `DeleteObjects`: each key deleted on its own; failures are listed, not fatal.
+/// The most keys one `DeleteObjects` may name, as S3 allows.
+const MAX_DELETE_KEYS: usize = 1000;
+
+/// `DeleteObjects`: 1 to 1,000 keys (`MalformedXML` otherwise, nothing deleted), each deleted
+/// on its own (its version id, `null` only, echoed); failures are listed, not fatal.
 pub(crate) async fn delete_many(
     state: &S3State,
     input: DeleteObjectsInput,
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+    let count = input.delete.objects.len();
+    if !(1..=MAX_DELETE_KEYS).contains(&count) {
+        return Err(s3_error!(
+            MalformedXML,
+            "a delete names 1 to {MAX_DELETE_KEYS} keys, this one {count}"
+        ));
+    }
     require(state, &input.bucket).await?;
     let quiet = input.delete.quiet.unwrap_or(false);
     let (mut deleted, mut failed) = (Vec::new(), Vec::new());
     for id in input.delete.objects {
-        match remove(state, &input.bucket, &id.key).await {
+        let removed = match versions::only_null(id.version_id.as_deref()) {
+            Ok(()) => remove(state, &input.bucket, &id.key).await,
+            Err(e) => Err(e),
+        };
+        match removed {
             Ok(_) if quiet => {}
             Ok(_) => deleted.push(DeletedObject {
                 key: Some(id.key),
+                version_id: id.version_id,
                 ..DeletedObject::default()
             }),
             Err(e) => failed.push(Error {
                 code: Some(e.code().as_str().to_string()),
                 message: e.message().map(str::to_string),
                 key: Some(id.key),
-                version_id: None,
+                version_id: id.version_id,
             }),
         }
     }
@@ -459,8 +477,9 @@ pub(crate) async fn delete_many(
 
 /// `CopyObject`: the source's bytes stored again at the destination (an image is ingested
 /// again: a new photo with its own tensor and labels). Metadata is copied unless the request
-/// says `REPLACE`. The source must meet the `x-amz-copy-source-if-*` conditions, the
-/// destination its `If-None-Match: *` or `If-Match` (which `s3s` leaves unparsed here).
+/// says `REPLACE`; a copy onto itself must say it (`InvalidRequest` otherwise, as S3). The
+/// source must meet the `x-amz-copy-source-if-*` conditions, the destination its
+/// `If-None-Match: *` or `If-Match` (which `s3s` leaves unparsed here).
 pub(crate) async fn copy(
     state: &S3State,
     req: S3Request<CopyObjectInput>,
@@ -470,7 +489,7 @@ pub(crate) async fn copy(
     let CopySource::Bucket {
         bucket: src_bucket,
         key: src_key,
-        ..
+        version_id: src_version,
     } = &input.copy_source
     else {
         return Err(s3_error!(
@@ -479,6 +498,7 @@ pub(crate) async fn copy(
         ));
     };
     require(state, &input.bucket).await?;
+    versions::only_null(src_version.as_deref())?;
     let source = lookup(state, src_bucket, src_key).await?;
     ReadConditions {
         if_match: input.copy_source_if_match.clone(),
@@ -487,11 +507,19 @@ pub(crate) async fn copy(
         if_unmodified_since: input.copy_source_if_unmodified_since.clone(),
     }
     .check_copy_source(&source)?;
-    let bytes = read_bytes(state, &source).await?;
     let replace = input
         .metadata_directive
         .as_ref()
         .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+    if !replace
+        && (src_bucket.as_ref(), src_key.as_ref()) == (input.bucket.as_str(), input.key.as_str())
+    {
+        return Err(s3_error!(
+            InvalidRequest,
+            "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
+        ));
+    }
+    let bytes = read_bytes(state, &source).await?;
     let (content_type, metadata) = if replace {
         (
             input.content_type,

@@ -9,7 +9,7 @@ use s3s::{S3, S3Request, S3Response, S3Result};
 
 use super::auth::{KeyAccess, KeyAuth};
 use super::host::BucketDomain;
-use super::{S3State, buckets, labels, listing, multipart, objects};
+use super::{S3State, buckets, labels, listing, multipart, objects, versions};
 use crate::keys::KeyStore;
 
 /// The S3 operations over one PipeStore.
@@ -83,6 +83,13 @@ impl S3 for PipeStoreS3 {
 
     async fn list_objects(&self, req: S3Request<ListObjectsInput>) -> R<ListObjectsOutput> {
         listing::list_v1(&self.0, req.input).await
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> R<ListObjectVersionsOutput> {
+        versions::list(&self.0, req.input).await
     }
 
     async fn get_object_tagging(

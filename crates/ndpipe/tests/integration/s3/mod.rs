@@ -14,13 +14,17 @@
 //!   test, `s3_races`);
 //! - `photos`: photos through S3: a large JPEG in parts (aws and boto3) and parts that do not
 //!   match, labels as tags and metadata with the real model, bad images refused;
-//! - `tools`: `rclone sync`/`check` of a photo folder, `s5cmd cp` of many files in parallel.
+//! - `tools`: `rclone sync`/`check` of a photo folder, `s5cmd cp` of many files in parallel;
+//! - `listing`: V1 paged with a delimiter, the listing XML (marker, delimiter, owner),
+//!   `ListObjectVersions` of an unversioned bucket (boto3, awscli), deleting a bucket with only an
+//!   upload in progress.
 
 mod auth;
 mod boto;
 mod cli;
 pub(crate) mod conditional;
 mod keys;
+mod listing;
 mod photos;
 mod tools;
 
