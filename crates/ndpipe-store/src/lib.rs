@@ -13,7 +13,9 @@
 //! ([`AnnIndex`], [`AnnOptions`], [`Scalar`], [`AnnError`]), and a full re-labelling with a
 //! [`Relabeler`] ([`ActiveModel`], [`RelabelOptions`], [`Pending`], [`RelabelReport`],
 //! [`InferenceError`]), and duplicate finding's perceptual hash ([`NearHash`],
-//! [`PerceptualHasher`]) and pair search ([`near_pairs`]). Everything else is internal.
+//! [`PerceptualHasher`]) and pair search ([`near_pairs`]). The S3 API's table of refused
+//! headers ([`S3_REFUSALS`], each an [`S3Refusal`]) is public for its documentation and the
+//! test that walks it. Everything else is internal.
 //!
 //! # Module map
 //!
@@ -84,6 +86,7 @@ mod storage;
 mod testing;
 mod words;
 
+pub use api::s3::refuse::{S3_REFUSALS, S3Refusal};
 pub use config::{Config, DEFAULT_MAX_UPLOAD_BYTES, GatewayConfig};
 pub use duplicates::{
     DEFAULT_NEAR_HAMMING, DEFAULT_NEAR_MIN_SIDE, DEFAULT_SEMANTIC_MIN_COSINE, ExactDuplicates,

@@ -4,6 +4,8 @@
 //! the operation: reads (`Get*`, `Head*`, `List*`) need `read`, everything else `write`.
 //! Anonymous requests are then `AccessDenied`; an unknown key is `InvalidAccessKeyId`, a wrong
 //! secret `SignatureDoesNotMatch`. With neither keys nor a token the API is open, as `/v1` is.
+//! Once the role allows the operation, its headers pass `refuse::headers` (before any body is
+//! read); SigV2 and presigned URLs over 7 days never get here (`refuse::before_parsing`).
 
 use std::sync::Arc;
 
@@ -13,6 +15,7 @@ use s3s::auth::{S3Auth, SecretKey};
 use s3s::{S3Result, s3_error};
 
 use super::errors::internal;
+use super::refuse;
 use crate::keys::KeyStore;
 
 /// The secrets of the access keys (and of the admin key, the token) for SigV4.
@@ -54,6 +57,14 @@ pub(super) fn required(name: &str) -> Role {
 #[async_trait::async_trait]
 impl S3Access for KeyAccess {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        self.role(cx).await?;
+        refuse::headers(cx.s3_op().name(), cx.headers())
+    }
+}
+
+impl KeyAccess {
+    /// Whether the caller's role allows the operation (anyone's, on an open store).
+    async fn role(&self, cx: &S3AccessContext<'_>) -> S3Result<()> {
         let needed = required(cx.s3_op().name());
         let Some(credentials) = cx.credentials() else {
             let keys = self.0.clone();

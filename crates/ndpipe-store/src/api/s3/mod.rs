@@ -7,13 +7,16 @@
 //! (a sidecar) is a plain object kept in a file. Overwriting a key replaces the photo. In a
 //! replicated cluster both kinds are placed on `replicas` PipeStores, so that every node's S3
 //! API and a gateway's serve every object (`crate::objects`). Operations this module does not
-//! implement answer `NotImplemented` in S3's XML.
+//! implement answer `NotImplemented` in S3's XML, and so do the headers of features it does not
+//! have (`refuse`): nothing is ever accepted and then ignored.
 //!
 //! - `service`: the `s3s::S3` implementation, one line per operation;
 //! - `buckets`, `objects` (put, get with range, head, delete, copy), `listing`
 //!   (ListObjectsV2 and V1), `versions` (every object its one `null` version),
 //!   `multipart`, `labels` (tags and the labels header);
 //! - `auth`: SigV4 with access keys and a role check for every operation;
+//! - `refuse`: every refusal of what is not implemented (SigV2, encryption, ACLs, ...);
+//! - `front`: around the `s3s` service: request ids, the refusals before parsing;
 //! - `body`: reading a body whole under the upload limit, with its checksums verified;
 //! - `conditions`: conditional requests (`If-Match`, `If-None-Match`, `If-Modified-Since`,
 //!   `If-Unmodified-Since`, CopyObject's `x-amz-copy-source-if-*`);
@@ -25,6 +28,7 @@ mod body;
 mod buckets;
 mod conditions;
 mod errors;
+mod front;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzzing;
 mod host;
@@ -32,6 +36,7 @@ mod labels;
 mod listing;
 mod multipart;
 mod objects;
+pub(crate) mod refuse;
 mod serve;
 mod service;
 mod versions;

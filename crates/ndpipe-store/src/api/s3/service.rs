@@ -1,13 +1,14 @@
 //! The `s3s::S3` implementation: each operation this API has, delegated to its module; every
-//! other one keeps `s3s`'s default, `NotImplemented`.
+//! other one keeps `s3s`'s default, `NotImplemented`. The service is served behind `front`.
 
 use std::sync::Arc;
 
 use s3s::dto::*;
-use s3s::service::{S3Service, S3ServiceBuilder};
+use s3s::service::S3ServiceBuilder;
 use s3s::{S3, S3Request, S3Response, S3Result};
 
 use super::auth::{KeyAccess, KeyAuth};
+use super::front::Front;
 use super::host::BucketDomain;
 use super::{S3State, buckets, labels, listing, multipart, objects, versions};
 use crate::keys::KeyStore;
@@ -17,13 +18,13 @@ struct PipeStoreS3(Arc<S3State>);
 
 /// The `s3s` service over `state`: virtual-host-style requests for buckets under `domain`
 /// (`BUCKET.DOMAIN`), path-style for every other host; signatures and roles checked against
-/// `keys` (see `auth`).
-pub(crate) fn service(state: Arc<S3State>, domain: &str, keys: Arc<KeyStore>) -> S3Service {
+/// `keys` (see `auth`); request ids and the refusals before parsing in `front`.
+pub(crate) fn service(state: Arc<S3State>, domain: &str, keys: Arc<KeyStore>) -> Front {
     let mut builder = S3ServiceBuilder::new(PipeStoreS3(state));
     builder.set_auth(KeyAuth(keys.clone()));
     builder.set_access(KeyAccess(keys));
     builder.set_host(BucketDomain::new(domain));
-    builder.build()
+    Front(builder.build())
 }
 
 type R<T> = S3Result<S3Response<T>>;

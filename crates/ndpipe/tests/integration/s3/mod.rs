@@ -17,7 +17,10 @@
 //! - `tools`: `rclone sync`/`check` of a photo folder, `s5cmd cp` of many files in parallel;
 //! - `listing`: V1 paged with a delimiter, the listing XML (marker, delimiter, owner),
 //!   `ListObjectVersions` of an unversioned bucket (boto3, awscli), deleting a bucket with only an
-//!   upload in progress.
+//!   upload in progress;
+//! - `refuse`: every header of the store's refusal table refused on its operations with nothing
+//!   stored, SigV2 and browser-form POSTs, presigned URLs over 7 days, `DeleteObjects` over 1,000
+//!   keys, a copy onto itself, the request id of every error.
 
 mod auth;
 mod boto;
@@ -26,6 +29,7 @@ pub(crate) mod conditional;
 mod keys;
 mod listing;
 mod photos;
+mod refuse;
 mod tools;
 
 use std::path::Path;
