@@ -45,14 +45,17 @@ pub mod test_postgres;
 pub mod test_suite;
 mod types;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 pub use blob_copies::{BlobCatalog, BlobCounts, BlobHolders};
 pub use duplicates::DuplicateCatalog;
 pub use error::CatalogError;
 pub use keys::{AccessKeyRecord, Role};
 pub use label_terms::label_matches;
-pub use objects::{Bucket, ObjectBody, ObjectRecord, PutCondition};
+pub use objects::{
+    Bucket, ObjectAttributes, ObjectBody, ObjectChecksum, ObjectPart, ObjectRecord, PutCondition,
+    StandardHeaders,
+};
 pub use pg::{OpenedCatalog, PgCatalog, PgOptions, PhotoIdBlocks, describe, is_postgres_url, open};
 pub use replicas::{FailOver, PhotoCopies, PlacementNode, ReplicaCatalog, ReplicationCounts};
 pub use sqlite::SqliteCatalog;
@@ -334,6 +337,14 @@ pub trait ObjectCatalog: Send + Sync {
 
     /// The object that is photo `id`, if any.
     fn object_of_photo(&self, id: PhotoId) -> Result<Option<ObjectRecord>, CatalogError>;
+
+    /// Replaces the user tags of an object, nothing else of it; returns whether it exists.
+    fn set_object_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<bool, CatalogError>;
 
     /// Removes an object; returns it when it existed.
     fn delete_object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, CatalogError>;

@@ -49,6 +49,83 @@ pub struct ObjectRecord {
     pub modified_ms: i64,
     /// User metadata (`x-amz-meta-*` headers without the prefix), lowercase names.
     pub metadata: BTreeMap<String, String>,
+    /// What S3 clients rely on besides the bytes: standard headers, checksum, parts.
+    pub attributes: ObjectAttributes,
+    /// The user's object tags (`PutObjectTagging`, `x-amz-tagging`), by key.
+    pub tags: BTreeMap<String, String>,
+}
+
+/// What an object carries for S3 clients besides its bytes and metadata. Every field is
+/// optional, so a row written before attributes existed reads back with none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ObjectAttributes {
+    /// The standard headers given at upload, answered by GET and HEAD.
+    #[serde(skip_serializing_if = "StandardHeaders::is_empty")]
+    pub headers: StandardHeaders,
+    /// The checksum given (or asked for) at upload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<ObjectChecksum>,
+    /// The parts of an object made by a multipart upload, in order; empty for one PUT.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<ObjectPart>,
+    /// The multipart upload that made the object, so that a retried completion can be
+    /// answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upload_id: Option<String>,
+}
+
+/// The standard HTTP headers S3 keeps with an object, as the client sent them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StandardHeaders {
+    /// `Cache-Control`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_control: Option<String>,
+    /// `Content-Disposition`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_disposition: Option<String>,
+    /// `Content-Encoding` (without `aws-chunked`, which only framed the upload).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_encoding: Option<String>,
+    /// `Content-Language`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_language: Option<String>,
+    /// `Expires`, an HTTP date.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
+}
+
+impl StandardHeaders {
+    /// Whether no header is kept.
+    pub fn is_empty(&self) -> bool {
+        *self == StandardHeaders::default()
+    }
+}
+
+/// An object's checksum: of its bytes, or for a composite one of its parts' checksums.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectChecksum {
+    /// The algorithm, as S3 names it: `CRC32`, `CRC32C`, `CRC64NVME`, `SHA1` or `SHA256`.
+    pub algorithm: String,
+    /// The base64 value; a composite one ends with `-` and the number of parts.
+    pub value: String,
+    /// Whether it is the checksum of the parts' checksums (S3's `COMPOSITE` type) rather
+    /// than of the bytes (`FULL_OBJECT`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub composite: bool,
+}
+
+/// One part of an object made by a multipart upload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectPart {
+    /// Its part number in the upload.
+    pub number: u32,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Its base64 checksum by the object's algorithm, if the object has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
 }
 
 impl ObjectRecord {

@@ -146,6 +146,7 @@ pub const TASKS_MIGRATION: i32 = 8;
 /// the migrations after it, for tests of the migrations (delete their `schema_migrations` rows
 /// too).
 pub const UNDO_TASKS: &str = "
+ALTER TABLE objects DROP COLUMN attributes, DROP COLUMN tags;
 DROP TABLE photo_near_hashes;
 ALTER TABLE ground_truth DROP CONSTRAINT ground_truth_pkey;
 ALTER TABLE ground_truth DROP COLUMN task;

@@ -3,6 +3,7 @@
 
 mod conditions;
 mod duplicates;
+mod objects;
 mod search;
 mod tasks;
 
@@ -63,6 +64,7 @@ pub fn run(c: &dyn Catalog) {
     jobs_round_trip(c);
     buckets_create_list_and_delete_only_when_empty(c);
     objects_replace_list_by_prefix_and_follow_their_photo(c);
+    objects::run(c);
     access_keys_are_unique_by_name_id_and_secret(c);
     conditions::run(c);
 }
@@ -341,6 +343,8 @@ pub fn object(bucket: &str, key: &str, photo: Option<u64>) -> ObjectRecord {
         content_type: "application/json".into(),
         modified_ms: 1_700_000_000_000,
         metadata: [("mtime".to_string(), "12".to_string())].into(),
+        attributes: crate::ObjectAttributes::default(),
+        tags: std::collections::BTreeMap::new(),
     }
 }
 

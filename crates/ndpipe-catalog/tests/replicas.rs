@@ -8,9 +8,9 @@ use ndpipe_catalog::test_suite::photo;
 use std::collections::BTreeMap;
 
 use ndpipe_catalog::{
-    BlobCatalog, Bucket, ModelRegistry, ModelVersion, NodeRegistry, ObjectBody, ObjectCatalog,
-    ObjectRecord, PgCatalog, PgOptions, PhotoCatalog, Prediction, PutCondition, ReplicaCatalog,
-    TaskName,
+    BlobCatalog, Bucket, ModelRegistry, ModelVersion, NodeRegistry, ObjectAttributes, ObjectBody,
+    ObjectCatalog, ObjectRecord, PgCatalog, PgOptions, PhotoCatalog, Prediction, PutCondition,
+    ReplicaCatalog, TaskName,
 };
 
 fn node(url: &str, name: &str) -> PgCatalog {
@@ -194,6 +194,8 @@ fn blob_object(key: &str, blob: &str) -> ObjectRecord {
         content_type: "text/plain".into(),
         modified_ms: 0,
         metadata: BTreeMap::new(),
+        attributes: ObjectAttributes::default(),
+        tags: BTreeMap::new(),
     }
 }
 

@@ -1,6 +1,8 @@
 //! Buckets and objects of the S3 API, shared by every node of the cluster: a key names one
 //! object cluster-wide, and a photo object lives on the node whose photo it is.
 
+use std::collections::BTreeMap;
+
 use postgres::{Row, Transaction};
 
 use super::error::db;
@@ -8,8 +10,26 @@ use super::{PgCatalog, from_sql, sql_id};
 use crate::objects::within_prefix;
 use crate::{Bucket, CatalogError, ObjectBody, ObjectCatalog, ObjectRecord, PhotoId, PutCondition};
 
-const OBJECT_COLUMNS: &str =
-    "bucket, key, photo_id, blob, bytes, etag, sha256, content_type, modified_ms, metadata";
+const OBJECT_COLUMNS: &str = "bucket, key, photo_id, blob, bytes, etag, sha256, content_type, \
+     modified_ms, metadata, attributes, tags";
+
+/// The JSON of column `i`, parsed.
+fn json_column<T: serde::de::DeserializeOwned>(
+    row: &Row,
+    i: usize,
+    what: &str,
+) -> Result<T, CatalogError> {
+    let value: serde_json::Value = row.try_get(i).map_err(db("read object"))?;
+    serde_json::from_value(value).map_err(|e| CatalogError::Invalid(format!("object {what}: {e}")))
+}
+
+/// `value` as JSON for a column.
+fn json_value(
+    value: &impl serde::Serialize,
+    what: &str,
+) -> Result<serde_json::Value, CatalogError> {
+    serde_json::to_value(value).map_err(|e| CatalogError::Invalid(format!("object {what}: {e}")))
+}
 
 fn object_from_row(row: &Row) -> Result<ObjectRecord, CatalogError> {
     let op = "read object";
@@ -24,7 +44,6 @@ fn object_from_row(row: &Row) -> Result<ObjectRecord, CatalogError> {
             ));
         }
     };
-    let metadata: serde_json::Value = row.try_get(9).map_err(db(op))?;
     Ok(ObjectRecord {
         bucket: row.try_get(0).map_err(db(op))?,
         key: row.try_get(1).map_err(db(op))?,
@@ -34,8 +53,9 @@ fn object_from_row(row: &Row) -> Result<ObjectRecord, CatalogError> {
         sha256: row.try_get(6).map_err(db(op))?,
         content_type: row.try_get(7).map_err(db(op))?,
         modified_ms: row.try_get(8).map_err(db(op))?,
-        metadata: serde_json::from_value(metadata)
-            .map_err(|e| CatalogError::Invalid(format!("object metadata: {e}")))?,
+        metadata: json_column(row, 9, "metadata")?,
+        attributes: json_column(row, 10, "attributes")?,
+        tags: json_column(row, 11, "tags")?,
     })
 }
 
@@ -167,8 +187,9 @@ impl ObjectCatalog for PgCatalog {
         };
         let bytes = i64::try_from(o.bytes)
             .map_err(|_| CatalogError::Invalid(format!("object size {} out of range", o.bytes)))?;
-        let metadata = serde_json::to_value(&o.metadata)
-            .map_err(|e| CatalogError::Invalid(format!("object metadata: {e}")))?;
+        let metadata = json_value(&o.metadata, "metadata")?;
+        let attributes = json_value(&o.attributes, "attributes")?;
+        let tags = json_value(&o.tags, "tags")?;
         self.tx("write object", |tx| {
             if !lock_bucket(tx, &o.bucket)? {
                 return Err(CatalogError::NotFound {
@@ -186,7 +207,7 @@ impl ObjectCatalog for PgCatalog {
             tx.execute(
                 &format!(
                     "INSERT INTO objects ({OBJECT_COLUMNS})
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
                 ),
                 &[
                     &o.bucket,
@@ -199,6 +220,8 @@ impl ObjectCatalog for PgCatalog {
                     &o.content_type,
                     &o.modified_ms,
                     &metadata,
+                    &attributes,
+                    &tags,
                 ],
             )
             .map_err(db("write object"))?;
@@ -230,6 +253,24 @@ impl ObjectCatalog for PgCatalog {
             .as_ref()
             .map(object_from_row)
             .transpose()
+        })
+    }
+
+    fn set_object_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<bool, CatalogError> {
+        let tags = json_value(tags, "tags")?;
+        self.with(|conn| {
+            let n = conn
+                .execute(
+                    "UPDATE objects SET tags = $3 WHERE bucket = $1 AND key = $2",
+                    &[&bucket, &key, &tags],
+                )
+                .map_err(db("tag object"))?;
+            Ok(n > 0)
         })
     }
 

@@ -219,6 +219,14 @@ CREATE TABLE photo_near_hashes (
     hash       BIGINT NOT NULL
 );
 "#,
+    // What S3 clients rely on besides the bytes (`ObjectAttributes`: standard headers,
+    // checksum, parts, the upload that made the object) and the user's object tags; objects
+    // stored before read back with none.
+    r#"
+ALTER TABLE objects
+    ADD COLUMN attributes JSONB NOT NULL DEFAULT '{}',
+    ADD COLUMN tags       JSONB NOT NULL DEFAULT '{}';
+"#,
 ];
 
 /// Applies the migrations this database lacks, all in one transaction, under an advisory lock

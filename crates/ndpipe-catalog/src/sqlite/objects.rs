@@ -1,13 +1,31 @@
 //! Buckets and objects of the S3 API.
 
+use std::collections::BTreeMap;
+
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::{SqliteCatalog, sql_id};
 use crate::objects::within_prefix;
 use crate::{Bucket, CatalogError, ObjectBody, ObjectCatalog, ObjectRecord, PhotoId, PutCondition};
 
-const OBJECT_COLUMNS: &str =
-    "bucket, key, photo_id, blob, bytes, etag, sha256, content_type, modified_ms, metadata";
+const OBJECT_COLUMNS: &str = "bucket, key, photo_id, blob, bytes, etag, sha256, content_type, \
+     modified_ms, metadata, attributes, tags";
+
+/// The JSON text of column `i`, parsed.
+fn json_column<T: serde::de::DeserializeOwned>(
+    row: &rusqlite::Row<'_>,
+    i: usize,
+) -> rusqlite::Result<T> {
+    let text: String = row.get(i)?;
+    serde_json::from_str(&text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e.into())
+    })
+}
+
+/// `value` as JSON text for a column.
+fn json_text(value: &impl serde::Serialize, what: &str) -> Result<String, CatalogError> {
+    serde_json::to_string(value).map_err(|e| CatalogError::Invalid(format!("object {what}: {e}")))
+}
 
 fn object_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ObjectRecord> {
     let photo: Option<i64> = row.get(2)?;
@@ -23,7 +41,6 @@ fn object_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ObjectRecord> {
             ));
         }
     };
-    let metadata: String = row.get(9)?;
     Ok(ObjectRecord {
         bucket: row.get(0)?,
         key: row.get(1)?,
@@ -33,9 +50,9 @@ fn object_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ObjectRecord> {
         sha256: row.get(6)?,
         content_type: row.get(7)?,
         modified_ms: row.get(8)?,
-        metadata: serde_json::from_str(&metadata).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(9, rusqlite::types::Type::Text, e.into())
-        })?,
+        metadata: json_column(row, 9)?,
+        attributes: json_column(row, 10)?,
+        tags: json_column(row, 11)?,
     })
 }
 
@@ -151,8 +168,9 @@ impl ObjectCatalog for SqliteCatalog {
             ObjectBody::Photo(id) => (Some(sql_id(*id)?), None),
             ObjectBody::Blob(name) => (None, Some(name.as_str())),
         };
-        let metadata = serde_json::to_string(&o.metadata)
-            .map_err(|e| CatalogError::Invalid(format!("object metadata: {e}")))?;
+        let metadata = json_text(&o.metadata, "metadata")?;
+        let attributes = json_text(&o.attributes, "attributes")?;
+        let tags = json_text(&o.tags, "tags")?;
         self.with(|conn| {
             let tx = conn.transaction().map_err(CatalogError::db("begin"))?;
             if !bucket_exists(&tx, &o.bucket)? {
@@ -169,7 +187,7 @@ impl ObjectCatalog for SqliteCatalog {
             )
             .map_err(CatalogError::db("replace object"))?;
             tx.execute(
-                &format!("INSERT INTO objects ({OBJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+                &format!("INSERT INTO objects ({OBJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
                 params![
                     o.bucket,
                     o.key,
@@ -180,7 +198,9 @@ impl ObjectCatalog for SqliteCatalog {
                     o.sha256,
                     o.content_type,
                     o.modified_ms,
-                    metadata
+                    metadata,
+                    attributes,
+                    tags
                 ],
             )
             .map_err(|e| match e {
@@ -215,6 +235,24 @@ impl ObjectCatalog for SqliteCatalog {
             )
             .optional()
             .map_err(CatalogError::db("read object"))
+        })
+    }
+
+    fn set_object_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<bool, CatalogError> {
+        let tags = json_text(tags, "tags")?;
+        self.with(|conn| {
+            let n = conn
+                .execute(
+                    "UPDATE objects SET tags = ?3 WHERE bucket = ?1 AND key = ?2",
+                    params![bucket, key, tags],
+                )
+                .map_err(CatalogError::db("tag object"))?;
+            Ok(n > 0)
         })
     }
 

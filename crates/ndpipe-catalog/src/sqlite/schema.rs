@@ -166,4 +166,11 @@ CREATE TABLE IF NOT EXISTS photo_near_hashes (
     hash       INTEGER NOT NULL
 );
 "#,
+    // What S3 clients rely on besides the bytes (`ObjectAttributes`: standard headers,
+    // checksum, parts, the upload that made the object) and the user's object tags, as JSON
+    // text; objects stored before read back with none.
+    r#"
+ALTER TABLE objects ADD COLUMN attributes TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE objects ADD COLUMN tags TEXT NOT NULL DEFAULT '{}';
+"#,
 ];

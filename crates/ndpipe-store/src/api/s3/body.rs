@@ -13,12 +13,14 @@ use s3s::{S3Error, TrailingHeaders, s3_error};
 
 use super::errors::custom;
 
-/// A body read whole, with its MD5.
+/// A body read whole, with its MD5 and the checksums the client sent for it.
 pub(crate) struct ReadBody {
     /// The bytes.
     pub(crate) bytes: Bytes,
     /// The MD5 digest (the ETag of a single-part object).
     pub(crate) md5: [u8; 16],
+    /// The `x-amz-checksum-*` values sent as headers or trailers, each verified.
+    pub(crate) checksum: Checksum,
 }
 
 /// What the client said the body's checksums are (any may be absent).
@@ -108,7 +110,11 @@ pub(crate) async fn read(
             .or(get("x-amz-checksum-crc64nvme"));
     }
     verify_checksums(&wanted, &bytes)?;
-    Ok(ReadBody { bytes, md5 })
+    Ok(ReadBody {
+        bytes,
+        md5,
+        checksum: wanted,
+    })
 }
 
 /// `BadDigest` unless `content_md5` (base64) is absent or the MD5 of the body.

@@ -2,8 +2,9 @@
 //! untrusted input without a server: the `Host` header (virtual-host buckets), listing
 //! parameters (prefix roll-up, `max-keys`, continuation tokens, `encoding-type=url`), the ground
 //! truth of `x-amz-meta-ndpipe-label`/`-split` and the label check, the photo-or-blob decision,
-//! the labels header, request bodies with their `Content-MD5` and `x-amz-checksum-*`, upload ids
-//! and the part list of `CompleteMultipartUpload`, and the role an operation needs.
+//! the labels header, the `x-amz-tagging` header, request bodies with their `Content-MD5` and
+//! `x-amz-checksum-*`, upload ids and the part list of `CompleteMultipartUpload`, and the role an
+//! operation needs.
 
 use std::collections::BTreeMap;
 
@@ -14,8 +15,9 @@ use s3s::dto::{Checksum, CompletedPart, ETag, StreamingBlob};
 use s3s::host::S3Host;
 
 use super::body::{self, Expected};
+use super::checksums::Algorithm;
 use super::host::BucketDomain;
-use super::{auth, labels, listing, multipart, objects};
+use super::{auth, complete, labels, listing, multipart, objects, tagging};
 
 /// The staged parts the multipart check sees: part `n` (1 to 4) holds `n` bytes of `n`.
 fn staged(number: i32) -> std::io::Result<Vec<u8>> {
@@ -76,6 +78,14 @@ pub(crate) fn s3(data: &[u8]) {
             .bytes()
             .all(|b| b == b' ' || b.is_ascii_graphic())
     );
+    if let Ok(tags) = tagging::from_header(Some(&text)) {
+        assert!(
+            tags.len() <= 10
+                && tags
+                    .keys()
+                    .all(|k| !k.starts_with(labels::LABEL_TAG_PREFIX))
+        );
+    }
     let _ = auth::required(&text);
     let _ = multipart::valid_upload_id(&token);
 
@@ -120,10 +130,12 @@ pub(crate) fn s3(data: &[u8]) {
             }
         })
         .collect();
-    match multipart::join(&listed, 8, staged) {
-        Ok((joined, etag)) => {
-            assert!(joined.len() <= 8);
-            assert!(etag.ends_with(&format!("-{}", listed.len())));
+    let kind = (asked % 3 == 0).then_some((Algorithm::Crc32, asked % 2 == 0));
+    match complete::join(&listed, 8, kind, staged) {
+        Ok(joined) => {
+            assert!(joined.bytes.len() <= 8);
+            assert!(joined.etag.ends_with(&format!("-{}", listed.len())));
+            assert_eq!(joined.parts.len(), listed.len());
         }
         Err(e) => assert_ne!(e.code(), &S3ErrorCode::InternalError),
     }

@@ -11,9 +11,13 @@
 //! have (`refuse`): nothing is ever accepted and then ignored.
 //!
 //! - `service`: the `s3s::S3` implementation, one line per operation;
-//! - `buckets`, `objects` (put, get with range, head, delete, copy), `listing`
-//!   (ListObjectsV2 and V1), `versions` (every object its one `null` version),
-//!   `multipart`, `labels` (tags and the labels header);
+//! - `buckets`, `objects` (put, delete, copy), `get` (GET and HEAD: whole, range or part),
+//!   `listing` (ListObjectsV2 and V1), `versions` (every object its one `null` version),
+//!   `multipart` (staging, parts), `complete` (CompleteMultipartUpload), `part_copy`
+//!   (UploadPartCopy), `attributes` (GetObjectAttributes), `labels` (the labels header and the
+//!   labels' tags), `tagging` (the user's tags);
+//! - what an object carries besides its bytes: `headers` (Cache-Control, Expires, ...),
+//!   `checksums` (CRC32, CRC32C, CRC64NVME, SHA1, SHA256; full or composite);
 //! - `auth`: SigV4 with access keys and a role check for every operation;
 //! - `refuse`: every refusal of what is not implemented (SigV2, encryption, ACLs, ...);
 //! - `front`: around the `s3s` service: request ids, the refusals before parsing;
@@ -23,22 +27,29 @@
 //! - `errors`: internal errors as S3 errors; `host`: virtual-host-style bucket names;
 //! - `serve`: the listener.
 
+mod attributes;
 mod auth;
 mod body;
 mod buckets;
+mod checksums;
+mod complete;
 mod conditions;
 mod errors;
 mod front;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzzing;
+mod get;
+mod headers;
 mod host;
 mod labels;
 mod listing;
 mod multipart;
 mod objects;
+mod part_copy;
 pub(crate) mod refuse;
 mod serve;
 mod service;
+mod tagging;
 mod versions;
 
 use std::sync::Arc;
@@ -51,6 +62,9 @@ use crate::objects::SharedObjects;
 pub(crate) use multipart::Uploads;
 pub(crate) use serve::serve;
 pub(crate) use service::service;
+
+/// S3's largest part number.
+const MAX_PART_NUMBER: i32 = 10_000;
 
 /// What the S3 operations work with.
 pub(crate) struct S3State {

@@ -1,41 +1,65 @@
 //! Multipart uploads. An upload in progress is node-local staging, kept on disk under
-//! `DATA/s3-uploads/<upload id>/`: `upload.json` (bucket, key, type, metadata, start time) and
-//! one `<part>.part` file per part. Completing checks the parts against the list the client
-//! sends (each ETag must match, numbers ascending, every part but the last at least 5 MiB),
-//! joins them under the upload limit and stores the object as a PUT would, with the ETag
-//! `md5-of-md5s-N`; the staging folder then goes.
+//! `DATA/s3-uploads/<upload id>/`: `upload.json` (bucket, key, type, metadata, standard
+//! headers, checksum algorithm and type, tags, start time) and one `<part>.part` file per part
+//! (uploaded, or copied from an object by `part_copy`). A part's checksum by the upload's
+//! algorithm is computed from its file when asked for. Completing is `complete`'s.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bytes::{Bytes, BytesMut};
+use ndpipe_catalog::StandardHeaders;
 use s3s::crypto::{Checksum as _, Md5, Sha256};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 use serde::{Deserialize, Serialize};
 
-use super::body::{self, Expected, too_large};
+use super::body::{self, Expected};
 use super::buckets::{require, timestamp};
-use super::conditions::write_condition;
+use super::checksums::{self, Algorithm, set_checksum};
 use super::errors::internal;
-use super::objects::{NewObject, store};
-use super::{S3State, blocking};
+use super::{MAX_PART_NUMBER, S3State, blocking, headers, tagging};
 
-/// S3's smallest part, except for the last one.
-const MIN_PART_BYTES: usize = 5 << 20;
-/// S3's largest part number.
-const MAX_PART_NUMBER: i32 = 10_000;
-
-/// What an upload will become.
+/// What an upload will become. Fields after `initiated_ms` are absent from uploads started
+/// before they existed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct UploadInfo {
-    bucket: String,
-    key: String,
-    content_type: Option<String>,
-    metadata: BTreeMap<String, String>,
+pub(super) struct UploadInfo {
+    pub(super) bucket: String,
+    pub(super) key: String,
+    pub(super) content_type: Option<String>,
+    pub(super) metadata: BTreeMap<String, String>,
     initiated_ms: i64,
+    #[serde(default)]
+    pub(super) headers: StandardHeaders,
+    /// The checksum algorithm (S3's name) and whether the object's checksum is composite.
+    #[serde(default)]
+    checksum: Option<(String, bool)>,
+    #[serde(default)]
+    pub(super) tags: BTreeMap<String, String>,
+}
+
+impl UploadInfo {
+    /// The upload's checksum algorithm and whether the object's checksum is composite.
+    pub(super) fn checksum(&self) -> Option<(Algorithm, bool)> {
+        let (name, composite) = self.checksum.as_ref()?;
+        Some((Algorithm::parse(name).ok()?, *composite))
+    }
+
+    /// The algorithm and type as `CreateMultipartUpload` and `ListParts` answer them.
+    fn checksum_answer(&self) -> (Option<ChecksumAlgorithm>, Option<ChecksumType>) {
+        match self.checksum() {
+            Some((a, composite)) => (
+                Some(ChecksumAlgorithm::from_static(a.name())),
+                Some(ChecksumType::from_static(if composite {
+                    ChecksumType::COMPOSITE
+                } else {
+                    ChecksumType::FULL_OBJECT
+                })),
+            ),
+            None => (None, None),
+        }
+    }
 }
 
 /// The multipart uploads in progress on this node.
@@ -82,7 +106,12 @@ impl Uploads {
     }
 
     /// Upload `id` of (`bucket`, `key`); `NoSuchUpload` when there is none.
-    fn info(&self, id: &str, bucket: &str, key: &str) -> S3Result<(PathBuf, UploadInfo)> {
+    pub(super) fn info(
+        &self,
+        id: &str,
+        bucket: &str,
+        key: &str,
+    ) -> S3Result<(PathBuf, UploadInfo)> {
         let no_such = || s3_error!(NoSuchUpload, "upload {id:?} does not exist");
         let dir = self.folder(id).ok_or_else(no_such)?;
         let json = match std::fs::read(dir.join("upload.json")) {
@@ -142,35 +171,95 @@ pub(super) fn valid_upload_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-fn part_path(dir: &Path, number: i32) -> PathBuf {
+pub(super) fn part_path(dir: &Path, number: i32) -> PathBuf {
     dir.join(format!("{number}.part"))
 }
 
-/// `CreateMultipartUpload`.
+/// `InvalidArgument` unless `number` is a part number (1 to 10,000).
+pub(super) fn check_part_number(number: i32) -> S3Result<()> {
+    if (1..=MAX_PART_NUMBER).contains(&number) {
+        Ok(())
+    } else {
+        Err(s3_error!(
+            InvalidArgument,
+            "part numbers are 1 to {MAX_PART_NUMBER}"
+        ))
+    }
+}
+
+/// Upload `id` of (`bucket`, `key`): its folder and what it will become.
+pub(super) async fn upload(
+    state: &S3State,
+    id: &str,
+    bucket: &str,
+    key: &str,
+) -> S3Result<(PathBuf, UploadInfo)> {
+    let uploads = state.uploads.clone();
+    let (id, bucket, key) = (id.to_string(), bucket.to_string(), key.to_string());
+    blocking(move || uploads.info(&id, &bucket, &key)).await
+}
+
+/// Keeps `bytes` as part `number` of the upload in `dir`, replacing an earlier one.
+pub(super) async fn write_part(dir: &Path, number: i32, bytes: bytes::Bytes) -> S3Result<()> {
+    let path = part_path(dir, number);
+    blocking(move || std::fs::write(&path, &bytes).map_err(internal)).await
+}
+
+/// The checksum answered for a part: the one the client sent (verified), else the one of
+/// the upload's algorithm; none when neither.
+pub(super) fn part_checksum(sent: &Checksum, info: &UploadInfo, bytes: &[u8]) -> Checksum {
+    if let Some((a, value)) = checksums::sent(sent) {
+        return a.dto(value);
+    }
+    match info.checksum() {
+        Some((a, _)) => a.dto(a.base64(bytes)),
+        None => Checksum::default(),
+    }
+}
+
+/// `CreateMultipartUpload`: what the object will be (type, metadata, standard headers,
+/// checksum algorithm and type, tags), checked before anything is staged.
 pub(crate) async fn create(
     state: &S3State,
     input: CreateMultipartUploadInput,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     require(state, &input.bucket).await?;
+    let checksum = checksums::of_multipart(
+        input.checksum_algorithm.as_ref(),
+        input.checksum_type.as_ref(),
+    )?;
     let info = UploadInfo {
         bucket: input.bucket.clone(),
         key: input.key.clone(),
         content_type: input.content_type,
         metadata: input.metadata.unwrap_or_default().into_iter().collect(),
         initiated_ms: ndpipe_util::time::now_ms(),
+        headers: headers::given(
+            input.cache_control,
+            input.content_disposition,
+            input.content_encoding,
+            input.content_language,
+            input.expires.as_ref(),
+        ),
+        checksum: checksum.map(|(a, composite)| (a.name().to_string(), composite)),
+        tags: tagging::from_header(input.tagging.as_deref())?,
     };
+    let (checksum_algorithm, checksum_type) = info.checksum_answer();
     let uploads = state.uploads.clone();
     let id = blocking(move || uploads.create(&info).map_err(internal)).await?;
     Ok(S3Response::new(CreateMultipartUploadOutput {
         bucket: Some(input.bucket),
         key: Some(input.key),
         upload_id: Some(id),
+        checksum_algorithm,
+        checksum_type,
         ..CreateMultipartUploadOutput::default()
     }))
 }
 
 /// `UploadPart`: the part's body read under the upload limit, checksums verified, kept until
-/// the upload completes or is aborted; its ETag is its MD5.
+/// the upload completes or is aborted; its ETag is its MD5, and its checksum is answered (see
+/// [`part_checksum`]).
 pub(crate) async fn upload_part(
     state: &S3State,
     mut req: S3Request<UploadPartInput>,
@@ -178,23 +267,15 @@ pub(crate) async fn upload_part(
     body::refuse_unsigned_chunks(&req.headers, req.credentials.is_some())?;
     let trailers = req.trailing_headers.take();
     let input = req.input;
-    if !(1..=MAX_PART_NUMBER).contains(&input.part_number) {
-        return Err(s3_error!(
-            InvalidArgument,
-            "part numbers are 1 to {MAX_PART_NUMBER}"
-        ));
-    }
-    let uploads = state.uploads.clone();
-    let (id, bucket, key) = (
-        input.upload_id.clone(),
-        input.bucket.clone(),
-        input.key.clone(),
-    );
-    let (dir, _) = blocking(move || uploads.info(&id, &bucket, &key)).await?;
+    check_part_number(input.part_number)?;
+    let (dir, info) = upload(state, &input.upload_id, &input.bucket, &input.key).await?;
     let expected = Expected {
         content_md5: input.content_md5,
         checksum: Checksum {
             checksum_crc32: input.checksum_crc32,
+            checksum_crc32c: input.checksum_crc32c,
+            checksum_crc64nvme: input.checksum_crc64nvme,
+            checksum_sha1: input.checksum_sha1,
             checksum_sha256: input.checksum_sha256,
             ..Checksum::default()
         },
@@ -207,113 +288,14 @@ pub(crate) async fn upload_part(
         trailers,
     )
     .await?;
-    let etag = hex::encode(part.md5);
-    let path = part_path(&dir, input.part_number);
-    blocking(move || std::fs::write(&path, &part.bytes).map_err(internal)).await?;
-    Ok(S3Response::new(UploadPartOutput {
-        e_tag: Some(ETag::Strong(etag)),
+    let sum = part_checksum(&part.checksum, &info, &part.bytes);
+    write_part(&dir, input.part_number, part.bytes).await?;
+    let mut out = UploadPartOutput {
+        e_tag: Some(ETag::Strong(hex::encode(part.md5))),
         ..UploadPartOutput::default()
-    }))
-}
-
-/// The parts the client listed, joined: `InvalidPart` for a part that is missing or whose
-/// ETag differs, `InvalidPartOrder` unless ascending, `EntityTooSmall` for a small part that
-/// is not the last, `EntityTooLarge` over `max` bytes. Returns the bytes and the ETag.
-/// `read_part` gives a part's staged bytes by number (`NotFound` when it was not uploaded).
-pub(super) fn join(
-    listed: &[CompletedPart],
-    max: usize,
-    read_part: impl Fn(i32) -> io::Result<Vec<u8>>,
-) -> S3Result<(Bytes, String)> {
-    if listed.is_empty() {
-        return Err(s3_error!(
-            MalformedXML,
-            "the upload lists no parts to complete"
-        ));
-    }
-    let mut joined = BytesMut::new();
-    let mut digests = Vec::with_capacity(listed.len() * 16);
-    let mut previous = 0;
-    for (i, part) in listed.iter().enumerate() {
-        let number = part.part_number.unwrap_or(0);
-        if number <= previous {
-            return Err(s3_error!(
-                InvalidPartOrder,
-                "the parts must be listed in ascending order"
-            ));
-        }
-        previous = number;
-        let bytes = match read_part(number) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(s3_error!(InvalidPart, "part {number} was not uploaded"));
-            }
-            Err(e) => return Err(internal(e)),
-        };
-        let md5 = Md5::checksum(&bytes);
-        let given = part.e_tag.as_ref().map(|e| match e {
-            ETag::Strong(v) | ETag::Weak(v) => v.trim_matches('"').to_ascii_lowercase(),
-        });
-        if given.as_deref() != Some(hex::encode(md5).as_str()) {
-            return Err(s3_error!(
-                InvalidPart,
-                "part {number} does not have the ETag given"
-            ));
-        }
-        if i + 1 < listed.len() && bytes.len() < MIN_PART_BYTES {
-            return Err(s3_error!(
-                EntityTooSmall,
-                "part {number} is {} bytes; every part but the last needs {MIN_PART_BYTES}",
-                bytes.len()
-            ));
-        }
-        if joined.len() + bytes.len() > max {
-            return Err(too_large((joined.len() + bytes.len()) as u64, max));
-        }
-        joined.extend_from_slice(&bytes);
-        digests.extend_from_slice(&md5);
-    }
-    let etag = format!("{}-{}", hex::encode(Md5::checksum(&digests)), listed.len());
-    Ok((joined.freeze(), etag))
-}
-
-/// `CompleteMultipartUpload`: the listed parts become the object (see [`join`]) if its
-/// `If-None-Match: *` or `If-Match` holds; nothing is stored, and the upload stays, when they
-/// do not match or it does not hold.
-pub(crate) async fn complete(
-    state: &S3State,
-    input: CompleteMultipartUploadInput,
-) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-    let condition = write_condition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
-    let uploads = state.uploads.clone();
-    let (id, bucket, key) = (
-        input.upload_id.clone(),
-        input.bucket.clone(),
-        input.key.clone(),
-    );
-    let (dir, info) = blocking(move || uploads.info(&id, &bucket, &key)).await?;
-    let listed = input
-        .multipart_upload
-        .and_then(|m| m.parts)
-        .unwrap_or_default();
-    let max = state.max_upload_bytes;
-    let staged = dir.clone();
-    let (bytes, etag) =
-        blocking(move || join(&listed, max, |n| std::fs::read(part_path(&staged, n)))).await?;
-    let object = NewObject {
-        bytes,
-        etag,
-        content_type: info.content_type,
-        metadata: info.metadata,
     };
-    let stored = store(state, &input.bucket, &input.key, object, &condition).await?;
-    blocking(move || std::fs::remove_dir_all(&dir).map_err(internal)).await?;
-    Ok(S3Response::new(CompleteMultipartUploadOutput {
-        bucket: Some(input.bucket),
-        key: Some(input.key),
-        e_tag: Some(ETag::Strong(stored.etag)),
-        ..CompleteMultipartUploadOutput::default()
-    }))
+    set_checksum!(out, sum);
+    Ok(S3Response::new(out))
 }
 
 /// `AbortMultipartUpload`: the parts are removed.
@@ -393,26 +375,31 @@ pub(crate) async fn list_parts(
     );
     let marker = input.part_number_marker.unwrap_or(0);
     let max = usize::try_from(input.max_parts.unwrap_or(1000).clamp(0, 1000)).unwrap_or(1000);
-    let (listed, truncated) = blocking(move || {
-        let (dir, _) = uploads.info(&id, &bucket, &key)?;
+    let (listed, truncated, info) = blocking(move || {
+        let (dir, info) = uploads.info(&id, &bucket, &key)?;
         let mut out = Vec::new();
         let all = parts(&dir).map_err(internal)?;
         let after: Vec<_> = all.into_iter().filter(|p| p.0 > marker).collect();
         for &(number, size, modified) in after.iter().take(max) {
             let bytes = std::fs::read(part_path(&dir, number)).map_err(internal)?;
-            out.push(Part {
+            let mut part = Part {
                 part_number: Some(number),
                 size: i64::try_from(size).ok(),
                 e_tag: Some(ETag::Strong(hex::encode(Md5::checksum(&bytes)))),
                 last_modified: Some(timestamp(modified)),
                 ..Part::default()
-            });
+            };
+            set_checksum!(part, part_checksum(&Checksum::default(), &info, &bytes));
+            out.push(part);
         }
-        Ok((out, after.len() > max))
+        Ok((out, after.len() > max, info))
     })
     .await?;
     let next = listed.last().and_then(|p| p.part_number);
+    let (checksum_algorithm, checksum_type) = info.checksum_answer();
     Ok(S3Response::new(ListPartsOutput {
+        checksum_algorithm,
+        checksum_type,
         bucket: Some(input.bucket),
         key: Some(input.key),
         upload_id: Some(input.upload_id),

@@ -1,12 +1,13 @@
-//! Objects: put (an image through ingest, anything else as a plain object), get with range,
-//! head, delete, delete many, copy. `store` is the one way an object is written (PUT, copy,
-//! a completed multipart upload).
+//! Objects: put (an image through ingest, anything else as a plain object), delete, delete
+//! many, copy (GET and HEAD are in `get`). `store` is the one way an object is written (PUT,
+//! copy, a completed multipart upload).
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use ndpipe_catalog::{
-    GroundTruth, ObjectBody, ObjectRecord, PhotoRecord, PutCondition, Split, TaskName,
+    GroundTruth, ObjectAttributes, ObjectBody, ObjectRecord, PhotoRecord, PutCondition, Split,
+    TaskName,
 };
 use ndpipe_model::PhotoFormat;
 use s3s::dto::*;
@@ -15,9 +16,10 @@ use tracing::warn;
 
 use super::body::{self, Expected};
 use super::buckets::{require, timestamp};
+use super::checksums::{self, set_checksum};
 use super::conditions::{ReadConditions, copy_destination_condition, write_condition};
 use super::errors::{catalog as catalog_error, no_such_key};
-use super::{S3State, blocking, labels, versions};
+use super::{S3State, blocking, headers, tagging, versions};
 use crate::duplicates::ExactDuplicates;
 
 /// User-metadata names that set the ground truth of an image instead of being stored.
@@ -26,17 +28,20 @@ pub(super) const SPLIT_META: &str = "ndpipe-split";
 /// The user-metadata name of the ground truth's task (`x-amz-meta-ndpipe-task`).
 pub(super) const TASK_META: &str = "ndpipe-task";
 
-/// What a write stores: the bytes, their ETag, the type and the user metadata.
+/// What a write stores: the bytes, their ETag, the type, the user metadata, the attributes
+/// (headers, checksum, parts) and the user's tags.
 pub(crate) struct NewObject {
     pub(crate) bytes: Bytes,
     /// The ETag without quotes (multipart: `md5-of-md5s-N`).
     pub(crate) etag: String,
     pub(crate) content_type: Option<String>,
     pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) attributes: ObjectAttributes,
+    pub(crate) tags: BTreeMap<String, String>,
 }
 
 /// `PutObject`: reads the body under the upload limit (checksums verified), then stores it
-/// if its `If-None-Match: *` or `If-Match` holds.
+/// with its headers, checksum and tags, if its `If-None-Match: *` or `If-Match` holds.
 pub(crate) async fn put(
     state: &S3State,
     mut req: S3Request<PutObjectInput>,
@@ -46,6 +51,7 @@ pub(crate) async fn put(
     let input = req.input;
     let condition = write_condition(input.if_match.as_ref(), input.if_none_match.as_ref())?;
     require(state, &input.bucket).await?;
+    let tags = tagging::from_header(input.tagging.as_deref())?;
     let expected = Expected {
         content_md5: input.content_md5,
         checksum: Checksum {
@@ -65,18 +71,40 @@ pub(crate) async fn put(
         trailers,
     )
     .await?;
+    let checksum = checksums::of_upload(
+        &body.checksum,
+        input.checksum_algorithm.as_ref(),
+        &body.bytes,
+    )?;
+    let attributes = ObjectAttributes {
+        headers: headers::given(
+            input.cache_control,
+            input.content_disposition,
+            input.content_encoding,
+            input.content_language,
+            input.expires.as_ref(),
+        ),
+        checksum,
+        ..ObjectAttributes::default()
+    };
     let object = NewObject {
         etag: hex::encode(body.md5),
         bytes: body.bytes,
         content_type: input.content_type,
         metadata: input.metadata.unwrap_or_default().into_iter().collect(),
+        attributes,
+        tags,
     };
     let stored = store(state, &input.bucket, &input.key, object, &condition).await?;
-    Ok(S3Response::new(PutObjectOutput {
+    let sum = checksums::answer(stored.attributes.checksum.as_ref());
+    let mut out = PutObjectOutput {
         e_tag: Some(ETag::Strong(stored.etag)),
         size: i64::try_from(stored.bytes).ok(),
+        checksum_type: sum.checksum_type.clone(),
         ..PutObjectOutput::default()
-    }))
+    };
+    set_checksum!(out, sum);
+    Ok(S3Response::new(out))
 }
 
 /// Content types of the formats ingest decodes: bytes sent as one of these must be one.
@@ -206,6 +234,8 @@ pub(crate) async fn store(
         content_type,
         modified_ms: ndpipe_util::time::now_ms(),
         metadata: object.metadata,
+        attributes: object.attributes,
+        tags: object.tags,
     };
     let (catalog, row, condition) = (state.catalog.clone(), record.clone(), condition.clone());
     match blocking(move || catalog.put_object(&row, &condition).map_err(catalog_error)).await {
@@ -319,90 +349,6 @@ pub(crate) async fn read_bytes(state: &S3State, object: &ObjectRecord) -> S3Resu
         .ok_or_else(|| no_such_key(&object.key))
 }
 
-/// The user metadata answered for `object`: what was stored, with every task's labels of a
-/// photo.
-async fn metadata(state: &S3State, object: &ObjectRecord) -> S3Result<Metadata> {
-    let mut out: Metadata = object.metadata.clone().into_iter().collect();
-    if let Some(id) = object.photo_id() {
-        out.extend(labels::metadata(state, id).await?);
-    }
-    Ok(out)
-}
-
-/// `GetObject`, whole or one byte range, unless its conditions answer 304 or 412.
-pub(crate) async fn get(
-    state: &S3State,
-    input: GetObjectInput,
-) -> S3Result<S3Response<GetObjectOutput>> {
-    let object = lookup(state, &input.bucket, &input.key).await?;
-    ReadConditions {
-        if_match: input.if_match,
-        if_none_match: input.if_none_match,
-        if_modified_since: input.if_modified_since,
-        if_unmodified_since: input.if_unmodified_since,
-    }
-    .check_read(&object)?;
-    let bytes = read_bytes(state, &object).await?;
-    let total = bytes.len() as u64;
-    let (bytes, content_range) = match &input.range {
-        None => (bytes, None),
-        Some(range) => {
-            let r = range
-                .check(total)
-                .map_err(|_| s3_error!(InvalidRange, "the range is outside the object"))?;
-            let range = usize::try_from(r.start).unwrap_or(usize::MAX)
-                ..usize::try_from(r.end).unwrap_or(usize::MAX);
-            (
-                bytes.slice(range),
-                Some(format!(
-                    "bytes {}-{}/{total}",
-                    r.start,
-                    r.end.saturating_sub(1)
-                )),
-            )
-        }
-    };
-    let metadata = metadata(state, &object).await?;
-    let length = bytes.len() as i64;
-    Ok(S3Response::new(GetObjectOutput {
-        body: Some(StreamingBlob::from(s3s::Body::from(bytes))),
-        content_length: Some(length),
-        content_range,
-        content_type: Some(object.content_type),
-        e_tag: Some(ETag::Strong(object.etag)),
-        last_modified: Some(timestamp(object.modified_ms)),
-        accept_ranges: Some("bytes".into()),
-        metadata: Some(metadata),
-        ..GetObjectOutput::default()
-    }))
-}
-
-/// `HeadObject`: 404 for a key that names no object (a "directory" prefix included); 304 or
-/// 412 as its conditions say.
-pub(crate) async fn head(
-    state: &S3State,
-    input: HeadObjectInput,
-) -> S3Result<S3Response<HeadObjectOutput>> {
-    let object = lookup(state, &input.bucket, &input.key).await?;
-    ReadConditions {
-        if_match: input.if_match,
-        if_none_match: input.if_none_match,
-        if_modified_since: input.if_modified_since,
-        if_unmodified_since: input.if_unmodified_since,
-    }
-    .check_read(&object)?;
-    let metadata = metadata(state, &object).await?;
-    Ok(S3Response::new(HeadObjectOutput {
-        content_length: i64::try_from(object.bytes).ok(),
-        content_type: Some(object.content_type),
-        e_tag: Some(ETag::Strong(object.etag)),
-        last_modified: Some(timestamp(object.modified_ms)),
-        accept_ranges: Some("bytes".into()),
-        metadata: Some(metadata),
-        ..HeadObjectOutput::default()
-    }))
-}
-
 /// Deletes one object; whether it existed.
 async fn remove(state: &S3State, bucket: &str, key: &str) -> S3Result<bool> {
     let catalog = state.catalog.clone();
@@ -476,10 +422,12 @@ pub(crate) async fn delete_many(
 }
 
 /// `CopyObject`: the source's bytes stored again at the destination (an image is ingested
-/// again: a new photo with its own tensor and labels). Metadata is copied unless the request
-/// says `REPLACE`; a copy onto itself must say it (`InvalidRequest` otherwise, as S3). The
-/// source must meet the `x-amz-copy-source-if-*` conditions, the destination its
-/// `If-None-Match: *` or `If-Match` (which `s3s` leaves unparsed here).
+/// again: a new photo with its own tensor and labels), with its ETag, checksum and parts.
+/// Metadata and standard headers are copied unless the request says `REPLACE`; a copy onto
+/// itself must say it (`InvalidRequest` otherwise, as S3). Tags are copied unless
+/// `x-amz-tagging-directive` says `REPLACE`; `x-amz-checksum-algorithm` asks for a new
+/// checksum of the bytes. The source must meet the `x-amz-copy-source-if-*` conditions, the
+/// destination its `If-None-Match: *` or `If-Match` (which `s3s` leaves unparsed here).
 pub(crate) async fn copy(
     state: &S3State,
     req: S3Request<CopyObjectInput>,
@@ -507,6 +455,11 @@ pub(crate) async fn copy(
         if_unmodified_since: input.copy_source_if_unmodified_since.clone(),
     }
     .check_copy_source(&source)?;
+    let tags = tagging::for_copy(
+        input.tagging_directive.as_ref(),
+        input.tagging.as_deref(),
+        &source.tags,
+    )?;
     let replace = input
         .metadata_directive
         .as_ref()
@@ -520,7 +473,18 @@ pub(crate) async fn copy(
         ));
     }
     let bytes = read_bytes(state, &source).await?;
+    let mut attributes = ObjectAttributes {
+        upload_id: None,
+        ..source.attributes.clone()
+    };
     let (content_type, metadata) = if replace {
+        attributes.headers = headers::given(
+            input.cache_control,
+            input.content_disposition,
+            input.content_encoding,
+            input.content_language,
+            input.expires.as_ref(),
+        );
         (
             input.content_type,
             input.metadata.unwrap_or_default().into_iter().collect(),
@@ -528,19 +492,31 @@ pub(crate) async fn copy(
     } else {
         (Some(source.content_type.clone()), source.metadata.clone())
     };
+    if let Some(asked) = &input.checksum_algorithm {
+        attributes.checksum = checksums::of_upload(&Checksum::default(), Some(asked), &bytes)?;
+        for part in &mut attributes.parts {
+            part.checksum = None;
+        }
+    }
     let object = NewObject {
         bytes,
         etag: source.etag.clone(),
         content_type,
         metadata,
+        attributes,
+        tags,
     };
     let stored = store(state, &input.bucket, &input.key, object, &condition).await?;
+    let sum = checksums::answer(stored.attributes.checksum.as_ref());
+    let mut result = CopyObjectResult {
+        e_tag: Some(ETag::Strong(stored.etag)),
+        last_modified: Some(timestamp(stored.modified_ms)),
+        checksum_type: sum.checksum_type.clone(),
+        ..CopyObjectResult::default()
+    };
+    set_checksum!(result, sum);
     Ok(S3Response::new(CopyObjectOutput {
-        copy_object_result: Some(CopyObjectResult {
-            e_tag: Some(ETag::Strong(stored.etag)),
-            last_modified: Some(timestamp(stored.modified_ms)),
-            ..CopyObjectResult::default()
-        }),
+        copy_object_result: Some(result),
         ..CopyObjectOutput::default()
     }))
 }

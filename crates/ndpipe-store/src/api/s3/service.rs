@@ -10,7 +10,10 @@ use s3s::{S3, S3Request, S3Response, S3Result};
 use super::auth::{KeyAccess, KeyAuth};
 use super::front::Front;
 use super::host::BucketDomain;
-use super::{S3State, buckets, labels, listing, multipart, objects, versions};
+use super::{
+    S3State, attributes, buckets, complete, get, listing, multipart, objects, part_copy, tagging,
+    versions,
+};
 use crate::keys::KeyStore;
 
 /// The S3 operations over one PipeStore.
@@ -59,11 +62,18 @@ impl S3 for PipeStoreS3 {
     }
 
     async fn get_object(&self, req: S3Request<GetObjectInput>) -> R<GetObjectOutput> {
-        objects::get(&self.0, req.input).await
+        get::get(&self.0, req.input).await
     }
 
     async fn head_object(&self, req: S3Request<HeadObjectInput>) -> R<HeadObjectOutput> {
-        objects::head(&self.0, req.input).await
+        get::head(&self.0, req.input).await
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> R<GetObjectAttributesOutput> {
+        attributes::get(&self.0, req.input).await
     }
 
     async fn delete_object(&self, req: S3Request<DeleteObjectInput>) -> R<DeleteObjectOutput> {
@@ -97,7 +107,21 @@ impl S3 for PipeStoreS3 {
         &self,
         req: S3Request<GetObjectTaggingInput>,
     ) -> R<GetObjectTaggingOutput> {
-        labels::tagging(&self.0, req.input).await
+        tagging::get(&self.0, req.input).await
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> R<PutObjectTaggingOutput> {
+        tagging::put(&self.0, req.input).await
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> R<DeleteObjectTaggingOutput> {
+        tagging::delete(&self.0, req.input).await
     }
 
     async fn create_multipart_upload(
@@ -115,7 +139,14 @@ impl S3 for PipeStoreS3 {
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> R<CompleteMultipartUploadOutput> {
-        multipart::complete(&self.0, req.input).await
+        complete::complete(&self.0, req.input).await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> R<UploadPartCopyOutput> {
+        part_copy::upload_part_copy(&self.0, req.input).await
     }
 
     async fn abort_multipart_upload(
