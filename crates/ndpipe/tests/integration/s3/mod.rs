@@ -13,23 +13,37 @@
 //!   racing create-only and replace-only PUTs (the race script is shared with the cluster's
 //!   test, `s3_races`);
 //! - `photos`: photos through S3: a large JPEG in parts (aws and boto3) and parts that do not
-//!   match, labels as tags and metadata with the real model, bad images refused;
+//!   match, labels as tags (beside user tags) and metadata with the real model, bad images
+//!   refused;
 //! - `tools`: `rclone sync`/`check` of a photo folder, `s5cmd cp` of many files in parallel;
 //! - `listing`: V1 paged with a delimiter, the listing XML (marker, delimiter, owner),
 //!   `ListObjectVersions` of an unversioned bucket (boto3, awscli), deleting a bucket with only an
 //!   upload in progress;
 //! - `refuse`: every header of the store's refusal table refused on its operations with nothing
 //!   stored, SigV2 and browser-form POSTs, presigned URLs over 7 days, `DeleteObjects` over 1,000
-//!   keys, a copy onto itself, the request id of every error.
+//!   keys, a copy onto itself, the request id of every error;
+//! - `headers`: Cache-Control, Expires, Content-Encoding, Content-Disposition and
+//!   Content-Language kept from PUT, copy and multipart, `response-*` overrides, a gzip object
+//!   through awscli and boto3;
+//! - `checksums`: checksums returned by PUT, GET (checked by boto3) and HEAD, composite and
+//!   full-object multipart checksums, per-part ones, a wrong one refused;
+//! - `parts`: GET/HEAD of one part, a retried CompleteMultipartUpload, UploadPartCopy,
+//!   GetObjectAttributes;
+//! - `tagging`: the user's tags (on PUT, multipart, copy, Put/DeleteObjectTagging, the tag
+//!   count), refused past AWS's limits or on the labels' keys.
 
 mod auth;
 mod boto;
+mod checksums;
 mod cli;
 pub(crate) mod conditional;
+mod headers;
 mod keys;
 mod listing;
+mod parts;
 mod photos;
 mod refuse;
+mod tagging;
 mod tools;
 
 use std::path::Path;

@@ -238,7 +238,11 @@ for _ in range(600):
         break
     time.sleep(0.1)
 head = s3.head_object(Bucket='pets', Key='chelsea.png')
-print(json.dumps({{'tags': {{t['Key']: t['Value'] for t in tags}}, 'meta': head['Metadata']}}))
+s3.put_object_tagging(Bucket='pets', Key='chelsea.png',
+                      Tagging={{'TagSet': [{{'Key': 'album', 'Value': 'home'}}]}})
+both = s3.get_object_tagging(Bucket='pets', Key='chelsea.png')['TagSet']
+print(json.dumps({{'tags': {{t['Key']: t['Value'] for t in tags}}, 'meta': head['Metadata'],
+                  'both': {{t['Key']: t['Value'] for t in both}}}}))
 "#
     ));
     // One tag pair per task: the general task's top label and its score.
@@ -257,6 +261,12 @@ print(json.dumps({{'tags': {{t['Key']: t['Value'] for t in tags}}, 'meta': head[
     assert!(labels.starts_with(label), "{labels} vs {label}");
     assert_eq!(out["meta"]["ndpipe-labels-general"], labels, "{out}");
     assert_eq!(out["meta"]["camera"], "x100");
+    let mut with_user_tag = out["tags"].clone();
+    with_user_tag["album"] = "home".into();
+    assert_eq!(
+        out["both"], with_user_tag,
+        "user tags sit beside the labels"
+    );
     let id = s3.inst.json("/v1/photos").await["photos"][0]["id"]
         .as_u64()
         .unwrap();
