@@ -96,20 +96,18 @@ pub(super) fn join(
             "the upload lists no parts to complete"
         ));
     }
+    let numbers: Vec<i32> = listed.iter().map(|p| p.part_number.unwrap_or(0)).collect();
+    if numbers[0] < 1 || numbers.windows(2).any(|w| w[1] <= w[0]) {
+        return Err(s3_error!(
+            InvalidPartOrder,
+            "the parts must be listed in ascending order"
+        ));
+    }
     let mut joined = BytesMut::new();
     let mut md5s = Vec::with_capacity(listed.len() * 16);
     let mut digests = Vec::with_capacity(listed.len());
     let mut parts = Vec::with_capacity(listed.len());
-    let mut previous = 0;
-    for (i, part) in listed.iter().enumerate() {
-        let number = part.part_number.unwrap_or(0);
-        if number <= previous {
-            return Err(s3_error!(
-                InvalidPartOrder,
-                "the parts must be listed in ascending order"
-            ));
-        }
-        previous = number;
+    for (i, (part, &number)) in listed.iter().zip(&numbers).enumerate() {
         let bytes = match read_part(number) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {

@@ -15,7 +15,7 @@ use super::conditions::ReadConditions;
 use super::headers::Answered;
 use super::labels::Labels;
 use super::objects::{lookup, read_bytes};
-use super::{MAX_PART_NUMBER, S3State};
+use super::{MAX_PART_NUMBER, S3State, versions};
 
 /// What of an object a GET or HEAD answers.
 #[derive(Debug, PartialEq, Eq)]
@@ -162,6 +162,7 @@ pub(crate) async fn get(
     state: &S3State,
     input: GetObjectInput,
 ) -> S3Result<S3Response<GetObjectOutput>> {
+    versions::only_null(input.version_id.as_deref())?;
     let object = lookup(state, &input.bucket, &input.key).await?;
     ReadConditions {
         if_match: input.if_match.clone(),
@@ -218,6 +219,7 @@ pub(crate) async fn head(
     state: &S3State,
     input: HeadObjectInput,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
+    versions::only_null(input.version_id.as_deref())?;
     let object = lookup(state, &input.bucket, &input.key).await?;
     ReadConditions {
         if_match: input.if_match,

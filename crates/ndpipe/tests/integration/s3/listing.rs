@@ -122,13 +122,20 @@ try:
     lone_marker = 'ok'
 except botocore.exceptions.ClientError as e:
     lone_marker = e.response['Error']['Code']
+def version_read(f, version):
+    try:
+        f(Bucket='ver', Key='b', VersionId=version)
+        return 'ok'
+    except botocore.exceptions.ClientError as e:
+        return e.response['Error']['Code']
+reads = [version_read(f, v) for f in (s3.get_object, s3.head_object) for v in ('null', 'v2')]
 bucket = boto3.resource('s3', endpoint_url=ENDPOINT, region_name='us-east-1',
     config=Config(signature_version=botocore.UNSIGNED, s3={'addressing_style': 'path'})).Bucket('ver')
 deleted = bucket.object_versions.delete()
 left = s3.list_objects_v2(Bucket='ver')['KeyCount']
 s3.delete_bucket(Bucket='ver')
 print(json.dumps({
-    'top': top, 'under_a': under_a, 'flat': flat, 'lone_marker': lone_marker,
+    'top': top, 'under_a': under_a, 'flat': flat, 'lone_marker': lone_marker, 'reads': reads,
     'deleted': sorted((d['Key'], d.get('VersionId')) for r in deleted for d in r['Deleted']),
     'left': left, 'buckets': [b['Name'] for b in s3.list_buckets()['Buckets']],
 }))
@@ -140,6 +147,11 @@ print(json.dumps({
     assert_eq!(
         out["lone_marker"], "InvalidArgument",
         "a version-id marker needs a key marker"
+    );
+    assert_eq!(
+        out["reads"],
+        j!(["ok", "InvalidArgument", "ok", "400"]),
+        "GET and HEAD read the null version and refuse any other (HEAD has no body to name a code)"
     );
     assert_eq!(
         out["deleted"],

@@ -8,6 +8,8 @@
 //!   with curl;
 //! - `keys`: access keys (`ndpipe keys`, online and offline): roles on `/v1` and S3, refusals
 //!   that change nothing, a deleted key;
+//! - `bad_input`: malformed XML bodies, parts out of order or unknown, wrong digests: 4xx S3
+//!   XML, nothing stored;
 //! - `boto`: boto3: Range, paginated listing over 1000 keys, copy, batch delete;
 //! - `conditional`: conditional GET, HEAD, PUT, CompleteMultipartUpload and CopyObject, and
 //!   racing create-only and replace-only PUTs (the race script is shared with the cluster's
@@ -33,6 +35,7 @@
 //!   count), refused past AWS's limits or on the labels' keys.
 
 mod auth;
+mod bad_input;
 mod boto;
 mod checksums;
 mod cli;
