@@ -79,7 +79,7 @@ fn create_only_and_replace_only_writes_change_nothing_when_refused(c: &dyn Catal
     c.delete_bucket("cond").unwrap();
 }
 
-/// [`RACERS`] writers create one key of `bucket` at once, create-only, through `handles` in
+/// Eight writers create one key of `bucket` at once, create-only, through `handles` in
 /// turn (handles of one catalog, e.g. two nodes of a cluster): exactly one wins and the object
 /// is its version; then as many replace it at once, each if it still has the winner's ETag:
 /// again exactly one wins. The others are refused with `PreconditionFailed`.
