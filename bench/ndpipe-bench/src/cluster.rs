@@ -92,7 +92,13 @@ impl Cluster {
             ..ndpipe_tuner::Config::default()
         };
         let tuner = Arc::new(Tuner::open(&tuner_config).context("opening the Tuner")?);
-        let tuner_running = tuner.clone().start(&tuner_config).await?;
+        let keys = tuner.access_keys();
+        let tuner_running = tuner
+            .clone()
+            .start(&tuner_config, |router| {
+                ndpipe_store::guard_router(router, keys, None)
+            })
+            .await?;
         let grpc = format!("http://{}", tuner_running.grpc_addr());
         let mut nodes = Vec::new();
         for (i, &model_rate_limit) in rates.iter().enumerate() {

@@ -243,7 +243,13 @@ async fn one_round(
             .await?
             .context("opening the Tuner")?,
     );
-    let tuner_running = tuner.clone().start(&tuner_config).await?;
+    let keys = tuner.access_keys();
+    let tuner_running = tuner
+        .clone()
+        .start(&tuner_config, |router| {
+            ndpipe_store::guard_router(router, keys, None)
+        })
+        .await?;
     let grpc = format!("http://{}", tuner_running.grpc_addr());
     let mut nodes = Vec::new();
     for i in 0..NODES {

@@ -311,12 +311,21 @@ fn jpeg_has_end_marker(bytes: &[u8]) -> bool {
 }
 
 fn classify(format: PhotoFormat, e: image::ImageError) -> PreprocessError {
-    let message = e.to_string();
+    if matches!(&e, image::ImageError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof)
+    {
+        return PreprocessError::Truncated { format };
+    }
+    classify_message(format, e.to_string())
+}
+
+/// A decoder's message as [`PreprocessError::Truncated`] when it says the data ended early,
+/// else as [`PreprocessError::Decode`].
+fn classify_message(format: PhotoFormat, message: String) -> PreprocessError {
     let lower = message.to_ascii_lowercase();
-    let truncated = matches!(&e, image::ImageError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof)
-        || lower.contains("eof")
+    let truncated = lower.contains("eof")
         || lower.contains("truncat")
-        || lower.contains("unexpected end");
+        || lower.contains("unexpected end")
+        || lower.contains("premature end");
     if truncated {
         PreprocessError::Truncated { format }
     } else {
@@ -438,6 +447,31 @@ mod tests {
             ImageFormat::Png,
         );
         assert!(pre.run(&png[..png.len() / 2]).is_err());
+    }
+
+    /// A photo with detail everywhere, so that every part of its scan data matters.
+    fn noisy(format: ImageFormat) -> Vec<u8> {
+        let img = image::RgbImage::from_fn(256, 192, |x, y| {
+            let v = (x * 31 + y * 17 + (x * y) % 97) as u8;
+            image::Rgb([v, v.wrapping_mul(3), v ^ 0x5a])
+        });
+        encode(&DynamicImage::ImageRgb8(img), format)
+    }
+
+    /// PNG and WebP check their data to the end. JPEG does not yet: `image` (zune-jpeg, even
+    /// in its strict mode) takes an end marker inside the scan data as the end of the image.
+    #[test]
+    fn half_a_png_or_webp_is_refused_even_with_an_end_marker() {
+        let pre = Preprocessor::new(PreprocessConfig::default());
+        for format in [ImageFormat::Png, ImageFormat::WebP] {
+            let whole = noisy(format);
+            assert!(pre.run(&whole).is_ok(), "{format:?} whole");
+            let mut half = whole[..whole.len() / 2].to_vec();
+            assert!(pre.run(&half).is_err(), "{format:?} half");
+            half.extend_from_slice(&[0xFF, 0xD9]);
+            let refused = pre.run(&half);
+            assert!(refused.is_err(), "{format:?} half with FF D9 was accepted");
+        }
     }
 
     #[test]

@@ -52,8 +52,13 @@ pub struct Config {
     /// a `read` key then).
     pub metrics_open: bool,
     /// File whose first line is the cluster secret: every gRPC call to this node must carry it,
-    /// and the node sends it to the Tuner and other nodes (unset: no secret, calls are open).
+    /// and the node sends it to the Tuner and other nodes. `ndpipe pipestore` refuses to start
+    /// without it (or mutual TLS) unless `insecure_cluster`; `ndpipe serve` makes one in its
+    /// data directory (`DATA/cluster.secret`).
     pub cluster_secret_file: Option<PathBuf>,
+    /// Run gRPC without a cluster secret or mutual TLS, open to anyone who reaches its port (a
+    /// warning at start, every hour, and `insecure_cluster` in `/healthz`).
+    pub insecure_cluster: bool,
     /// This node's TLS certificate (PEM): with `tls_key` and `tls_ca`, gRPC to and from the
     /// Tuner and other nodes is mutual TLS, and the advertised URL is `https://` (unset:
     /// plaintext).
@@ -257,6 +262,7 @@ impl Default for Config {
             token_file: None,
             metrics_open: false,
             cluster_secret_file: None,
+            insecure_cluster: false,
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
@@ -344,8 +350,12 @@ pub struct GatewayConfig {
     pub token_file: Option<PathBuf>,
     /// Serve `/metrics` without credentials even when access keys exist.
     pub metrics_open: bool,
-    /// File whose first line is the cluster secret, sent with every call to a PipeStore.
+    /// File whose first line is the cluster secret, sent with every call to a PipeStore;
+    /// `ndpipe gateway` refuses to start without it (or mutual TLS) unless `insecure_cluster`.
     pub cluster_secret_file: Option<PathBuf>,
+    /// Call the PipeStores without a cluster secret or mutual TLS (a warning at start, every
+    /// hour, and `insecure_cluster` in `/healthz`).
+    pub insecure_cluster: bool,
     /// This gateway's TLS certificate (PEM): with `tls_key` and `tls_ca`, calls to the
     /// PipeStores are mutual TLS.
     pub tls_cert: Option<PathBuf>,
@@ -426,6 +436,7 @@ impl Default for GatewayConfig {
             token_file: None,
             metrics_open: false,
             cluster_secret_file: None,
+            insecure_cluster: false,
             tls_cert: None,
             tls_key: None,
             tls_ca: None,

@@ -146,11 +146,14 @@ impl Gateway {
         let state = GatewayState::new(front.clone(), catalog.clone(), metrics.clone(), similar)
             // Semantic pairs come from the PipeStores' indexes, each over its own photos; a
             // gateway holds none, so `level=semantic` is refused here and asked of a PipeStore.
-            .with_duplicates(config.duplicates(), None);
+            .with_duplicates(config.duplicates(), None)
+            .with_insecure_cluster(
+                config.cluster_secret_file.is_none() && config.tls_cert.is_none(),
+            );
         let objects = state.objects();
         let guard = http::Guard {
             keys: keys.clone(),
-            metrics,
+            metrics: Some(metrics),
             metrics_open: config.metrics_open,
         };
         let app = http::gateway_router(

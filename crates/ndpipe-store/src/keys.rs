@@ -35,8 +35,8 @@ const NONCE_BYTES: usize = 12;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum KeyError {
-    /// The master key file could not be read or made.
-    #[error("master key {}: {source}", path.display())]
+    /// The master key file (or another secret file) could not be read or made.
+    #[error("{}: {source}", path.display())]
     Master {
         /// The file.
         path: PathBuf,
@@ -147,6 +147,19 @@ impl KeyStore {
             cipher,
             admin_token,
         })
+    }
+
+    /// The keys in `catalog` checked as bearer tokens only (by their hashes; nothing sealed or
+    /// opened), with `admin_token` an admin key: a standalone Tuner's guard.
+    pub(crate) fn bearer_only(
+        catalog: Arc<dyn AccessKeys>,
+        admin_token: Option<String>,
+    ) -> KeyStore {
+        KeyStore {
+            catalog,
+            cipher: None,
+            admin_token,
+        }
     }
 
     fn cipher(&self) -> Result<&ChaCha20Poly1305, KeyError> {
@@ -318,29 +331,53 @@ fn read_master_key(path: &Path) -> Result<[u8; 32], KeyError> {
 
 /// The master key at `path`, made (32 random bytes, mode 0600, durably) when missing.
 fn master_key(path: &Path) -> Result<[u8; 32], KeyError> {
-    let err = |source| KeyError::Master {
-        path: path.to_path_buf(),
-        source,
-    };
     match std::fs::metadata(path) {
         Ok(_) => read_master_key(path),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let key = random_bytes::<32>()?;
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(path)
-                .map_err(err)?;
-            file.write_all(&key).map_err(err)?;
-            file.sync_all().map_err(err)?;
-            if let Some(dir) = path.parent() {
-                ndpipe_util::fs::sync_dir(dir).map_err(err)?;
-            }
+            create_private_file(path, &key)?;
             Ok(key)
         }
-        Err(e) => Err(err(e)),
+        Err(source) => Err(KeyError::Master {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
+}
+
+/// Makes a new master key file at `path` (32 random bytes, mode 0600), for a new cluster
+/// (`ndpipe cluster init`); an existing file is an error, never overwritten.
+pub fn create_master_key(path: &Path) -> Result<(), KeyError> {
+    create_private_file(path, &random_bytes::<32>()?)
+}
+
+/// Makes a new secret file at `path` (a cluster secret, a token): 256 random bits as one line
+/// of hex, mode 0600;
+/// an existing file is an error, never overwritten.
+pub fn create_secret_file(path: &Path) -> Result<(), KeyError> {
+    let line = format!("{}\n", hex::encode(random_bytes::<32>()?));
+    create_private_file(path, line.as_bytes())
+}
+
+/// Writes `contents` to the new file `path` (mode 0600, durably, its folder synced); fails
+/// when `path` exists.
+fn create_private_file(path: &Path, contents: &[u8]) -> Result<(), KeyError> {
+    let err = |source| KeyError::Master {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(err)?;
+    file.write_all(contents).map_err(err)?;
+    file.sync_all().map_err(err)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        ndpipe_util::fs::sync_dir(dir).map_err(err)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -86,6 +86,7 @@ mod storage;
 mod testing;
 mod words;
 
+pub use api::http::guard_router;
 pub use api::s3::refuse::{S3_REFUSALS, S3Refusal};
 pub use config::{Config, DEFAULT_MAX_UPLOAD_BYTES, GatewayConfig};
 pub use duplicates::{
@@ -97,7 +98,9 @@ pub use gateway::{Gateway, RunningGateway};
 pub use inference::{
     ActiveModel, InferenceError, Pending, RelabelOptions, RelabelReport, Relabeler, TaskModel,
 };
-pub use keys::{ADMIN_ACCESS_KEY, KeyError, KeyInfo, KeyStore, NewKey};
+pub use keys::{
+    ADMIN_ACCESS_KEY, KeyError, KeyInfo, KeyStore, NewKey, create_master_key, create_secret_file,
+};
 pub use pipestore::PipeStore;
 pub use server::Running;
 pub use similar::ann::{AnnError, AnnIndex, AnnOptions, Scalar};

@@ -168,6 +168,7 @@ impl PipeStore {
         )
         .named(&name)
         .with_readiness(readiness.clone(), node.is_some())
+        .with_insecure_cluster(cluster_secret.is_none() && tls.is_none())
         .with_models(models.clone(), words)
         .with_similar(similar.front.clone())
         .with_duplicates(
@@ -199,7 +200,7 @@ impl PipeStore {
         }
         let guard = http::Guard {
             keys: keys.clone(),
-            metrics,
+            metrics: Some(metrics),
             metrics_open: config.metrics_open,
         };
         let app = app.layer(axum::middleware::from_fn_with_state(guard, http::authorize));

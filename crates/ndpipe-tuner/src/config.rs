@@ -25,8 +25,12 @@ pub struct Config {
     /// File whose first line is the bearer token (used when `token` is unset).
     pub token_file: Option<PathBuf>,
     /// File whose first line is the cluster secret: every gRPC call to the Tuner must carry it,
-    /// and the Tuner sends it to the PipeStores (unset: no secret, calls are open).
+    /// and the Tuner sends it to the PipeStores. `ndpipe tuner` refuses to start without it (or
+    /// mutual TLS) unless `insecure_cluster`.
     pub cluster_secret_file: Option<PathBuf>,
+    /// Run gRPC without a cluster secret or mutual TLS, open to anyone who reaches its port (a
+    /// warning at start, every hour, and `insecure_cluster` in `/healthz`).
+    pub insecure_cluster: bool,
     /// This Tuner's TLS certificate (PEM): with `tls_key` and `tls_ca`, gRPC to and from the
     /// PipeStores is mutual TLS (unset: plaintext).
     pub tls_cert: Option<PathBuf>,
@@ -131,6 +135,7 @@ impl Default for Config {
             token: None,
             token_file: None,
             cluster_secret_file: None,
+            insecure_cluster: false,
             tls_cert: None,
             tls_key: None,
             tls_ca: None,

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ndpipe_catalog::{PhotoCatalog, ReplicaCatalog};
+use ndpipe_catalog::{AccessKeys, PhotoCatalog, ReplicaCatalog};
 use ndpipe_model::InferenceBackend;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
 use ndpipe_util::fs::read_secret;
@@ -54,6 +54,9 @@ pub(crate) struct Core {
     pub(crate) secret: Option<ClusterSecret>,
     /// Mutual TLS of the Tuner's gRPC server and of its calls to the nodes.
     pub(crate) tls: Option<Tls>,
+    /// The access keys of the catalog (the cluster's, on a shared PostgreSQL catalog), which
+    /// the guard of the HTTP API checks.
+    pub(crate) keys: Arc<dyn AccessKeys>,
     backbone: RwLock<Option<Arc<dyn InferenceBackend>>>,
     lock: Arc<Mutex<()>>,
     /// Wakes the syncer, which brings lagging nodes to the active version.
@@ -111,6 +114,7 @@ impl Core {
             registry: Registry::open(&config.data, catalog.clone())?,
             backbones: Backbones::open(&config.data, config.runtime(), config.max_backbone_bytes)?,
             jobs: Arc::new(Jobs::open(catalog.clone())?),
+            keys: catalog.clone(),
             photos: catalog,
             replicas: opened.replicas,
             secret,

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use ndpipe_catalog::{ModelVersion, NodeState, TaskHit, TaskName};
+use ndpipe_catalog::{AccessKeys, ModelVersion, NodeState, TaskHit, TaskName};
 use ndpipe_model::{InferenceBackend, OrtBackend};
 use ndpipe_util::fs::read_secret;
 
@@ -71,11 +71,30 @@ impl Tuner {
         self
     }
 
-    /// The operators' HTTP API under `/v1/tuner` (nodes, versions, jobs, finetune, deploy); the
-    /// writes need the bearer token when one is configured. The router holds a clone of the
-    /// `Arc`, so it can be merged into another server's router (as `ndpipe serve` does).
+    /// The operators' HTTP API under `/v1/tuner` (nodes, versions, jobs, finetune, deploy). It
+    /// checks no credentials itself: serve it behind the PipeStores' access guard (reads need a
+    /// key once keys exist, writes an admin key or the token), as `ndpipe serve` does by
+    /// merging it into its own router and [`Tuner::start`] does with the guard it is given.
+    /// The router holds a clone of the `Arc`.
     pub fn http_router(self: &Arc<Self>) -> axum::Router {
-        api::http::router(self.clone(), self.token.clone())
+        api::http::router(self.clone())
+    }
+
+    /// The bearer token (`config.token`, else `config.token_file`'s): an admin key.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    /// The access keys of the Tuner's catalog (the cluster's, on a shared PostgreSQL catalog),
+    /// for the guard of its HTTP API.
+    pub fn access_keys(&self) -> Arc<dyn AccessKeys> {
+        self.core.keys.clone()
+    }
+
+    /// Whether the Tuner's gRPC runs without a cluster secret and without mutual TLS, open to
+    /// anyone who reaches it (`/healthz` says so).
+    pub fn insecure_cluster(&self) -> bool {
+        self.core.secret.is_none() && self.core.tls.is_none()
     }
 
     /// The Tuner's gRPC service (PipeStores `Register` and `Heartbeat` with it), for a server
@@ -224,11 +243,19 @@ impl Tuner {
     }
 
     /// Standalone `ndpipe tuner`: binds `config.listen` (HTTP) and `config.grpc_listen` (gRPC)
-    /// and serves both until [`Running::stop`]. Port 0 picks a free port; the addresses bound are
-    /// on [`Running`].
-    pub async fn start(self: Arc<Self>, config: &Config) -> Result<Running, TunerError> {
+    /// and serves both until [`Running::stop`]; `guard` wraps the HTTP router (the access
+    /// check; the probes `/healthz` and `/readyz` must stay open). Port 0 picks a free port;
+    /// the addresses bound are on [`Running`].
+    pub async fn start(
+        self: Arc<Self>,
+        config: &Config,
+        guard: impl FnOnce(axum::Router) -> axum::Router,
+    ) -> Result<Running, TunerError> {
         server::serve(
-            crate::api::http::standalone(self.http_router(), self.clone()),
+            guard(crate::api::http::standalone(
+                self.http_router(),
+                self.clone(),
+            )),
             (self.grpc_routes(), self.core.tls.as_ref()),
             config,
         )

@@ -23,6 +23,10 @@ use tower::ServiceExt;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tracing::{debug, warn};
 
+/// Most headers the HTTP/1 parser takes in one request (hyper's default is 100, over which it
+/// answers 431 with an empty body): the servers' own, lower check answers with a JSON body.
+pub const MAX_PARSED_HEADERS: usize = 1024;
+
 /// The limits of an HTTP server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpLimits {
@@ -111,7 +115,8 @@ pub async fn serve_hyper<S, B>(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+        .header_read_timeout(limits.header_timeout)
+        .max_headers(MAX_PARSED_HEADERS);
     builder
         .http2()
         .timer(TokioTimer::new())

@@ -44,6 +44,34 @@ impl DiskSpace {
         }
     }
 
+    /// The reserve, in bytes.
+    pub(crate) fn reserve(&self) -> u64 {
+        self.reserve
+    }
+
+    /// Says at start, as a warning, when the store begins below its reserve: uploads are then
+    /// refused (507) from the first one, which on a disk smaller than the reserve is forever.
+    pub(crate) fn warn_if_low_at_start(&self) {
+        let Ok(available) = self.available() else {
+            return;
+        };
+        if available >= self.reserve {
+            return;
+        }
+        let size = rustix::fs::statvfs(&self.dir)
+            .map(|s| s.f_blocks.saturating_mul(s.f_frsize))
+            .unwrap_or(0);
+        warn!(
+            dir = %self.dir.display(),
+            free_bytes = available,
+            disk_bytes = size,
+            min_free_bytes = self.reserve,
+            "the store starts read-only: its file system has less free space than the reserve \
+             (min_free_bytes), so every upload answers 507 until space is freed or \
+             --min-free-bytes is lowered"
+        );
+    }
+
     /// Bytes available to the store now (a reading at most [`READING_TTL`] old).
     pub(crate) fn available(&self) -> Result<u64, StoreError> {
         let mut state = lock(&self.state);

@@ -20,27 +20,27 @@
 //!   leaves it to its PipeStore): photos of every node of a shared catalog, with their node;
 //!   also `/healthz`, `/readyz` and `/metrics` (see `ops`).
 //!
-//! With a token, the writes need `Authorization: Bearer <token>`. Errors are `{"error": kind,
+//! Who may call what is the guard's concern (the PipeStores' access keys and roles: reads need
+//! a key once keys exist, writes an admin key or the token). Errors are `{"error": kind,
 //! "message"}`.
 
 use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{StatusCode, header};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use ndpipe_catalog::{ModelVersion, NodeState, TaskHit, TaskName};
-use ndpipe_util::http::{error_response, require_bearer};
+use ndpipe_util::http::error_response;
 use serde::{Deserialize, Serialize};
 
 use crate::jobs::JobView;
 use crate::{BackboneUpload, BackboneView, FinetuneRequest, NodeView, Tuner, TunerError};
 
-/// The routes over `tuner`; `token` guards the writes.
-pub(crate) fn router(tuner: Arc<Tuner>, token: Option<Arc<str>>) -> Router {
+/// The routes over `tuner` (the caller guards them: see [`Tuner::http_router`]).
+pub(crate) fn router(tuner: Arc<Tuner>) -> Router {
     let upload_limit = tuner.backbone_upload_limit();
     let writes = Router::new()
         .route(
@@ -52,10 +52,7 @@ pub(crate) fn router(tuner: Arc<Tuner>, token: Option<Arc<str>>) -> Router {
         .route("/v1/tuner/rollout/{backbone}", post(rollout))
         .route("/v1/tuner/nodes/{name}/drain", post(drain))
         .route("/v1/tuner/nodes/{name}/activate", post(activate))
-        .route("/v1/tuner/nodes/{name}", delete(remove))
-        .route_layer(middleware::from_fn(move |req: Request, next: Next| {
-            require_bearer(token.clone(), req, next)
-        }));
+        .route("/v1/tuner/nodes/{name}", delete(remove));
     Router::new()
         .route("/v1/tuner/nodes", get(nodes))
         .route("/v1/tuner/versions", get(versions))
@@ -63,6 +60,7 @@ pub(crate) fn router(tuner: Arc<Tuner>, token: Option<Arc<str>>) -> Router {
         .route("/v1/tuner/jobs", get(jobs))
         .route("/v1/tuner/jobs/{id}", get(job))
         .merge(writes)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(tuner)
 }
 
@@ -80,13 +78,17 @@ pub(crate) fn standalone(base: Router, tuner: Arc<Tuner>) -> Router {
         .fallback(|| async {
             error_response(StatusCode::NOT_FOUND, "no_route", "no such endpoint")
         })
-        .method_not_allowed_fallback(|| async {
-            error_response(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "this endpoint does not take that method",
-            )
-        })
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+/// The JSON 405, for the Tuner's routes wherever they are served (merged into a PipeStore's
+/// router, they keep it).
+async fn method_not_allowed() -> Response {
+    error_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not take that method",
+    )
 }
 
 /// Most hits on one page of `GET /v1/search`.

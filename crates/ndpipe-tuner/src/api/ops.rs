@@ -19,9 +19,10 @@ use serde_json::{Value, json};
 
 use crate::Tuner;
 
-/// `GET /healthz`: the process is alive and serves HTTP.
-pub(crate) async fn health() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// `GET /healthz`: the process is alive and serves HTTP; `insecure_cluster` when its gRPC runs
+/// without a cluster secret and without mutual TLS.
+pub(crate) async fn health(State(tuner): State<Arc<Tuner>>) -> Json<Value> {
+    Json(json!({"status": "ok", "insecure_cluster": tuner.insecure_cluster()}))
 }
 
 /// `GET /readyz`: 200 with the node counts when the catalog answers, else 503.

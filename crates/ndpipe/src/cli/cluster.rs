@@ -1,6 +1,9 @@
 //! `ndpipe cluster status`: a replicated cluster as one of its PipeStores sees it: the nodes
 //! placement chooses from, photos and plain objects at the wanted copies, under-replicated
-//! and lost, and the node's repair and rebalancing work.
+//! and lost, and the node's repair and rebalancing work. `ndpipe cluster init DIR` makes a
+//! new cluster's shared files (`cluster_init.rs`).
+
+use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -20,16 +23,23 @@ pub(crate) struct ClusterArgs {
 enum Action {
     /// Nodes, copy counts (at target, under-replicated, lost) and repair progress.
     Status,
+    /// Make a new cluster's files in DIR: the cluster secret, the admin token, the access
+    /// keys' master key (mode 0600) and a configuration file naming them; never overwrites.
+    Init {
+        /// The folder to make them in (created when missing).
+        dir: PathBuf,
+    },
 }
 
 /// Runs `ndpipe cluster`.
 pub(crate) async fn run(args: ClusterArgs) -> Result<()> {
-    let client = Client::new(&args.server)?;
     match args.action {
         Action::Status => {
+            let client = Client::new(&args.server)?;
             let status: Value = client.get_json("/v1/cluster").await?;
             print!("{}", render(&status));
         }
+        Action::Init { dir } => print!("{}", super::cluster_init::init(&dir)?),
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 /// The commented example printed by `ndpipe config example`; a test keeps it equal to the
 /// defaults and complete.
-const EXAMPLE: &str = include_str!("../../ndpipe.example.toml");
+pub(crate) const EXAMPLE: &str = include_str!("../../ndpipe.example.toml");
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -429,6 +429,11 @@ pub(crate) struct PeerFlags {
     #[arg(long, env = "NDPIPE_CLUSTER_SECRET_FILE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) cluster_secret_file: Option<PathBuf>,
+    /// Run without a cluster secret or mutual TLS: gRPC open to anyone who reaches it; without
+    /// this, pipestore, tuner and gateway refuse to start so [insecure_cluster].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) insecure_cluster: bool,
     /// This process's TLS certificate (PEM); with --tls-key and --tls-ca, gRPC between the
     /// Tuner and the PipeStores is mutual TLS [tls_cert].
     #[arg(long, env = "NDPIPE_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]

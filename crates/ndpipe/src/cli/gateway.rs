@@ -8,6 +8,7 @@ use tracing::info;
 
 use super::config::ConfigFlag;
 use super::flags::GatewayFlags;
+use super::secure::{self, GrpcSecurity};
 
 /// Flags of `ndpipe gateway`.
 #[derive(Debug, Args)]
@@ -23,6 +24,14 @@ pub(crate) struct GatewayArgs {
 pub(crate) async fn run(args: GatewayArgs) -> Result<()> {
     let config = args.config.resolve("gateway", &args.flags)?.gateway;
     super::server_preflight();
+    secure::require_secure(
+        "gateway",
+        &GrpcSecurity {
+            secret: config.cluster_secret_file.as_deref(),
+            tls: config.tls_cert.is_some(),
+            insecure: config.insecure_cluster,
+        },
+    )?;
     info!(version = env!("CARGO_PKG_VERSION"), listen = %config.listen, "ndpipe gateway");
     let gateway = Gateway::open(config).await.context("opening the gateway")?;
     let running = gateway.start().await.context("starting the gateway")?;

@@ -2,6 +2,7 @@
 //! configuration file.
 
 mod cluster;
+mod cluster_init;
 mod config;
 mod finetune;
 mod flags;
@@ -13,6 +14,7 @@ mod models;
 mod nodes;
 mod photos;
 mod relabel;
+mod secure;
 mod serve;
 mod tasks;
 mod tuner;

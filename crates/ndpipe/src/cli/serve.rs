@@ -12,6 +12,7 @@ use tracing::info;
 
 use super::config::ConfigFlag;
 use super::flags::PipeStoreFlags;
+use super::secure::{self, GrpcSecurity};
 
 /// Where `ndpipe serve` answers S3 unless told otherwise (MinIO's port).
 const DEFAULT_S3_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9000);
@@ -34,11 +35,19 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
         bail!("ndpipe serve runs its own Tuner; use ndpipe pipestore to register with another");
     }
     info!(version = env!("CARGO_PKG_VERSION"), data = %config.data.display(), "ndpipe serve: an embedded PipeStore and Tuner");
+    // Its own gRPC (the node and its embedded Tuner) is never open: a secret of its own unless
+    // it is given one, mutual TLS, or told --insecure-cluster.
+    if config.cluster_secret_file.is_none() && config.tls_cert.is_none() && !config.insecure_cluster
+    {
+        config.cluster_secret_file = Some(secure::serve_secret(&config.data)?);
+    }
+    secure::require_secure("serve", &security(&config))?;
     let tuner_config = ndpipe_tuner::Config {
         data: config.data.join("tuner"),
         token: config.token.clone(),
         token_file: config.token_file.clone(),
         cluster_secret_file: config.cluster_secret_file.clone(),
+        insecure_cluster: config.insecure_cluster,
         tls_cert: config.tls_cert.clone(),
         tls_key: config.tls_key.clone(),
         tls_ca: config.tls_ca.clone(),
@@ -97,6 +106,14 @@ pub(crate) async fn pipestore(args: ServeArgs) -> Result<()> {
     let Some(tuner) = config.tuner.clone() else {
         bail!("ndpipe pipestore needs --tuner URL (the Tuner's gRPC address)");
     };
+    if config.no_model {
+        bail!(
+            "ndpipe pipestore --no-model cannot join a Tuner: a node without a model runs no \
+             gRPC service, so it never registers and the cluster would refuse every upload; \
+             give it a model (--model-dir) or run `ndpipe serve --no-model` on its own"
+        );
+    }
+    secure::require_secure("pipestore", &security(&config))?;
     info!(version = env!("CARGO_PKG_VERSION"), data = %config.data.display(), %tuner, "ndpipe pipestore");
     let store = PipeStore::open(config)
         .await
@@ -112,4 +129,13 @@ pub(crate) async fn pipestore(args: ServeArgs) -> Result<()> {
     super::wait_for_signal().await;
     info!("shutting down");
     running.stop().await.context("stopping the PipeStore")
+}
+
+/// How a PipeStore's gRPC is secured.
+fn security(config: &ndpipe_store::Config) -> GrpcSecurity<'_> {
+    GrpcSecurity {
+        secret: config.cluster_secret_file.as_deref(),
+        tls: config.tls_cert.is_some(),
+        insecure: config.insecure_cluster,
+    }
 }

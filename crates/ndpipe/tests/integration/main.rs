@@ -39,6 +39,7 @@
 //! - `s3_races`: conditional PUTs racing through two PipeStores' S3 APIs: one winner each.
 
 mod api;
+mod bad_input;
 mod cache;
 mod cli;
 mod cluster;
@@ -61,6 +62,7 @@ mod rollout_balance;
 mod rollout_replicated;
 mod s3;
 mod s3_races;
+mod secure;
 mod similar;
 mod tasks;
 mod tasks_rollout;

@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{Instance, TunerProcess, cli, import_fashion, model_dir, on_postgres, sha256};
+use crate::common::{
+    Instance, TunerProcess, channel, cli, import_fashion, model_dir, on_postgres, sha256,
+    with_secret,
+};
 
 /// Polls of a running rollout, and the pause between two (a hang guard, not a time limit).
 pub(crate) const POLL: Duration = Duration::from_millis(100);
@@ -345,9 +348,7 @@ async fn refuses_bad_backbone_streams(grpc_url: &str) {
     use ndpipe_proto::backbone_chunks;
     use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
 
-    let mut node = PipeStoreClient::connect(grpc_url.to_string())
-        .await
-        .unwrap();
+    let mut node = PipeStoreClient::with_interceptor(channel(grpc_url).await, with_secret);
     let manifest = std::fs::read_to_string(model_dir().join("model.json")).unwrap();
     let onnx = b"not the file its version names".to_vec();
     let wrong = backbone_chunks(&"0".repeat(64), &manifest, &["a".into()], &onnx);

@@ -6,7 +6,7 @@ use ndpipe_model::HeadWeights;
 use ndpipe_proto::pb::pipe_store_client::PipeStoreClient;
 use ndpipe_proto::{pb, put_head};
 
-use crate::common::{Instance, TunerProcess, import_fashion};
+use crate::common::{Instance, TunerProcess, channel, import_fashion, with_secret};
 
 /// The report of a job that must have succeeded (`kind`: "finetune" or "deploy").
 fn succeeded(status: u16, job: &serde_json::Value, kind: &str, log: &str) -> serde_json::Value {
@@ -276,7 +276,7 @@ async fn a_head_of_the_wrong_input_dimension_is_refused() {
     let _a = Instance::start_pipestore(&tuner.grpc, "ps-a", &[]);
     let nodes = tuner.wait_for_nodes(1).await;
     let url = nodes[0]["url"].as_str().unwrap().to_string();
-    let mut client = PipeStoreClient::connect(url).await.unwrap();
+    let mut client = PipeStoreClient::with_interceptor(channel(&url).await, with_secret);
     let inventory = client
         .inventory(pb::InventoryRequest::default())
         .await

@@ -1,8 +1,9 @@
-//! Who may call `/v1` (and the routes merged beside it, an embedded Tuner's `/v1/tuner`).
+//! Who may call `/v1` (and the routes merged beside it, an embedded Tuner's `/v1/tuner`), and
+//! a standalone Tuner's API ([`guard_router`]): one access model for every HTTP server.
 //!
-//! Every call needs a role: `GET`/`HEAD` need `read`, `/v1/admin/...` needs `admin`, any other
-//! method `write`; the probes `/healthz` and `/readyz` are open, and `/metrics` is open with
-//! `metrics_open`. The role
+//! Every call needs a role: `GET`/`HEAD` need `read`, `/v1/admin/...` and the Tuner's writes
+//! (`/v1/tuner/...` by any other method) need `admin`, any other method `write`; the probes
+//! `/healthz` and `/readyz` are open, and `/metrics` is open with `metrics_open`. The role
 //! comes from `Authorization: Bearer SECRET`: the admin token, or an access key's secret.
 //! While no access key exists, only writes need a role, and only when a token is set (as
 //! before keys existed); once one exists, every call needs one. No credentials, or unknown
@@ -10,11 +11,12 @@
 
 use std::sync::Arc;
 
+use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use ndpipe_catalog::Role;
+use ndpipe_catalog::{AccessKeys, Role};
 
 use super::error::{ApiError, internal};
 use crate::keys::KeyStore;
@@ -24,8 +26,29 @@ use crate::metrics::StoreMetrics;
 #[derive(Clone)]
 pub(crate) struct Guard {
     pub(crate) keys: Arc<KeyStore>,
-    pub(crate) metrics: Arc<StoreMetrics>,
+    /// Where refusals are counted (a standalone Tuner has no store metrics).
+    pub(crate) metrics: Option<Arc<StoreMetrics>>,
     pub(crate) metrics_open: bool,
+}
+
+impl Guard {
+    fn count(&self, kind: &str) {
+        if let Some(metrics) = &self.metrics {
+            metrics.error(kind);
+        }
+    }
+}
+
+/// `router` (a standalone Tuner's API) behind the PipeStores' guard: the access keys in `keys`
+/// (the catalog the router's server shares with the PipeStores; their secrets are checked by
+/// hash, so no master key is needed) and `token`, an admin key.
+pub fn guard_router(router: Router, keys: Arc<dyn AccessKeys>, token: Option<String>) -> Router {
+    let guard = Guard {
+        keys: Arc::new(KeyStore::bearer_only(keys, token)),
+        metrics: None,
+        metrics_open: false,
+    };
+    router.layer(axum::middleware::from_fn_with_state(guard, authorize))
 }
 
 /// The role a call needs; `None`: open to anyone.
@@ -34,6 +57,9 @@ fn required(method: &Method, path: &str, metrics_open: bool) -> Option<Role> {
         "/healthz" | "/readyz" => None,
         "/metrics" if metrics_open => None,
         p if p.starts_with("/v1/admin/") || p == "/v1/admin" => Some(Role::Admin),
+        p if p.starts_with("/v1/tuner/") && method != Method::GET && method != Method::HEAD => {
+            Some(Role::Admin)
+        }
         // A query photo is read with, never stored; a batch of neighbours only reads.
         "/v1/similar" | "/v1/similar/neighbours" => Some(Role::Read),
         _ if method == Method::GET || method == Method::HEAD => Some(Role::Read),
@@ -76,7 +102,7 @@ pub(crate) async fn authorize(State(guard): State<Guard>, req: Request, next: Ne
         _ if open => next.run(req).await,
         Some(role) if role >= needed => next.run(req).await,
         Some(role) => {
-            guard.metrics.error("forbidden");
+            guard.count("forbidden");
             ApiError::new(
                 StatusCode::FORBIDDEN,
                 "forbidden",
@@ -85,7 +111,7 @@ pub(crate) async fn authorize(State(guard): State<Guard>, req: Request, next: Ne
             .into_response()
         }
         None => {
-            guard.metrics.error("unauthorized");
+            guard.count("unauthorized");
             ndpipe_util::http::unauthorized()
         }
     }
@@ -125,5 +151,14 @@ mod tests {
             required(&Method::POST, "/v1/admin/compact", false),
             Some(Role::Admin)
         );
+        assert_eq!(
+            required(&Method::POST, "/v1/tuner/finetune", false),
+            Some(Role::Admin)
+        );
+        assert_eq!(
+            required(&Method::DELETE, "/v1/tuner/nodes/a", false),
+            Some(Role::Admin)
+        );
+        assert_eq!(get("/v1/tuner/nodes"), Some(Role::Read));
     }
 }

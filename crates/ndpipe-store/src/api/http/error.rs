@@ -83,14 +83,22 @@ pub(crate) fn count(state: &impl Counted, e: ApiError) -> ApiError {
 /// The largest photo id the catalog can hold (SQL integers are signed 64-bit).
 pub(crate) const MAX_PHOTO_ID: u64 = i64::MAX as u64;
 
-/// A photo id from the path; one above [`MAX_PHOTO_ID`] cannot exist (404).
+/// A photo id from the path, in canonical decimal only (digits, no sign, no leading zero), so
+/// that one photo has one URL; one above [`MAX_PHOTO_ID`] cannot exist (404).
 pub(crate) fn parse_id(raw: &str) -> Result<u64, ApiError> {
-    let id: u64 = raw.parse().map_err(|_| {
+    let bad = || {
         ApiError::bad_request(
             "bad_id",
-            format!("photo id must be a positive integer, not {raw:?}"),
+            format!("photo id must be a positive integer in plain decimal, not {raw:?}"),
         )
-    })?;
+    };
+    let canonical = !raw.is_empty()
+        && raw.bytes().all(|b| b.is_ascii_digit())
+        && (raw == "0" || !raw.starts_with('0'));
+    if !canonical {
+        return Err(bad());
+    }
+    let id: u64 = raw.parse().map_err(|_| bad())?;
     if id > MAX_PHOTO_ID {
         return Err(ApiError::photo_not_found(id));
     }
@@ -295,8 +303,20 @@ mod tests {
     fn ids_are_positive_integers_the_catalog_can_hold() {
         assert_eq!(parse_id("42").unwrap(), 42);
         assert_eq!(parse_id("9223372036854775807").unwrap(), MAX_PHOTO_ID);
-        for raw in ["-1", "abc", "", "18446744073709551616"] {
-            assert_eq!(parse_id(raw).unwrap_err().kind, "bad_id");
+        // One photo, one URL: no sign, no leading zero, nothing but ASCII digits.
+        for raw in [
+            "-1",
+            "abc",
+            "",
+            "18446744073709551616",
+            "+1",
+            "0001",
+            "01",
+            " 1",
+            "1e3",
+            "\u{ff11}",
+        ] {
+            assert_eq!(parse_id(raw).unwrap_err().kind, "bad_id", "{raw:?}");
         }
         for raw in ["9223372036854775808", "18446744073709551615"] {
             let e = parse_id(raw).unwrap_err();

@@ -34,6 +34,8 @@ pub(crate) struct GatewayState {
     similar: Arc<SimilarFront>,
     /// The settings of `GET /v1/duplicates` and its source of semantic pairs.
     duplicates: duplicates::Finding,
+    /// Calls to the PipeStores carry no cluster secret and no TLS (`/healthz` says so).
+    insecure_cluster: bool,
 }
 
 impl GatewayState {
@@ -52,6 +54,16 @@ impl GatewayState {
             metrics,
             similar,
             duplicates: duplicates::Finding::default(),
+            insecure_cluster: false,
+        }
+    }
+
+    /// The same state, telling `/healthz` whether calls to the PipeStores go without a cluster
+    /// secret and without TLS.
+    pub(crate) fn with_insecure_cluster(self, insecure_cluster: bool) -> Self {
+        GatewayState {
+            insecure_cluster,
+            ..self
         }
     }
 
@@ -125,13 +137,16 @@ pub(crate) fn gateway_router(
 struct Health {
     status: &'static str,
     role: &'static str,
+    /// Calls to the PipeStores carry no cluster secret and no TLS.
+    insecure_cluster: bool,
 }
 
 /// `GET /healthz`: the gateway runs (it keeps no photos to count).
-async fn health() -> Json<Health> {
+async fn health(State(state): State<GatewayState>) -> Json<Health> {
     Json(Health {
         status: "ok",
         role: "gateway",
+        insecure_cluster: state.insecure_cluster,
     })
 }
 

@@ -49,6 +49,7 @@ use crate::objects::SharedObjects;
 use crate::similar::SimilarFront;
 use crate::storage::PhotoStore;
 use crate::words::Words;
+pub use auth::guard_router;
 pub(crate) use auth::{Guard, authorize};
 pub(crate) use error::ApiError;
 use error::Counted;
@@ -58,6 +59,9 @@ pub(crate) use gateway::{GatewayState, gateway_router};
 const MAX_PAGE: usize = 1000;
 /// Largest accepted request head (header names and values), in bytes; larger is 431.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Most headers a request may have; more is 431 (with a JSON body: the HTTP server parses up
+/// to `ndpipe_util::serve::MAX_PARSED_HEADERS`, so that this check, not its empty 431, answers).
+const MAX_HEADERS: usize = 100;
 
 /// What the handlers work with: ingest for adding and deleting photos, the store for reading
 /// them, the catalog for what is known about them, jobs, metrics and the access keys.
@@ -85,6 +89,8 @@ pub(crate) struct AppState {
     similar: Option<Arc<SimilarFront>>,
     /// The settings of `GET /v1/duplicates` and its source of semantic pairs.
     duplicates: duplicates::Finding,
+    /// The node's gRPC runs without a cluster secret and without mutual TLS (`/healthz`).
+    insecure_cluster: bool,
 }
 
 /// What the routes every front door has (photos, labels, duplicates, cluster status) work
@@ -139,6 +145,16 @@ impl AppState {
             words: None,
             similar: None,
             duplicates: duplicates::Finding::default(),
+            insecure_cluster: false,
+        }
+    }
+
+    /// The same state, telling `/healthz` whether the node's gRPC runs without a cluster
+    /// secret and without mutual TLS.
+    pub(crate) fn with_insecure_cluster(self, insecure_cluster: bool) -> Self {
+        AppState {
+            insecure_cluster,
+            ..self
         }
     }
 
@@ -286,8 +302,18 @@ where
         .with_state(state)
 }
 
-/// Answers 431 with a JSON body when the request's headers exceed [`MAX_HEADER_BYTES`].
+/// Answers 431 with a JSON body when the request has more than [`MAX_HEADERS`] headers or
+/// they exceed [`MAX_HEADER_BYTES`].
 async fn limit_headers(req: Request, next: Next) -> Response {
+    let count = req.headers().len();
+    if count > MAX_HEADERS {
+        return ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            format!("the request has {count} headers, the limit is {MAX_HEADERS}"),
+        )
+        .into_response();
+    }
     let bytes: usize = req
         .headers()
         .iter()

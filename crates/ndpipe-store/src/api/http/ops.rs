@@ -19,6 +19,11 @@ pub(super) struct Health {
     free_bytes: u64,
     /// Whether free space is below the reserve, so uploads are refused (507).
     read_only: bool,
+    /// The free-space reserve (`min_free_bytes`): `read_only` while `free_bytes` is below it.
+    reserve_bytes: u64,
+    /// gRPC runs without a cluster secret and without mutual TLS, open to anyone who reaches
+    /// its port.
+    insecure_cluster: bool,
 }
 
 /// `GET /healthz`: live photos, the volumes' disk bytes, free space and whether uploads are
@@ -35,6 +40,8 @@ pub(super) async fn health(State(state): State<AppState>) -> Result<Json<Health>
         disk_bytes,
         free_bytes,
         read_only,
+        reserve_bytes: state.store.reserve_bytes(),
+        insecure_cluster: state.insecure_cluster,
     }))
 }
 

@@ -127,6 +127,7 @@ impl PhotoStore {
             index,
             space: DiskSpace::new(root, config.min_free_bytes),
         };
+        shared.space.warn_if_low_at_start();
         let next_id = recover::recover(&shared, &mut report)?;
         report.photos = shared.index.len()?;
         info!(
@@ -240,6 +241,11 @@ impl PhotoStore {
     pub(crate) fn free_space(&self) -> Result<(u64, bool), StoreError> {
         let available = self.shared.space.available()?;
         Ok((available, self.shared.space.is_low()))
+    }
+
+    /// The free-space reserve (`min_free_bytes`), in bytes.
+    pub(crate) fn reserve_bytes(&self) -> u64 {
+        self.shared.space.reserve()
     }
 
     /// Ids of live photos that have no tensor (a crash between the two writes, or an old store).

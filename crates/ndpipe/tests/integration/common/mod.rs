@@ -94,6 +94,8 @@ pub(crate) struct Instance {
     command: &'static str,
     port: u16,
     extra: Vec<String>,
+    /// Whether the tests' shared cluster secret is left out (`ndpipe serve` then makes its own).
+    own_secret: bool,
     child: Option<Child>,
     _tmp: tempfile::TempDir,
 }
@@ -153,6 +155,12 @@ impl Instance {
         Self::launch_as("serve", extra)
     }
 
+    /// Starts `ndpipe serve` with exactly `extra` and without the tests' shared cluster secret,
+    /// so that it makes its own.
+    pub(crate) fn launch_with_own_secret(extra: &[&str]) -> Self {
+        Self::launch_in_with("serve", None, extra, true)
+    }
+
     /// Starts `ndpipe serve` on the data directory `data` (e.g. on a file system the test
     /// made) with exactly `extra`.
     pub(crate) fn launch_at(data: PathBuf, extra: &[&str]) -> Self {
@@ -164,11 +172,21 @@ impl Instance {
     }
 
     fn launch_in(command: &'static str, data: Option<PathBuf>, extra: &[&str]) -> Self {
+        Self::launch_in_with(command, data, extra, false)
+    }
+
+    fn launch_in_with(
+        command: &'static str,
+        data: Option<PathBuf>,
+        extra: &[&str],
+        own_secret: bool,
+    ) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let mut inst = Instance {
             data: data.unwrap_or_else(|| tmp.path().join("data")),
             url: String::new(),
             command,
+            own_secret,
             port: 0,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
@@ -203,6 +221,9 @@ impl Instance {
             .unwrap();
         let mut command = Command::new(exe());
         command.arg(self.command);
+        if !self.own_secret {
+            command.env("NDPIPE_CLUSTER_SECRET_FILE", cluster_secret());
+        }
         if self.command != "gateway" {
             command.arg("--data").arg(&self.data);
         }
@@ -472,6 +493,41 @@ pub(crate) fn on_postgres<F: std::future::Future<Output = ()>>(
         .block_on(test(db.url.clone()));
 }
 
+/// The text of [`cluster_secret`].
+pub(crate) const CLUSTER_SECRET: &str = "the-tests-cluster-secret";
+
+/// A gRPC interceptor that sends [`CLUSTER_SECRET`], for tests that call a node themselves.
+pub(crate) fn with_secret(
+    mut request: tonic::Request<()>,
+) -> Result<tonic::Request<()>, tonic::Status> {
+    request
+        .metadata_mut()
+        .insert("x-ndpipe-cluster-secret", CLUSTER_SECRET.parse().unwrap());
+    Ok(request)
+}
+
+/// A gRPC channel to `url`.
+pub(crate) async fn channel(url: &str) -> tonic::transport::Channel {
+    tonic::transport::Channel::from_shared(url.to_string())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// The cluster secret every process the tests start shares (given as
+/// `NDPIPE_CLUSTER_SECRET_FILE`, so a test's own `--cluster-secret-file` beats it): a cluster's
+/// processes refuse to start without one.
+pub(crate) fn cluster_secret() -> &'static Path {
+    static SECRET: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SECRET.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let path = dir.join("cluster-secret");
+        std::fs::write(&path, format!("{CLUSTER_SECRET}\n")).unwrap();
+        path
+    })
+}
+
 /// A port that was free a moment ago (another process may take it before it is bound).
 pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -564,6 +620,7 @@ impl TunerProcess {
                 &format!("127.0.0.1:{grpc}"),
             ])
             .args(&self.extra)
+            .env("NDPIPE_CLUSTER_SECRET_FILE", cluster_secret())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
