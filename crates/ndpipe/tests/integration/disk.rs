@@ -247,3 +247,23 @@ async fn a_full_disk_loses_nothing_and_uploads_resume_when_space_returns() {
     );
     assert_eq!(lost, 0);
 }
+
+/// A reserve larger than the free space (a small disk under the default 256 MiB) makes the
+/// store read-only from its first start: it says so in a warning and in `/healthz`.
+#[tokio::test]
+async fn a_store_that_starts_below_its_reserve_says_so() {
+    let reserve = 1u64 << 60;
+    let inst = Instance::start_with(&["--min-free-bytes", &reserve.to_string()]);
+    assert!(
+        inst.log().contains("the store starts read-only"),
+        "{}",
+        inst.log()
+    );
+    let health = inst.json("/healthz").await;
+    assert_eq!(health["read_only"], true, "{health}");
+    assert_eq!(health["reserve_bytes"], reserve, "{health}");
+    assert_eq!(inst.upload(jpeg(40, 40, 1), "").await.0, 507);
+
+    let roomy = Instance::start();
+    assert!(!roomy.log().contains("the store starts read-only"));
+}
