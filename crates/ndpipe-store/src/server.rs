@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use crate::api::console::{self, Console};
 use crate::api::grpc::PipeStoreService;
 use crate::api::http::{self, AppState};
 use crate::api::replication::ReplicationService;
@@ -189,11 +190,13 @@ impl PipeStore {
             tokio::spawn(replication.run_worker(stopped.clone()));
             info!("replication worker started (repair, scrub, free-space reports)");
         }
+        let console = Console::node(&state, keys.clone(), config.console());
         let mut app = http::router(
             state,
             config.max_upload_bytes,
             config.max_uploads_per_client,
-        );
+        )
+        .merge(console::router(console));
         if let Some(extra) = extra_http {
             app = app.merge(extra);
         }
