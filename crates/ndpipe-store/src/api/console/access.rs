@@ -4,7 +4,7 @@
 //! as `/v1` is. The cookie is `HttpOnly` and `SameSite=Strict`; it has no `Secure` flag
 //! because the HTTP listener serves plain HTTP (put TLS in front and add it there).
 
-use axum::extract::{Form, Request, State};
+use axum::extract::{Form, FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -96,6 +96,7 @@ pub(crate) async fn require(
     next: Next,
 ) -> Response {
     let needed = needed(req.method(), req.uri().path());
+    let htmx = req.headers().contains_key("hx-request");
     let session = session_id(req.headers()).and_then(|id| console.sessions.get(&id));
     let (any, role) = match decide(&console, session.as_ref()).await {
         Ok(decided) => decided,
@@ -122,8 +123,16 @@ pub(crate) async fn require(
             ConsoleError::forbidden(format!("a {role} key cannot do this; it needs {needed}"))
                 .into_response()
         }
-        _ => Redirect::to("/ui/signin").into_response(),
+        _ => to_sign_in(htmx),
     }
+}
+
+/// Sends the browser to sign in; a part htmx asked for (`htmx`) sends the whole page there.
+fn to_sign_in(htmx: bool) -> Response {
+    if htmx {
+        return [("hx-redirect", "/ui/signin")].into_response();
+    }
+    Redirect::to("/ui/signin").into_response()
 }
 
 /// `GET /ui/signin`.
@@ -181,18 +190,35 @@ fn failed(why: &str) -> Response {
 
 /// The form of a change that carries nothing but its CSRF token.
 #[derive(Debug, Deserialize)]
-pub(crate) struct CsrfOnly {
-    pub(crate) csrf: Option<String>,
+struct CsrfOnly {
+    csrf: Option<String>,
+}
+
+/// A change's form whose CSRF token is the session's: taking it as an argument is the check
+/// (403 without it; 400 for a body that is not a form).
+#[derive(Debug)]
+pub(crate) struct Checked;
+
+impl<S: Send + Sync> FromRequest<S> for Checked {
+    type Rejection = ConsoleError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let viewer = (req.extensions().get::<Viewer>().cloned())
+            .ok_or_else(|| ConsoleError::internal("a change without a session"))?;
+        let Form(form) = Form::<CsrfOnly>::from_request(req, state)
+            .await
+            .map_err(|e| ConsoleError::bad_request(e.body_text()))?;
+        viewer.check_csrf(form.csrf.as_deref())?;
+        Ok(Checked)
+    }
 }
 
 /// `POST /ui/signout`: ends the session.
 pub(crate) async fn sign_out(
     State(console): State<Console>,
-    axum::Extension(viewer): axum::Extension<Viewer>,
     headers: HeaderMap,
-    Form(form): Form<CsrfOnly>,
+    _: Checked,
 ) -> Result<Response, ConsoleError> {
-    viewer.check_csrf(form.csrf.as_deref())?;
     if let Some(id) = session_id(&headers) {
         console.sessions.remove(&id);
     }

@@ -1,6 +1,7 @@
 //! The console's static files, compiled in: htmx and uPlot (vendored with their licences in
-//! `assets/console/vendor/`), our CSS and the small script that shows dates in the browser's
-//! locale. Served with a long cache lifetime; a new release changes the files' names' query.
+//! `assets/console/vendor/`), our CSS, the small script that shows dates in the browser's
+//! locale and the upload page's script. Served with a day's cache lifetime (the names carry
+//! no version, so a new release reaches browsers within a day).
 
 use axum::extract::Path;
 use axum::http::{StatusCode, header};
@@ -33,6 +34,11 @@ const FILES: &[(&str, &str, &[u8])] = &[
         "text/javascript",
         include_bytes!("../../../assets/console/console.js"),
     ),
+    (
+        "upload.js",
+        "text/javascript",
+        include_bytes!("../../../assets/console/upload.js"),
+    ),
 ];
 
 /// `GET /ui/static/{file}`.
@@ -43,7 +49,7 @@ pub(crate) async fn asset(Path(name): Path<String>) -> Response {
     (
         [
             (header::CONTENT_TYPE, *kind),
-            (header::CACHE_CONTROL, "public, max-age=31536000, immutable"),
+            (header::CACHE_CONTROL, "public, max-age=86400"),
         ],
         *bytes,
     )

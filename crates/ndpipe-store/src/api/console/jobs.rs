@@ -4,12 +4,12 @@
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Extension;
-use axum::extract::{Form, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::Redirect;
 
 use super::Console;
-use super::access::{CsrfOnly, Viewer};
+use super::access::{Checked, Viewer};
 use super::page::{Chrome, ConsoleError, iso};
 use crate::api::http::{AppState, jobs};
 use crate::jobs::JobView;
@@ -103,10 +103,8 @@ pub(crate) async fn table(State(console): State<Console>) -> Result<JobsTable, C
 /// `POST /ui/jobs/relabel`: starts re-labelling every photo with the active version.
 pub(crate) async fn relabel(
     State(console): State<Console>,
-    Extension(viewer): Extension<Viewer>,
-    Form(form): Form<CsrfOnly>,
+    _: Checked,
 ) -> Result<Redirect, ConsoleError> {
-    viewer.check_csrf(form.csrf.as_deref())?;
     let query = Query::try_from_uri(&Uri::from_static("/"));
     let _started = jobs::start_relabel(State(node(&console)?), query).await?;
     Ok(Redirect::to("/ui/jobs"))

@@ -3,10 +3,14 @@
 //! One concern per module: [`session`] (sessions and CSRF tokens in memory), [`access`] (sign
 //! in and out, and who may see or change what: the roles of `/v1`), [`assets`] (the vendored
 //! htmx and uPlot, our CSS and script), [`thumbs`] (thumbnails, made once and cached within a
-//! byte bound), [`photos`] (the grid and a photo's page), [`search`], [`jobs`], [`cluster`],
-//! and [`page`] (the layout, the error page and the calls into `/v1`'s handlers). Every page
-//! reads through `/v1`'s handler functions or the [`Objects`](crate::objects::Objects) seam;
-//! nothing here reads the store or the catalog on its own.
+//! byte bound), [`photos`] (the grid and a photo's page), [`search`], [`upload`], [`jobs`],
+//! [`cluster`], and [`page`] (the layout, the error page and the calls into `/v1`'s handlers).
+//! Every page reads through `/v1`'s handler functions or the
+//! [`Objects`](crate::objects::Objects) seam; nothing here reads the store or the catalog on
+//! its own.
+//!
+//! To add a page: a module here with its handler, one `.route` line in [`router`], a template
+//! in `templates/console/` extending `base.html`, and one link in `base.html`'s navigation.
 
 mod access;
 mod assets;
@@ -17,6 +21,7 @@ mod photos;
 mod search;
 mod session;
 mod thumbs;
+mod upload;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,6 +109,7 @@ pub(crate) fn router(console: Console) -> Router {
         .route("/ui/thumbs/{id}", get(thumbs::thumbnail))
         .route("/ui/search", get(search::page))
         .route("/ui/search/similar", post(search::similar))
+        .route("/ui/upload", get(upload::page).post(upload::upload))
         .route("/ui/jobs", get(jobs::page))
         .route("/ui/jobs/table", get(jobs::table))
         .route("/ui/jobs/relabel", post(jobs::relabel))

@@ -6,16 +6,16 @@ use askama::Template;
 use askama_web::WebTemplate;
 use axum::Extension;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Form, Path, Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::Console;
-use super::access::{CsrfOnly, Viewer};
+use super::access::{Checked, Viewer};
 use super::page::{Chrome, ConsoleError, iso, reply};
 use super::search::{Hit, Searched};
-use crate::api::http::{duplicates, labels, parse_id, photos};
+use crate::api::http::{FrontState, duplicates, labels, parse_id, photos};
 use crate::similar::Answer;
 
 /// Photos per page of the grid.
@@ -198,6 +198,7 @@ struct Prediction {
 #[derive(Debug, Deserialize)]
 struct DuplicatesView {
     groups: Vec<GroupView>,
+    next_after: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -220,7 +221,8 @@ pub(crate) struct PhotoPage {
     meta: MetaView,
     labels: Vec<VersionLabels>,
     similar: Result<Answer, String>,
-    duplicates: Option<GroupView>,
+    /// Its duplicates group, if any, or why it could not be found.
+    duplicates: Result<Option<GroupView>, String>,
 }
 
 /// `GET /ui/photos/{id}`.
@@ -236,14 +238,7 @@ pub(crate) async fn photo(
     let labels: Vec<VersionLabels> =
         reply(labels::get_labels(State(front.clone()), Path(raw)).await).await?;
     let similar = similar_to(&console, id).await;
-    let all: Result<DuplicatesView, _> =
-        reply(duplicates::list(State(front), Query::try_from_uri(&Uri::from_static("/"))).await)
-            .await;
-    let duplicates = all.ok().and_then(|d| {
-        d.groups
-            .into_iter()
-            .find(|g| g.members.iter().any(|m| m.id == id))
-    });
+    let duplicates = group_of(&front, id).await;
     Ok(PhotoPage {
         chrome: Chrome::of(&viewer, console.node.is_some()),
         meta,
@@ -251,6 +246,33 @@ pub(crate) async fn photo(
         similar,
         duplicates,
     })
+}
+
+/// Photo `id`'s group of `GET /v1/duplicates` (exact and near), its pages read until it is
+/// found; `None` when it is in none.
+async fn group_of(front: &FrontState, id: u64) -> Result<Option<GroupView>, String> {
+    let mut after = None;
+    loop {
+        let raw = match after {
+            Some(a) => format!("/?limit=1000&after={a}"),
+            None => "/?limit=1000".to_string(),
+        };
+        let uri: Uri = raw
+            .parse()
+            .map_err(|e: axum::http::uri::InvalidUri| e.to_string())?;
+        let query = Query::try_from_uri(&uri);
+        let page: DuplicatesView = (reply(duplicates::list(State(front.clone()), query).await))
+            .await
+            .map_err(|e| e.message().to_string())?;
+        let mut groups = page.groups.into_iter();
+        if let Some(group) = groups.find(|g| g.members.iter().any(|m| m.id == id)) {
+            return Ok(Some(group));
+        }
+        match page.next_after {
+            Some(next) => after = Some(next),
+            None => return Ok(None),
+        }
+    }
 }
 
 /// The photos most similar to `id`, or why there are none (no model, not labelled yet).
@@ -272,11 +294,9 @@ pub(crate) async fn original(
 /// `POST /ui/photos/{id}/delete`: deletes the photo (`DELETE /v1/photos/{id}`).
 pub(crate) async fn delete(
     State(console): State<Console>,
-    Extension(viewer): Extension<Viewer>,
     Path(raw): Path<String>,
-    Form(form): Form<CsrfOnly>,
+    _: Checked,
 ) -> Result<Redirect, ConsoleError> {
-    viewer.check_csrf(form.csrf.as_deref())?;
     let id = parse_id(&raw)?;
     photos::delete(State(console.front.clone()), Path(raw)).await?;
     console.thumbs.forget(id);

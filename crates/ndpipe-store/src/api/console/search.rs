@@ -7,7 +7,6 @@ use askama_web::WebTemplate;
 use axum::Extension;
 use axum::extract::{Multipart, Query, State};
 use axum::http::Uri;
-use bytes::Bytes;
 use serde::Deserialize;
 
 use super::Console;
@@ -65,7 +64,17 @@ pub(crate) async fn run(console: &Console, uri: &Uri) -> Result<Searched, Consol
             "a gateway has no search by class or in words; ask a PipeStore",
         )
     })?;
-    reply(labels::search(State(node), Query::try_from_uri(uri)).await).await
+    let uri = without_empty(uri);
+    reply(labels::search(State(node), Query::try_from_uri(&uri)).await).await
+}
+
+/// `uri` without the query's empty fields: a form's blank "task" means none, not a task named "".
+fn without_empty(uri: &Uri) -> Uri {
+    let pairs = form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes());
+    let query = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs.filter(|(_, v)| !v.trim().is_empty()))
+        .finish();
+    format!("/?{query}").parse().unwrap_or_default()
 }
 
 /// What the search form was given.
@@ -125,21 +134,8 @@ pub(crate) async fn similar(
     Extension(viewer): Extension<Viewer>,
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
 ) -> Result<SearchPage, ConsoleError> {
-    let mut multipart = multipart.map_err(|e| ConsoleError::bad_request(e.body_text()))?;
-    let (mut csrf, mut photo) = (None, None);
-    while let Some(field) =
-        (multipart.next_field().await).map_err(|e| ConsoleError::bad_request(e.body_text()))?
-    {
-        let name = field.name().unwrap_or_default().to_string();
-        let bytes: Bytes =
-            (field.bytes().await).map_err(|e| ConsoleError::bad_request(e.body_text()))?;
-        match name.as_str() {
-            "csrf" => csrf = Some(String::from_utf8_lossy(&bytes).into_owned()),
-            "photo" => photo = Some(bytes),
-            _ => {}
-        }
-    }
-    viewer.check_csrf(csrf.as_deref())?;
+    let files = super::upload::read_form(&viewer, multipart).await?;
+    let photo = (files.into_iter().find(|f| f.field == "photo")).map(|f| f.bytes);
     let photo = photo
         .filter(|p| !p.is_empty())
         .ok_or_else(|| ConsoleError::bad_request("choose a photo to search with"))?;
@@ -158,4 +154,15 @@ pub(crate) async fn similar(
     );
     page.similar = Some(answer);
     Ok(page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blank_fields_are_left_out() {
+        let uri: Uri = "/ui/search?label=tabby&task=&q=+".parse().unwrap();
+        assert_eq!(without_empty(&uri).query(), Some("label=tabby"));
+    }
 }

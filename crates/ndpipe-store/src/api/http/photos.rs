@@ -18,7 +18,7 @@ use crate::objects::{PhotoPage, StoredPhoto};
 
 /// Query parameters of an upload; the same values may come as `x-ndpipe-label`/`x-ndpipe-split`.
 #[derive(Debug, Deserialize)]
-pub(super) struct UploadParams {
+pub(crate) struct UploadParams {
     label: Option<String>,
     split: Option<String>,
     task: Option<String>,
@@ -26,7 +26,7 @@ pub(super) struct UploadParams {
 
 /// Reply to a successful upload.
 #[derive(Debug, Serialize)]
-pub(super) struct UploadReply {
+pub(crate) struct UploadReply {
     id: u64,
     sha256: String,
     bytes: u64,
@@ -40,7 +40,7 @@ pub(super) struct UploadReply {
 /// `POST /v1/photos`: stores a photo durably (201 once it is on disk, every copy of it in a
 /// cluster; labelling follows), or, when the catalog has its bytes already and
 /// `exact_duplicates` is `existing`, answers 200 with that photo.
-pub(super) async fn upload(
+pub(crate) async fn upload(
     State(state): State<FrontState>,
     headers: HeaderMap,
     query: Result<Query<UploadParams>, QueryRejection>,
