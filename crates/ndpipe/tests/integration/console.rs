@@ -263,6 +263,7 @@ async fn cluster_page_on(url: &str) {
         text.contains("2 copies wanted") && !text.contains("down"),
         "{text}"
     );
+    assert!(text.contains(" s ago"), "a heartbeat's age: {text}");
     browser.assert_no_errors("the cluster").await;
     browser.screenshot("cluster").await;
     nodes[1].kill9();

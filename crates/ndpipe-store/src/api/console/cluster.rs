@@ -35,9 +35,26 @@ pub(crate) struct Node {
     live: bool,
     active: bool,
     free_bytes: Option<u64>,
+    last_seen_ms: Option<i64>,
+    photos: Option<u64>,
 }
 
 impl Node {
+    /// Seconds since its last heartbeat (the age of its lease), or "unknown".
+    fn lease_age(&self) -> String {
+        let Some(seen) = self.last_seen_ms else {
+            return "unknown".into();
+        };
+        let age_ms = ndpipe_util::time::now_ms().saturating_sub(seen).max(0);
+        format!("{:.1} s ago", age_ms as f64 / 1000.0)
+    }
+
+    /// The photos it holds, or "unknown".
+    fn photos(&self) -> String {
+        self.photos
+            .map_or_else(|| "unknown".into(), |p| p.to_string())
+    }
+
     fn free(&self) -> String {
         self.free_bytes.map_or_else(
             || "unknown".into(),

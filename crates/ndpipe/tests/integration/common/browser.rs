@@ -1,7 +1,7 @@
 //! A real browser for the console's tests: Debian's `chromium` driven through `chromedriver`
 //! (WebDriver) with fantoccini, headless, on a fresh profile. [`Browser::errors`] reads the
 //! browser's console (a page that logs an error fails its test), [`Browser::screenshot`] saves
-//! a page to `docs/console/NAME.png` for the README.
+//! a page to `docs/console/NAME.png` for the README (with `NDPIPE_SCREENSHOTS=1`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -151,8 +151,12 @@ impl Browser {
         );
     }
 
-    /// Saves the page as `docs/console/NAME.png`.
+    /// Saves the page as `docs/console/NAME.png` when `NDPIPE_SCREENSHOTS=1` (so that a test
+    /// run leaves the committed pictures alone unless asked to renew them).
     pub(crate) async fn screenshot(&self, name: &str) {
+        if std::env::var_os("NDPIPE_SCREENSHOTS").is_none_or(|v| v != "1") {
+            return;
+        }
         let png = self.client.screenshot().await.unwrap();
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/console");
         std::fs::create_dir_all(&dir).unwrap();
