@@ -1,16 +1,17 @@
 //! The web console in a real browser (headless chromium through chromedriver): sign-in, the
 //! grid's thumbnails, a photo's page, search by class and in words, upload by the file input
 //! (a broken file fails alone), the jobs table updating live, CSRF and read-only keys refused,
-//! a missing session sent to sign in, and a killed node shown down on the cluster page. Every
-//! page is checked for browser console errors; the main pages are saved to `docs/console/`.
+//! a missing session sent to sign in, a gateway's grid, and a killed node shown down on the
+//! cluster page. Every page is checked for browser console errors; with `NDPIPE_SCREENSHOTS=1`
+//! the main pages are saved to `docs/console/`.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::common::browser::Browser;
-use crate::common::{Instance, on_postgres, sample};
-use crate::replication::cluster_of;
+use crate::common::{Instance, jpeg, on_postgres, sample};
+use crate::gateway::SecuredCluster;
 
 /// The admin token the store starts with (it makes the keys).
 const TOKEN: &str = "console-admin-token";
@@ -242,43 +243,64 @@ async fn the_console_in_a_browser() {
 
 /// The database is made and dropped outside the async runtime (its client blocks).
 #[test]
-fn the_cluster_page_shows_a_killed_node_down() {
+fn a_gateway_s_console_and_a_killed_node_shown_down() {
     on_postgres("console_cluster", |url| async move {
-        cluster_page_on(&url).await
+        cluster_pages_on(&url).await
     });
 }
 
-/// Two PipeStores with two copies of each photo: the cluster page of one lists both live,
-/// then, once the other is killed, shows it down within its lease (3 s) plus a hang guard.
-async fn cluster_page_on(url: &str) {
+/// Two PipeStores with two copies of each photo behind a gateway: the gateway's grid shows
+/// thumbnails made from the originals (it holds no tensor); the cluster page of a PipeStore
+/// lists both nodes live, then, once one is killed, shows it down within its lease (3 s) plus
+/// a hang guard, and the gateway's page says so too.
+async fn cluster_pages_on(url: &str) {
     let Some(browser) = Browser::start().await else {
         return;
     };
-    let (tuner, mut nodes, _) = cluster_of(url, &["cn-a", "cn-b"], &[]);
-    tuner.wait_for_nodes(2).await;
-    let page = format!("{}/ui/cluster", nodes[0].url);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = SecuredCluster::start(url, &["cn-a", "cn-b"], dir.path(), &[]).await;
+    let gateway = cluster.gateway(url, &[]);
+    for seed in 0..3 {
+        let (status, _) = gateway.upload(jpeg(320, 240, seed), "").await;
+        assert_eq!(status, 201);
+    }
+    browser.open(&format!("{}/ui/photos", gateway.url)).await;
+    assert_eq!(images_loaded(&browser).await, 3);
+    browser.assert_no_errors("the gateway's photos").await;
+
+    let page = format!("{}/ui/cluster", cluster.nodes[0].url);
     browser.open(&page).await;
     let text = browser.wait_for_text("cn-b").await;
     assert!(
-        text.contains("2 copies wanted") && !text.contains("down"),
+        text.contains("2 copies wanted") && text.contains("At target: 3") && !text.contains("down"),
         "{text}"
     );
     assert!(text.contains(" s ago"), "a heartbeat's age: {text}");
     browser.assert_no_errors("the cluster").await;
     browser.screenshot("cluster").await;
-    nodes[1].kill9();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        browser.open(&page).await;
-        let text = browser.text().await;
-        if text.contains("down") {
-            assert!(text.contains("cn-b"), "{text}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "cn-b not shown down:\n{text}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.nodes[1].kill9();
+    for page in [page, format!("{}/ui/cluster", gateway.url)] {
+        shown_down(&browser, &page).await;
     }
     browser
         .assert_no_errors("the cluster with a node down")
         .await;
+}
+
+/// Reloads `page` until it shows node cn-b down (a hang guard fails the test after 30 s).
+async fn shown_down(browser: &Browser, page: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        browser.open(page).await;
+        let text = browser.text().await;
+        if text.contains("down") {
+            assert!(text.contains("cn-b"), "{text}");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cn-b not shown down on {page}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

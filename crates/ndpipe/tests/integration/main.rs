@@ -37,7 +37,8 @@
 //! - `gateway_s3`: S3 through that gateway (boto3): photos, sidecars and multipart uploads
 //!   from every front door, plain objects on two nodes, repaired, deleted and mended.
 //! - `console`: the web console in headless chromium (fantoccini): sign-in, thumbnails, search,
-//!   upload, live jobs, CSRF and read-only keys refused, a killed node shown down.
+//!   upload, live jobs, CSRF and read-only keys refused, a gateway's grid, a killed node shown
+//!   down.
 //! - `s3_races`: conditional PUTs racing through two PipeStores' S3 APIs: one winner each.
 
 mod api;
