@@ -156,6 +156,21 @@ async fn the_console_in_a_browser() {
     images_loaded(&browser).await;
     browser.assert_no_errors("search").await;
     browser.screenshot("search").await;
+    // By an uploaded photo: the cat's own bytes find the cat first.
+    let query = tempfile::tempdir().unwrap();
+    let cat_file = query.path().join("chelsea.png");
+    std::fs::write(&cat_file, sample("chelsea.png")).unwrap();
+    let field = browser.find("#by-photo input[type=file]").await;
+    field.send_keys(cat_file.to_str().unwrap()).await.unwrap();
+    browser.click("#by-photo button").await;
+    let first = browser
+        .find("#similar a.card small")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(first.starts_with(&format!("#{cat} ")), "{first}");
+    browser.assert_no_errors("search by photo").await;
 
     // Upload by the file input: the good photo lands, the broken one shows its error.
     let files = tempfile::tempdir().unwrap();
