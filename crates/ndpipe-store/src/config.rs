@@ -20,6 +20,8 @@ pub const DEFAULT_MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
 const DEFAULT_CONSOLE_SESSION_SECS: u64 = 12 * 3600;
 /// Default bytes of console thumbnails kept in memory.
 const DEFAULT_CONSOLE_THUMB_CACHE_BYTES: usize = 64 << 20;
+/// Default console history: 720 samples of the counters, an hour at one per 5 s.
+const DEFAULT_CONSOLE_HISTORY_SAMPLES: usize = 720;
 
 /// Everything a PipeStore can be told. Every field has a default, so an empty file is valid.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -193,6 +195,9 @@ pub struct Config {
     pub console_session_secs: u64,
     /// Bytes of console thumbnails kept in memory (each made once, then served from here).
     pub console_thumb_cache_bytes: usize,
+    /// Samples of the process's counters the console keeps for its storage page (one per
+    /// 5 s, the oldest dropped first).
+    pub console_history_samples: usize,
     /// Testing only: damage the first N feature chunks sent to the Tuner (their checksum then
     /// fails and the Tuner must fetch them again).
     pub fault_corrupt_chunks: u32,
@@ -207,6 +212,7 @@ impl Config {
         ConsoleSettings {
             session_ttl: std::time::Duration::from_secs(self.console_session_secs),
             thumb_cache_bytes: self.console_thumb_cache_bytes,
+            history_samples: self.console_history_samples,
             max_upload_bytes: self.max_upload_bytes,
         }
     }
@@ -328,6 +334,7 @@ impl Default for Config {
             semantic_min_cosine: DEFAULT_SEMANTIC_MIN_COSINE,
             console_session_secs: DEFAULT_CONSOLE_SESSION_SECS,
             console_thumb_cache_bytes: DEFAULT_CONSOLE_THUMB_CACHE_BYTES,
+            console_history_samples: DEFAULT_CONSOLE_HISTORY_SAMPLES,
         }
     }
 }
@@ -411,6 +418,9 @@ pub struct GatewayConfig {
     pub console_session_secs: u64,
     /// Bytes of console thumbnails kept in memory (each made once, then served from here).
     pub console_thumb_cache_bytes: usize,
+    /// Samples of the process's counters the console keeps for its storage page (one per
+    /// 5 s, the oldest dropped first).
+    pub console_history_samples: usize,
 }
 
 impl GatewayConfig {
@@ -419,6 +429,7 @@ impl GatewayConfig {
         ConsoleSettings {
             session_ttl: std::time::Duration::from_secs(self.console_session_secs),
             thumb_cache_bytes: self.console_thumb_cache_bytes,
+            history_samples: self.console_history_samples,
             max_upload_bytes: self.max_upload_bytes,
         }
     }
@@ -478,6 +489,7 @@ impl Default for GatewayConfig {
             semantic_min_cosine: store.semantic_min_cosine,
             console_session_secs: store.console_session_secs,
             console_thumb_cache_bytes: store.console_thumb_cache_bytes,
+            console_history_samples: store.console_history_samples,
         }
     }
 }

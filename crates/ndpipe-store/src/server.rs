@@ -190,7 +190,8 @@ impl PipeStore {
             tokio::spawn(replication.run_worker(stopped.clone()));
             info!("replication worker started (repair, scrub, free-space reports)");
         }
-        let console = Console::node(&state, keys.clone(), config.console());
+        let console =
+            Console::node(&state, keys.clone(), config.console()).with_tuner(extra_http.clone());
         let mut app = http::router(
             state,
             config.max_upload_bytes,

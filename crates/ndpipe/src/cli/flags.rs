@@ -438,6 +438,11 @@ pub(crate) struct ConsoleFlags {
     #[arg(long, env = "NDPIPE_CONSOLE_THUMB_CACHE_BYTES")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) console_thumb_cache_bytes: Option<usize>,
+    /// Samples of the process's counters kept for the console's storage page, one per 5 s
+    /// [console_history_samples; default: 720, an hour].
+    #[arg(long, env = "NDPIPE_CONSOLE_HISTORY_SAMPLES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) console_history_samples: Option<usize>,
 }
 
 /// Flags of every server on how it meets its peers and clients: the cluster secret, mutual

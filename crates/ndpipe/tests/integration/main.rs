@@ -39,6 +39,8 @@
 //! - `console`: the web console in headless chromium (fantoccini): sign-in, thumbnails, search,
 //!   upload, live jobs, CSRF and read-only keys refused, a gateway's grid, a killed node shown
 //!   down.
+//! - `console_train`: the console's Label & train, Models and Duplicates pages in a real
+//!   browser: label, fine-tune watched live, deploy; a duplicates group, one deleted.
 //! - `s3_races`: conditional PUTs racing through two PipeStores' S3 APIs: one winner each.
 
 mod api;
@@ -48,6 +50,7 @@ mod cluster;
 mod common;
 mod config;
 mod console;
+mod console_train;
 mod disk;
 mod duplicates;
 mod durability;

@@ -39,6 +39,11 @@ const FILES: &[(&str, &str, &[u8])] = &[
         "text/javascript",
         include_bytes!("../../../assets/console/upload.js"),
     ),
+    (
+        "charts.js",
+        "text/javascript",
+        include_bytes!("../../../assets/console/charts.js"),
+    ),
 ];
 
 /// `GET /ui/static/{file}`.

@@ -15,12 +15,19 @@
 mod access;
 mod assets;
 mod cluster;
+mod duplicates;
+mod history;
 mod jobs;
+mod models;
 mod page;
 mod photos;
 mod search;
 mod session;
+mod storage;
 mod thumbs;
+mod train;
+mod train_job;
+mod tuner;
 mod upload;
 
 use std::sync::Arc;
@@ -45,6 +52,8 @@ pub(crate) struct ConsoleSettings {
     pub(crate) thumb_cache_bytes: usize,
     /// The largest body a form may send (an upload, a search by photo): `max_upload_bytes`.
     pub(crate) max_upload_bytes: usize,
+    /// Samples of the process's counters kept for the storage page.
+    pub(crate) history_samples: usize,
 }
 
 /// What the console's pages work with.
@@ -59,6 +68,10 @@ pub(crate) struct Console {
     thumbs: Arc<Thumbs>,
     /// The largest body a form may send (an upload, a search by photo).
     max_upload_bytes: usize,
+    /// The Tuner's `/v1/tuner` routes when one runs in this process (`ndpipe serve`).
+    tuner: Option<Router>,
+    /// The process's counters over time.
+    history: Arc<history::History>,
 }
 
 impl Console {
@@ -85,6 +98,7 @@ impl Console {
         keys: Arc<KeyStore>,
         settings: ConsoleSettings,
     ) -> Self {
+        let history = history::History::sampling(&front, settings.history_samples);
         Console {
             front,
             node,
@@ -93,7 +107,24 @@ impl Console {
             sessions: Arc::new(Sessions::new(settings.session_ttl, session::MAX_SESSIONS)),
             thumbs: Arc::new(Thumbs::new(settings.thumb_cache_bytes)),
             max_upload_bytes: settings.max_upload_bytes,
+            tuner: None,
+            history,
         }
+    }
+
+    /// A PipeStore's state (tasks, search, jobs), or 404 on a gateway, which has none.
+    pub(crate) fn node_state(&self, what: &str) -> Result<AppState, page::ConsoleError> {
+        self.node.clone().ok_or_else(|| {
+            page::ConsoleError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                format!("a gateway has no {what}; see a PipeStore's console"),
+            )
+        })
+    }
+
+    /// The same console, reaching the Tuner of this process through its `/v1/tuner` routes.
+    pub(crate) fn with_tuner(self, tuner: Option<Router>) -> Self {
+        Console { tuner, ..self }
     }
 }
 
@@ -114,6 +145,18 @@ pub(crate) fn router(console: Console) -> Router {
         .route("/ui/jobs/table", get(jobs::table))
         .route("/ui/jobs/relabel", post(jobs::relabel))
         .route("/ui/cluster", get(cluster::page))
+        .route("/ui/train", get(train::page))
+        .route("/ui/train/label", post(train::label))
+        .route("/ui/train/finetune", post(train::finetune))
+        .route("/ui/train/jobs/{id}", get(train_job::page))
+        .route("/ui/train/jobs/{id}/status", get(train_job::status))
+        .route("/ui/train/jobs/{id}/chart", get(train_job::chart))
+        .route("/ui/models", get(models::page))
+        .route("/ui/models/deploy", post(models::deploy))
+        .route("/ui/duplicates", get(duplicates::page))
+        .route("/ui/duplicates/delete", post(duplicates::delete))
+        .route("/ui/storage", get(storage::page))
+        .route("/ui/storage/rates", get(storage::rates))
         .route("/ui/signout", post(access::sign_out))
         .layer(axum::middleware::from_fn_with_state(
             console.clone(),

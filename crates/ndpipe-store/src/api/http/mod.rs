@@ -22,7 +22,7 @@ pub(crate) mod labels;
 mod ops;
 pub(crate) mod photos;
 mod similar;
-mod tasks;
+pub(crate) mod tasks;
 
 use std::sync::Arc;
 
@@ -101,6 +101,11 @@ impl FrontState {
     /// Where photos' bytes live.
     pub(crate) fn objects(&self) -> &SharedObjects {
         &self.objects
+    }
+
+    /// The process's counters (the console samples them for its storage page).
+    pub(crate) fn counters(&self) -> Arc<StoreMetrics> {
+        self.metrics.clone()
     }
 }
 
