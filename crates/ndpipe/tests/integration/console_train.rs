@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
 
 use crate::common::{Instance, free_port, jpeg};
@@ -15,6 +16,8 @@ use crate::tasks::{import_for, post};
 
 /// Fashion-MNIST photos imported with their class as the task's ground truth.
 const FASHION: usize = 280;
+/// Epochs of the fine-tune: enough that it runs for a few seconds.
+const EPOCHS: &str = "1500";
 /// How long the browser waits for a page's change (a hang guard).
 const HANG: Duration = Duration::from_secs(600);
 
@@ -42,7 +45,7 @@ impl Browser {
         .unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         let client = loop {
-            let connected = ClientBuilder::native()
+            let connected = ClientBuilder::new(HttpConnector::new())
                 .capabilities(caps.clone())
                 .connect(&format!("http://127.0.0.1:{port}"))
                 .await;
@@ -157,17 +160,15 @@ async fn label_three_photos_fine_tune_watch_it_live_and_deploy_it() {
     assert!(note.starts_with("3 photos labelled"), "{note}");
     assert_eq!(train_count(&inst, "tops", &class).await, before + 3);
 
-    c.form(Locator::Css("#finetune"))
-        .await
-        .unwrap()
-        .submit()
-        .await
-        .unwrap();
+    // Enough epochs that the job is still running when its page first shows.
+    let tune = c.form(Locator::Css("#finetune")).await.unwrap();
+    tune.set_by_name("epochs", EPOCHS).await.unwrap();
+    tune.submit().await.unwrap();
     let url = c.current_url().await.unwrap();
     assert!(url.path().starts_with("/ui/train/jobs/ft-"), "{url}");
-    c.execute("window.stillThisPage = true;", vec![])
-        .await
-        .unwrap();
+    c.execute("window.stillThisPage = true;", vec![]).await.unwrap();
+    let first = browser.text("#phase").await;
+    assert_ne!(first, "done", "the job ended before its page showed");
     browser.wait_text("#phase", "done", &inst).await;
     let same = c
         .execute("return window.stillThisPage === true;", vec![])
