@@ -166,7 +166,9 @@ async fn label_three_photos_fine_tune_watch_it_live_and_deploy_it() {
     tune.submit().await.unwrap();
     let url = c.current_url().await.unwrap();
     assert!(url.path().starts_with("/ui/train/jobs/ft-"), "{url}");
-    c.execute("window.stillThisPage = true;", vec![]).await.unwrap();
+    c.execute("window.stillThisPage = true;", vec![])
+        .await
+        .unwrap();
     let first = browser.text("#phase").await;
     assert_ne!(first, "done", "the job ended before its page showed");
     browser.wait_text("#phase", "done", &inst).await;
