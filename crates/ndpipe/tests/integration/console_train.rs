@@ -2,16 +2,14 @@
 //! Chromium through chromedriver and fantoccini) against `ndpipe serve` with the real model:
 //! three photos labelled from the grid, a fine-tune started and watched to its end without a
 //! reload, its candidate deployed; a duplicates group seen and one of it deleted. Screenshots
-//! of the pages go to `docs/console/` when `NDPIPE_CONSOLE_SCREENSHOTS` is set.
+//! of the pages go to `docs/console/` with `NDPIPE_SCREENSHOTS=1` (the harness's switch).
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fantoccini::{Client, ClientBuilder, Locator};
-use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
 
-use crate::common::{Instance, free_port, jpeg};
+use crate::common::browser::Browser;
+use crate::common::{Instance, jpeg};
 use crate::tasks::{import_for, post};
 
 /// Fashion-MNIST photos imported with their class as the task's ground truth.
@@ -21,89 +19,28 @@ const EPOCHS: &str = "1500";
 /// How long the browser waits for a page's change (a hang guard).
 const HANG: Duration = Duration::from_secs(600);
 
-/// chromedriver on a free port and a headless Chromium session of it.
-struct Browser {
-    driver: Child,
-    client: Client,
+/// The text of the element `css`.
+async fn text_of(browser: &Browser, css: &str) -> String {
+    browser.find(css).await.text().await.unwrap()
 }
 
-impl Browser {
-    async fn start() -> Self {
-        let port = free_port();
-        let driver = Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromedriver (Debian's chromium-driver) must be installed");
-        let caps: serde_json::Map<String, Value> = serde_json::from_value(json!({
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000"]
-            }
-        }))
-        .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let client = loop {
-            let connected = ClientBuilder::new(HttpConnector::new())
-                .capabilities(caps.clone())
-                .connect(&format!("http://127.0.0.1:{port}"))
-                .await;
-            match connected {
-                Ok(c) => break c,
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => panic!("no chromedriver session: {e}"),
-            }
-        };
-        Browser { driver, client }
-    }
-
-    /// The text of the first element `css` finds.
-    async fn text(&self, css: &str) -> String {
-        let found = self.client.find(Locator::Css(css)).await;
-        found
-            .unwrap_or_else(|e| panic!("{css}: {e}"))
-            .text()
-            .await
-            .unwrap()
-    }
-
-    /// Waits until the element `css` reads `want` (a hang guard, not a time limit).
-    async fn wait_text(&self, css: &str, want: &str, inst: &Instance) {
-        let deadline = Instant::now() + HANG;
-        loop {
-            if let Ok(el) = self.client.find(Locator::Css(css)).await
-                && el.text().await.is_ok_and(|t| t.trim() == want)
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{css} never read {want}\n{}",
-                inst.log()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// Saves a screenshot as `docs/console/{name}.png` when asked to.
-    async fn screenshot(&self, name: &str) {
-        if std::env::var_os("NDPIPE_CONSOLE_SCREENSHOTS").is_none() {
+/// Waits until the job's phase reads `done`, polled in by the page itself (a hang guard,
+/// not a time limit: fine-tunes take longer than the harness's usual wait).
+async fn wait_done(browser: &Browser, inst: &Instance) {
+    let deadline = Instant::now() + HANG;
+    loop {
+        let phase = browser
+            .run("const p = document.getElementById('phase'); return p ? p.textContent : '';")
+            .await;
+        if phase == "done" {
             return;
         }
-        let png = self.client.screenshot().await.unwrap();
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/console");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
-    }
-
-    async fn close(mut self) {
-        let _ = self.client.clone().close().await;
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
+        assert!(
+            Instant::now() < deadline,
+            "the job never ended ({phase})\n{}",
+            inst.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -138,57 +75,43 @@ async fn label_three_photos_fine_tune_watch_it_live_and_deploy_it() {
         .to_string();
     let before = train_count(&inst, "tops", &class).await;
 
-    let browser = Browser::start().await;
-    let c = &browser.client;
-    c.goto(&format!("{}/ui/train?task=tops", inst.url))
-        .await
-        .unwrap();
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let url = |path: &str| format!("{}{path}", inst.url);
+    browser.open(&url("/ui/train?task=tops")).await;
     for id in &picked {
-        let css = format!("#label-form input[name=id][value='{id}']");
-        c.find(Locator::Css(&css))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        browser
+            .click(&format!("#label-form input[name=id][value='{id}']"))
+            .await;
     }
-    let form = c.form(Locator::Css("#label-form")).await.unwrap();
-    form.set_by_name("class", &class).await.unwrap();
+    browser.fill("#label-form input[name=class]", &class).await;
     browser.screenshot("train").await;
-    form.submit().await.unwrap();
-    let note = browser.text("#note").await;
+    browser.click("#label-form button[type=submit]").await;
+    let note = text_of(&browser, "#note").await;
     assert!(note.starts_with("3 photos labelled"), "{note}");
     assert_eq!(train_count(&inst, "tops", &class).await, before + 3);
+    browser.assert_no_errors("label & train").await;
 
     // Enough epochs that the job is still running when its page first shows.
-    let tune = c.form(Locator::Css("#finetune")).await.unwrap();
-    tune.set_by_name("epochs", EPOCHS).await.unwrap();
-    tune.submit().await.unwrap();
-    let url = c.current_url().await.unwrap();
-    assert!(url.path().starts_with("/ui/train/jobs/ft-"), "{url}");
-    c.execute("window.stillThisPage = true;", vec![])
-        .await
-        .unwrap();
-    let first = browser.text("#phase").await;
+    browser.fill("#finetune input[name=epochs]", EPOCHS).await;
+    browser.click("#finetune button[type=submit]").await;
+    let job_page = browser.path().await;
+    assert!(job_page.starts_with("/ui/train/jobs/ft-"), "{job_page}");
+    browser.run("window.stillThisPage = true;").await;
+    let first = text_of(&browser, "#phase").await;
     assert_ne!(first, "done", "the job ended before its page showed");
-    browser.wait_text("#phase", "done", &inst).await;
-    let same = c
-        .execute("return window.stillThisPage === true;", vec![])
-        .await;
-    assert_eq!(same.unwrap(), json!(true), "the page was reloaded");
-    assert_eq!(c.current_url().await.unwrap(), url);
-    assert!(
-        c.find(Locator::Css("#job-chart canvas")).await.is_ok(),
-        "the chart is drawn"
-    );
-    let gate = browser.text("#gate").await;
+    wait_done(&browser, &inst).await;
+    let same = browser.run("return window.stillThisPage === true;").await;
+    assert_eq!(same, json!(true), "the page was reloaded");
+    assert_eq!(browser.path().await, job_page);
+    browser.find("#job-chart canvas").await;
+    let gate = text_of(&browser, "#gate").await;
     assert!(gate.contains("Validation top-1"), "{gate}");
+    browser.assert_no_errors("a fine-tune's page").await;
     browser.screenshot("train_job").await;
 
-    let version = c
-        .find(Locator::Css("#deploy input[name=version]"))
-        .await
-        .unwrap()
+    let version = (browser.find("#deploy input[name=version]").await)
         .attr("value")
         .await
         .unwrap()
@@ -200,28 +123,21 @@ async fn label_three_photos_fine_tune_watch_it_live_and_deploy_it() {
             .iter()
             .any(|v| v["id"] == version.as_str() && v["active"] == true)
     };
+    let versions = inst.json("/v1/tuner/versions").await;
+    assert!(!active(&versions), "a candidate: {versions}");
+    browser.click("#deploy button[type=submit]").await;
+    let deploy_page = browser.path().await;
     assert!(
-        !active(&inst.json("/v1/tuner/versions").await),
-        "a candidate"
+        deploy_page.starts_with("/ui/train/jobs/deploy-"),
+        "{deploy_page}"
     );
-    c.form(Locator::Css("#deploy"))
-        .await
-        .unwrap()
-        .submit()
-        .await
-        .unwrap();
-    let url = c.current_url().await.unwrap();
-    assert!(url.path().starts_with("/ui/train/jobs/deploy-"), "{url}");
-    browser.wait_text("#phase", "done", &inst).await;
-    assert!(active(&inst.json("/v1/tuner/versions").await), "deployed");
-    c.goto(&format!("{}/ui/models", inst.url)).await.unwrap();
-    let registry = browser.text("main").await;
-    assert!(
-        registry.contains(&format!("{version} active")),
-        "{registry}"
-    );
+    wait_done(&browser, &inst).await;
+    let versions = inst.json("/v1/tuner/versions").await;
+    assert!(active(&versions), "deployed: {versions}");
+    browser.open(&url("/ui/models")).await;
+    browser.wait_for_text(&format!("{version} active")).await;
+    browser.assert_no_errors("the model registry").await;
     browser.screenshot("models").await;
-    browser.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,50 +150,44 @@ async fn a_duplicates_group_is_seen_and_one_of_it_deleted() {
     let (first, copy) = (first["id"].as_u64().unwrap(), copy["id"].as_u64().unwrap());
     let (_, other) = inst.upload(jpeg(128, 128, 8), "").await;
 
-    let browser = Browser::start().await;
-    let c = &browser.client;
-    c.goto(&format!("{}/ui/duplicates?level=exact", inst.url))
-        .await
-        .unwrap();
-    let group = browser.text(&format!("#group-{first}")).await;
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    browser
+        .open(&format!("{}/ui/duplicates?level=exact", inst.url))
+        .await;
+    let group = text_of(&browser, &format!("#group-{first}")).await;
     assert!(group.contains("exact of"), "{group}");
     assert!(group.contains(&format!("#{copy}")), "{group}");
     assert!(!group.contains(&format!("#{}", other["id"])), "{group}");
-    let keeper = c
-        .find(Locator::Css(&format!(
-            "#group-{first} .keeper input[name=id]"
-        )))
-        .await
-        .unwrap();
+    let keeper = (browser.find(&format!("#group-{first} .keeper input[name=id]"))).await;
     assert!(
         !keeper.is_selected().await.unwrap(),
         "the keeper is not checked"
     );
-    let keep = keeper.attr("value").await.unwrap().unwrap();
-    browser.screenshot("duplicates").await;
-    c.form(Locator::Css(&format!("#group-{first}")))
+    let keep: u64 = keeper
+        .attr("value")
         .await
         .unwrap()
-        .submit()
-        .await
+        .unwrap()
+        .parse()
         .unwrap();
-    assert_eq!(browser.text("#note").await, "1 photos deleted");
-    let gone = if keep == first.to_string() {
-        copy
-    } else {
-        first
-    };
+    browser.assert_no_errors("duplicates").await;
+    browser.screenshot("duplicates").await;
+    browser
+        .click(&format!("#group-{first} button[type=submit]"))
+        .await;
+    assert_eq!(text_of(&browser, "#note").await, "1 photos deleted");
+    let gone = if keep == first { copy } else { first };
     assert_eq!(inst.get(&format!("/v1/photos/{gone}/meta")).await.0, 404);
     assert_eq!(inst.get(&format!("/v1/photos/{keep}/meta")).await.0, 200);
     assert!(
-        c.find(Locator::Css(&format!("#group-{first}")))
-            .await
-            .is_err(),
+        !browser.text().await.contains(&format!("#{gone}")),
         "the group is gone"
     );
-    c.goto(&format!("{}/ui/storage", inst.url)).await.unwrap();
-    let storage = browser.text("main").await;
-    assert!(storage.contains("Ingest and label rates"), "{storage}");
+    browser.open(&format!("{}/ui/storage", inst.url)).await;
+    browser.wait_for_text("Ingest and label rates").await;
+    browser.find("#rates-chart canvas").await;
+    browser.assert_no_errors("storage").await;
     browser.screenshot("storage").await;
-    browser.close().await;
 }
