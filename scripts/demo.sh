@@ -3,7 +3,8 @@
 # model, import the sample photos and a slice of Fashion-MNIST into a task of its own (each photo
 # is labelled on the store as it arrives, by every task), search by class and in words, find
 # similar photos and duplicates, re-label the whole store, fine-tune the task's head from the
-# stored features and deploy it (the general tags stay), then keep serving until Ctrl-C.
+# stored features and deploy it (the general tags stay), then keep serving until Ctrl-C with
+# the web console's URL and a key to sign in with.
 # DEMO_EXIT=1 stops the server after the demo instead of serving on.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -16,6 +17,8 @@ export NDPIPE_SERVER=$URL
 
 # The server's log goes to a file, so that the demo's own output stays readable; its last lines
 # are printed if a step fails.
+# A console key left by a demo that was killed would close /v1 to the steps below.
+if [[ -d $DATA ]]; then "$BIN" keys delete console-demo --data "$DATA" >/dev/null 2>&1 || true; fi
 echo "== starting ndpipe serve on $URL (data in $DATA, log in $LOG)"
 "$BIN" serve --data "$DATA" --listen "$LISTEN" --model-dir "$ROOT/.cache/model" >"$LOG" 2>&1 &
 SERVER=$!
@@ -74,5 +77,11 @@ for _ in $(seq 100); do
 done
 "$BIN" photos duplicates --limit 5
 if [[ ${DEMO_EXIT:-0} == 1 ]]; then exit 0; fi
+# A key for the web console, made last (while no key exists, /v1 and the console are open) and
+# deleted when the demo stops, so that the next run starts open again.
+KEY=$(curl -fsS -H 'content-type: application/json' -d '{"name":"console-demo","role":"admin"}' "$URL/v1/admin/keys")
+trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true; "$BIN" keys delete console-demo --data "$DATA" >/dev/null 2>&1 || true' EXIT
 echo "== serving on $URL (data in $DATA, log in $LOG); Ctrl-C to stop"
+echo "== the web console: $URL/ui, sign in with this key (deleted when the demo stops):"
+echo "$KEY" | python3 -c 'import json, sys; k = json.load(sys.stdin); print("   access key id:", k["access_key"]); print("   secret key:   ", k["secret_key"])'
 wait $SERVER

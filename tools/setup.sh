@@ -15,6 +15,9 @@ command -v curl >/dev/null || need_apt+=(curl)
 command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
 command -v openssl >/dev/null || need_apt+=(openssl)  # certificates for the TLS test
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
+# The web console's tests drive a real browser through WebDriver.
+command -v chromium >/dev/null || need_apt+=(chromium)
+command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 # The spidercache Python package is built and tested with Debian's own python3 and its CPU
 # PyTorch (python3-torch is installed for /usr/bin/python3 only, not for a pyenv python3);
 # Pillow decodes photos in the test of the README's example.

@@ -8,6 +8,7 @@
 
 mod balance;
 mod cluster;
+mod console;
 mod cost;
 mod crops;
 mod drift;
@@ -83,6 +84,9 @@ enum Which {
     /// Scale: one node filled to N photos; ingest rate, search and listing p99, disk per photo
     /// and RSS at every step, then a fine-tune from stored features and its re-labelling.
     Scale(scale::ScaleBench),
+    /// The web console's pages rendered at 10^5 photos: median and spread per page against
+    /// the target of 100 ms.
+    Console(console::ConsoleBench),
     /// Similar photos: the node's HNSW index against exact cosine search over 10^5 real and
     /// perturbed EfficientNet-Lite0 vectors: recall@10, query p50/p99, build time, bytes.
     Similar(similar::SimilarBench),
@@ -154,6 +158,7 @@ async fn run(which: Which) -> Result<()> {
         Which::Words(b) => words::run(b).await,
         Which::Other(b) => other::run(b).await,
         Which::Similar(b) => similar::run(b).await,
+        Which::Console(b) => console::run(b).await,
         Which::Cache(b) => {
             let ndpipe = ndpipe_binary()?;
             tokio::task::spawn_blocking(move || cachebench::cli::run(b, ndpipe)).await?

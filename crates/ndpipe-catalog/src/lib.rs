@@ -57,7 +57,9 @@ pub use objects::{
     StandardHeaders,
 };
 pub use pg::{OpenedCatalog, PgCatalog, PgOptions, PhotoIdBlocks, describe, is_postgres_url, open};
-pub use replicas::{FailOver, PhotoCopies, PlacementNode, ReplicaCatalog, ReplicationCounts};
+pub use replicas::{
+    FailOver, NodeOverview, PhotoCopies, PlacementNode, ReplicaCatalog, ReplicationCounts,
+};
 pub use sqlite::SqliteCatalog;
 pub use types::{
     GroundTruth, JobRecord, ModelVersion, NodeHit, NodeRecord, NodeState, OTHER_CLASS, PhotoId,

@@ -19,6 +19,17 @@ pub struct PlacementNode {
     pub free_bytes: Option<u64>,
 }
 
+/// A registered PipeStore as the cluster's status shows it beside placement's view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeOverview {
+    /// Its name.
+    pub name: String,
+    /// Its last heartbeat, ms since the Unix epoch.
+    pub last_seen_ms: i64,
+    /// The photos it holds a copy of.
+    pub photos: u64,
+}
+
 /// A photo's catalog row as a front door needs it: its metadata, the node whose catalog view
 /// it belongs to (its primary), and every node that holds a copy.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,6 +74,10 @@ pub struct FailOver {
 pub trait ReplicaCatalog: BlobCatalog + Send + Sync {
     /// Every registered node with its lease, state and reported free space.
     fn placement_nodes(&self) -> Result<Vec<PlacementNode>, CatalogError>;
+
+    /// Every registered node's last heartbeat and how many photos it holds copies of (a
+    /// status page's, not placement's: it counts).
+    fn node_overview(&self) -> Result<Vec<NodeOverview>, CatalogError>;
 
     /// Records this node's free bytes for new photos (0 below its reserve), which placement
     /// weighs nodes by.

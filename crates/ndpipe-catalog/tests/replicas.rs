@@ -181,6 +181,16 @@ fn placement_sees_leases_states_and_reported_space() {
     );
     a.report_free_space(0).unwrap();
     assert_eq!(b.placement_nodes().unwrap()[0].free_bytes, Some(0));
+    // The status page's view: each node's last heartbeat and the photos it holds.
+    b.add_copy(7, "b").unwrap();
+    b.add_copy(8, "b").unwrap();
+    a.add_copy(8, "a").unwrap();
+    b.register_node("b", "http://b", None, 0, 1234).unwrap();
+    let overview = a.node_overview().unwrap();
+    let seen: Vec<_> = (overview.iter())
+        .map(|o| (o.name.as_str(), o.last_seen_ms, o.photos))
+        .collect();
+    assert_eq!(seen, [("a", 0, 1), ("b", 1234, 2)]);
 }
 
 fn blob_object(key: &str, blob: &str) -> ObjectRecord {

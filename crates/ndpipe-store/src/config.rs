@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use ndpipe_model::{CodecKind, ExecutionProvider};
 use serde::{Deserialize, Serialize};
 
+use crate::api::console::ConsoleSettings;
 use crate::duplicates::{
     DEFAULT_NEAR_HAMMING, DEFAULT_NEAR_MIN_SIDE, DEFAULT_SEMANTIC_MIN_COSINE, DuplicateSettings,
     ExactDuplicates, NearHash,
@@ -15,6 +16,12 @@ use crate::duplicates::{
 
 /// Default largest upload body, in bytes.
 pub const DEFAULT_MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
+/// Default lifetime of a console session: 12 hours.
+const DEFAULT_CONSOLE_SESSION_SECS: u64 = 12 * 3600;
+/// Default bytes of console thumbnails kept in memory.
+const DEFAULT_CONSOLE_THUMB_CACHE_BYTES: usize = 64 << 20;
+/// Default console history: 720 samples of the counters, an hour at one per 5 s.
+const DEFAULT_CONSOLE_HISTORY_SAMPLES: usize = 720;
 
 /// Everything a PipeStore can be told. Every field has a default, so an empty file is valid.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -189,6 +196,13 @@ pub struct Config {
     pub near_min_side: u32,
     /// Smallest cosine similarity between the features of semantic duplicates (-1..=1).
     pub semantic_min_cosine: f64,
+    /// How long a console session lasts after sign-in, in seconds.
+    pub console_session_secs: u64,
+    /// Bytes of console thumbnails kept in memory (each made once, then served from here).
+    pub console_thumb_cache_bytes: usize,
+    /// Samples of the process's counters the console keeps for its storage page (one per
+    /// 5 s, the oldest dropped first).
+    pub console_history_samples: usize,
     /// Testing only: damage the first N feature chunks sent to the Tuner (their checksum then
     /// fails and the Tuner must fetch them again).
     pub fault_corrupt_chunks: u32,
@@ -198,6 +212,16 @@ pub struct Config {
 }
 
 impl Config {
+    /// The web console's settings.
+    pub(crate) fn console(&self) -> ConsoleSettings {
+        ConsoleSettings {
+            session_ttl: std::time::Duration::from_secs(self.console_session_secs),
+            thumb_cache_bytes: self.console_thumb_cache_bytes,
+            history_samples: self.console_history_samples,
+            max_upload_bytes: self.max_upload_bytes,
+        }
+    }
+
     /// Copies of each photo: `replicas`, else 2 when the node runs in a cluster (a shared
     /// PostgreSQL catalog and a Tuner to join) and 1 when it runs alone or embedded, where a
     /// second copy has nowhere to go.
@@ -314,6 +338,9 @@ impl Default for Config {
             near_hamming: DEFAULT_NEAR_HAMMING,
             near_min_side: DEFAULT_NEAR_MIN_SIDE,
             semantic_min_cosine: DEFAULT_SEMANTIC_MIN_COSINE,
+            console_session_secs: DEFAULT_CONSOLE_SESSION_SECS,
+            console_thumb_cache_bytes: DEFAULT_CONSOLE_THUMB_CACHE_BYTES,
+            console_history_samples: DEFAULT_CONSOLE_HISTORY_SAMPLES,
         }
     }
 }
@@ -397,9 +424,26 @@ pub struct GatewayConfig {
     pub near_min_side: u32,
     /// Smallest cosine similarity between the features of semantic duplicates (-1..=1).
     pub semantic_min_cosine: f64,
+    /// How long a console session lasts after sign-in, in seconds.
+    pub console_session_secs: u64,
+    /// Bytes of console thumbnails kept in memory (each made once, then served from here).
+    pub console_thumb_cache_bytes: usize,
+    /// Samples of the process's counters the console keeps for its storage page (one per
+    /// 5 s, the oldest dropped first).
+    pub console_history_samples: usize,
 }
 
 impl GatewayConfig {
+    /// The web console's settings.
+    pub(crate) fn console(&self) -> ConsoleSettings {
+        ConsoleSettings {
+            session_ttl: std::time::Duration::from_secs(self.console_session_secs),
+            thumb_cache_bytes: self.console_thumb_cache_bytes,
+            history_samples: self.console_history_samples,
+            max_upload_bytes: self.max_upload_bytes,
+        }
+    }
+
     /// The settings of duplicate finding.
     pub(crate) fn duplicates(&self) -> DuplicateSettings {
         DuplicateSettings {
@@ -454,6 +498,9 @@ impl Default for GatewayConfig {
             near_hamming: store.near_hamming,
             near_min_side: store.near_min_side,
             semantic_min_cosine: store.semantic_min_cosine,
+            console_session_secs: store.console_session_secs,
+            console_thumb_cache_bytes: store.console_thumb_cache_bytes,
+            console_history_samples: store.console_history_samples,
         }
     }
 }

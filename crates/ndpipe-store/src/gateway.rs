@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::info;
 
+use crate::api::console::{self, Console};
 use crate::api::http::{self, GatewayState};
 use crate::config::GatewayConfig;
 use crate::duplicates::exact::ExactCheck;
@@ -151,6 +152,12 @@ impl Gateway {
                 config.cluster_secret_file.is_none() && config.tls_cert.is_none(),
             );
         let objects = state.objects();
+        let console = Console::gateway(
+            axum::extract::FromRef::from_ref(&state),
+            state.similar(),
+            keys.clone(),
+            config.console(),
+        );
         let guard = http::Guard {
             keys: keys.clone(),
             metrics: Some(metrics),
@@ -161,6 +168,7 @@ impl Gateway {
             config.max_upload_bytes,
             config.max_uploads_per_client,
         )
+        .merge(console::router(console))
         .layer(axum::middleware::from_fn_with_state(guard, http::authorize));
         let listener = bind("HTTP", config.listen).await?;
         let http_addr = local_addr("HTTP", &listener, config.listen)?;

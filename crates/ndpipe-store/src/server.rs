@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use crate::api::console::{self, Console};
 use crate::api::grpc::PipeStoreService;
 use crate::api::http::{self, AppState};
 use crate::api::replication::ReplicationService;
@@ -190,19 +191,30 @@ impl PipeStore {
             tokio::spawn(replication.run_worker(stopped.clone()));
             info!("replication worker started (repair, scrub, free-space reports)");
         }
-        let mut app = http::router(
-            state,
-            config.max_upload_bytes,
-            config.max_uploads_per_client,
-        );
-        if let Some(extra) = extra_http {
-            app = app.merge(extra);
-        }
         let guard = http::Guard {
             keys: keys.clone(),
             metrics: Some(metrics),
             metrics_open: config.metrics_open,
         };
+        // The console calls the Tuner in-process behind the same guard as `/v1/tuner`, so its
+        // key decides exactly as it would there.
+        let guarded_tuner = extra_http.clone().map(|tuner| {
+            tuner.layer(axum::middleware::from_fn_with_state(
+                guard.clone(),
+                http::authorize,
+            ))
+        });
+        let console =
+            Console::node(&state, keys.clone(), config.console()).with_tuner(guarded_tuner);
+        let mut app = http::router(
+            state,
+            config.max_upload_bytes,
+            config.max_uploads_per_client,
+        )
+        .merge(console::router(console));
+        if let Some(extra) = extra_http {
+            app = app.merge(extra);
+        }
         let app = app.layer(axum::middleware::from_fn_with_state(guard, http::authorize));
         let listener = bind("HTTP", config.listen).await?;
         let http_addr = local_addr("HTTP", &listener, config.listen)?;

@@ -8,8 +8,8 @@ use super::error::db;
 use super::photos::photo_from_row;
 use super::{PgCatalog, counts, from_sql, sql_id, sql_ids};
 use crate::{
-    CatalogError, FailOver, GroundTruth, PhotoCopies, PhotoId, PlacementNode, Prediction,
-    ReplicaCatalog, ReplicationCounts, TaskName, TaskTruth,
+    CatalogError, FailOver, GroundTruth, NodeOverview, PhotoCopies, PhotoId, PlacementNode,
+    Prediction, ReplicaCatalog, ReplicationCounts, TaskName, TaskTruth,
 };
 
 /// The photo columns `photo_from_row` reads, the default task's ground truth (what the photo's
@@ -61,6 +61,30 @@ impl ReplicaCatalog for PgCatalog {
                         live: r.try_get(2).map_err(db(op))?,
                         active: r.try_get(3).map_err(db(op))?,
                         free_bytes: free.map(|f| u64::try_from(f).unwrap_or(0)),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn node_overview(&self) -> Result<Vec<NodeOverview>, CatalogError> {
+        self.with(|conn| {
+            let rows = conn
+                .query(
+                    "SELECT n.name, n.last_seen_ms,
+                            (SELECT count(*) FROM replicas r WHERE r.node = n.name)
+                     FROM nodes n ORDER BY n.name",
+                    &[],
+                )
+                .map_err(db("list nodes' overview"))?;
+            rows.iter()
+                .map(|r| {
+                    let op = "read a node's overview";
+                    let photos: i64 = r.try_get(2).map_err(db(op))?;
+                    Ok(NodeOverview {
+                        name: r.try_get(0).map_err(db(op))?,
+                        last_seen_ms: r.try_get(1).map_err(db(op))?,
+                        photos: u64::try_from(photos).unwrap_or(0),
                     })
                 })
                 .collect()

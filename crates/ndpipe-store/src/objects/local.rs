@@ -151,6 +151,16 @@ impl Objects for Local {
     async fn cluster(&self) -> Result<Option<ClusterStatus>, ObjectsError> {
         Ok(None)
     }
+
+    /// From the stored tensor: no original is decoded.
+    async fn thumbnail(&self, id: PhotoId) -> Result<Option<Vec<u8>>, ObjectsError> {
+        let store = self.store.clone();
+        let Some((_, blob)) = blocking(move || store.tensor(id)).await? else {
+            return Ok(None);
+        };
+        let jpeg = tokio::task::spawn_blocking(move || super::thumbnail::from_tensor(&blob));
+        Ok(Some(jpeg.await??))
+    }
 }
 
 /// Photo `id`'s labels from this node's catalog, with the versions active here; `None` when

@@ -13,6 +13,7 @@
 mod gateway;
 mod local;
 mod replicated;
+mod thumbnail;
 
 use std::sync::Arc;
 
@@ -47,6 +48,9 @@ pub(crate) enum ObjectsError {
     /// This node's plain objects' files could not be read or written.
     #[error("plain objects' files: {0}")]
     Files(std::io::Error),
+    /// A thumbnail could not be made.
+    #[error(transparent)]
+    Thumbnail(#[from] thumbnail::ThumbnailError),
     /// A worker task died.
     #[error("internal error: {0}")]
     Task(#[from] tokio::task::JoinError),
@@ -122,6 +126,17 @@ pub(crate) trait Objects: Send + Sync {
 
     /// The replicated cluster as this front door sees it; `None` where photos have one copy.
     async fn cluster(&self) -> Result<Option<ClusterStatus>, ObjectsError>;
+
+    /// A small JPEG of photo `id` (the console's thumbnails, which it caches); `None` when it
+    /// is gone. By default the original is decoded and resized; a node with the stored
+    /// tensor makes it from that.
+    async fn thumbnail(&self, id: PhotoId) -> Result<Option<Vec<u8>>, ObjectsError> {
+        let Some((_, original)) = self.read_photo(id).await? else {
+            return Ok(None);
+        };
+        let jpeg = tokio::task::spawn_blocking(move || thumbnail::from_original(&original));
+        Ok(Some(jpeg.await??))
+    }
 }
 
 /// Shared handle to a deployment's objects.

@@ -328,9 +328,10 @@ impl FrontDoor {
     pub(crate) async fn status(&self) -> Result<ClusterStatus, ReplicationError> {
         let catalog = self.catalog.clone();
         let wanted = self.config.replicas;
-        let (nodes, counts, files) = tokio::task::spawn_blocking(move || {
+        let (nodes, overview, counts, files) = tokio::task::spawn_blocking(move || {
             Ok::<_, CatalogError>((
                 catalog.placement_nodes()?,
+                catalog.node_overview()?,
                 catalog.replication_counts(wanted)?,
                 catalog.blob_counts(wanted)?,
             ))
@@ -341,11 +342,16 @@ impl FrontDoor {
             replicas: wanted,
             nodes: nodes
                 .into_iter()
-                .map(|n| NodeStatus {
-                    name: n.name,
-                    live: n.live,
-                    active: n.active,
-                    free_bytes: n.free_bytes,
+                .map(|n| {
+                    let seen = overview.iter().find(|o| o.name == n.name);
+                    NodeStatus {
+                        live: n.live,
+                        active: n.active,
+                        free_bytes: n.free_bytes,
+                        last_seen_ms: seen.map(|o| o.last_seen_ms),
+                        photos: seen.map(|o| o.photos),
+                        name: n.name,
+                    }
                 })
                 .collect(),
             at_target: counts.at_target,
@@ -408,4 +414,8 @@ pub(crate) struct NodeStatus {
     live: bool,
     active: bool,
     free_bytes: Option<u64>,
+    /// Its last heartbeat, ms since the Unix epoch.
+    last_seen_ms: Option<i64>,
+    /// The photos it holds a copy of.
+    photos: Option<u64>,
 }

@@ -68,6 +68,9 @@ pub(crate) struct PipeStoreFlags {
     #[command(flatten)]
     #[serde(flatten)]
     pub(crate) duplicates: DuplicateFlags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) console: ConsoleFlags,
     /// Largest accepted image in pixels, checked before decoding [max_pixels; default: 64 Mpx].
     #[arg(long, env = "NDPIPE_MAX_PIXELS")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -344,6 +347,9 @@ pub(crate) struct GatewayFlags {
     #[command(flatten)]
     #[serde(flatten)]
     pub(crate) duplicates: DuplicateFlags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) console: ConsoleFlags,
     /// Deadline of each call to a PipeStore, an upload's ingest and copies included, in ms
     /// [peer_timeout_ms; default: 30000].
     #[arg(long, env = "NDPIPE_PEER_TIMEOUT_MS")]
@@ -418,6 +424,25 @@ pub(crate) struct DuplicateFlags {
     #[arg(long, env = "NDPIPE_SEMANTIC_MIN_COSINE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) semantic_min_cosine: Option<f64>,
+}
+
+/// Flags of the web console at `/ui`; the same keys in `[pipestore]` and `[gateway]`.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+pub(crate) struct ConsoleFlags {
+    /// How long a console session lasts after sign-in, in seconds [console_session_secs;
+    /// default: 43200, 12 h].
+    #[arg(long, env = "NDPIPE_CONSOLE_SESSION_SECS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) console_session_secs: Option<u64>,
+    /// Bytes of console thumbnails kept in memory [console_thumb_cache_bytes; default: 64 MiB].
+    #[arg(long, env = "NDPIPE_CONSOLE_THUMB_CACHE_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) console_thumb_cache_bytes: Option<usize>,
+    /// Samples of the process's counters kept for the console's storage page, one per 5 s
+    /// [console_history_samples; default: 720, an hour].
+    #[arg(long, env = "NDPIPE_CONSOLE_HISTORY_SAMPLES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) console_history_samples: Option<usize>,
 }
 
 /// Flags of every server on how it meets its peers and clients: the cluster secret, mutual

@@ -36,6 +36,11 @@
 //!   within the deadline).
 //! - `gateway_s3`: S3 through that gateway (boto3): photos, sidecars and multipart uploads
 //!   from every front door, plain objects on two nodes, repaired, deleted and mended.
+//! - `console`: the web console in headless chromium (fantoccini): sign-in, thumbnails, search,
+//!   upload, live jobs, CSRF and read-only keys refused, a gateway's grid, a killed node shown
+//!   down.
+//! - `console_train`: the console's Label & train, Models and Duplicates pages in a real
+//!   browser: label, fine-tune watched live, deploy; a duplicates group, one deleted.
 //! - `s3_races`: conditional PUTs racing through two PipeStores' S3 APIs: one winner each.
 
 mod api;
@@ -45,6 +50,8 @@ mod cli;
 mod cluster;
 mod common;
 mod config;
+mod console;
+mod console_train;
 mod disk;
 mod duplicates;
 mod durability;

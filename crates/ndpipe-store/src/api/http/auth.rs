@@ -55,6 +55,9 @@ pub fn guard_router(router: Router, keys: Arc<dyn AccessKeys>, token: Option<Str
 fn required(method: &Method, path: &str, metrics_open: bool) -> Option<Role> {
     match path {
         "/healthz" | "/readyz" => None,
+        // The console signs in with a key and decides its own routes by session, with
+        // these same roles (`api/console/access.rs`).
+        p if p == "/ui" || p.starts_with("/ui/") => None,
         "/metrics" if metrics_open => None,
         p if p.starts_with("/v1/admin/") || p == "/v1/admin" => Some(Role::Admin),
         p if p.starts_with("/v1/tuner/") && method != Method::GET && method != Method::HEAD => {
@@ -65,6 +68,12 @@ fn required(method: &Method, path: &str, metrics_open: bool) -> Option<Role> {
         _ if method == Method::GET || method == Method::HEAD => Some(Role::Read),
         _ => Some(Role::Write),
     }
+}
+
+/// Whether a call needing `needed` is open to anyone: while no access key exists, reads are,
+/// and writes too unless the admin token is set.
+pub(crate) fn open_to_all(any_key: bool, has_token: bool, needed: Role) -> bool {
+    !any_key && (needed == Role::Read || !has_token)
 }
 
 fn bearer(req: &Request) -> Option<String> {
@@ -97,7 +106,7 @@ pub(crate) async fn authorize(State(guard): State<Guard>, req: Request, next: Ne
         Ok(Err(e)) => return internal(e).into_response(),
         Err(e) => return internal(e).into_response(),
     };
-    let open = !any && (needed == Role::Read || !guard.keys.has_token());
+    let open = open_to_all(any, guard.keys.has_token(), needed);
     match role {
         _ if open => next.run(req).await,
         Some(role) if role >= needed => next.run(req).await,
@@ -126,6 +135,7 @@ mod tests {
         let get = |p| required(&Method::GET, p, false);
         assert_eq!(get("/healthz"), None);
         assert_eq!(get("/readyz"), None);
+        assert_eq!(get("/ui/photos"), None, "the console decides by session");
         assert_eq!(get("/metrics"), Some(Role::Read));
         assert_eq!(required(&Method::GET, "/metrics", true), None);
         assert_eq!(get("/v1/photos/1/tensor"), Some(Role::Read));

@@ -10,7 +10,7 @@ use super::error::{ApiError, count};
 use crate::replication::ClusterStatus;
 
 /// `GET /v1/cluster`: nodes, copy counts, and this node's repair work.
-pub(super) async fn status(
+pub(crate) async fn status(
     State(state): State<FrontState>,
 ) -> Result<Json<ClusterStatus>, ApiError> {
     let found = (state.objects.cluster().await).map_err(|e| count(&state, e.into()))?;

@@ -36,7 +36,7 @@ pub(super) struct Finding {
 
 /// Query parameters.
 #[derive(Debug, Deserialize)]
-pub(super) struct DuplicateParams {
+pub(crate) struct DuplicateParams {
     /// Comma-separated levels (default `exact,near`, and `semantic` with a source of pairs).
     level: Option<String>,
     /// Groups per page.
@@ -47,7 +47,7 @@ pub(super) struct DuplicateParams {
 
 /// One page of groups.
 #[derive(Debug, Serialize)]
-pub(super) struct DuplicatesReply {
+pub(crate) struct DuplicatesReply {
     /// The levels searched.
     levels: Vec<Level>,
     /// The perceptual hash of the near level.
@@ -68,7 +68,7 @@ pub(super) struct DuplicatesReply {
 }
 
 /// `GET /v1/duplicates`, on every front door.
-pub(super) async fn list(
+pub(crate) async fn list(
     State(state): State<FrontState>,
     query: Result<Query<DuplicateParams>, QueryRejection>,
 ) -> Result<Json<DuplicatesReply>, ApiError> {

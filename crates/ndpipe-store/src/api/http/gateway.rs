@@ -80,6 +80,11 @@ impl GatewayState {
         }
     }
 
+    /// Similarity queries over the PipeStores' indexes.
+    pub(crate) fn similar(&self) -> Arc<SimilarFront> {
+        self.similar.clone()
+    }
+
     /// The cluster's objects, as the gateway's S3 API serves them too.
     pub(crate) fn objects(&self) -> SharedObjects {
         self.objects.clone()

@@ -11,17 +11,17 @@ use super::error::{ApiError, blocking, count};
 use crate::jobs::JobView;
 
 #[derive(Debug, Deserialize)]
-pub(super) struct RelabelParams {
+pub(crate) struct RelabelParams {
     model: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
-pub(super) struct Started {
+pub(crate) struct Started {
     id: String,
 }
 
 /// `POST /v1/jobs/relabel?model=`: 202 with the job id; 409 while another job runs.
-pub(super) async fn start_relabel(
+pub(crate) async fn start_relabel(
     State(state): State<AppState>,
     query: Result<Query<RelabelParams>, QueryRejection>,
 ) -> Result<(StatusCode, Json<Started>), ApiError> {
@@ -33,7 +33,7 @@ pub(super) async fn start_relabel(
 }
 
 /// `GET /v1/jobs`: every job, oldest first.
-pub(super) async fn list(State(state): State<AppState>) -> Result<Json<Vec<JobView>>, ApiError> {
+pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<Vec<JobView>>, ApiError> {
     let jobs = state.jobs.clone();
     Ok(Json(blocking(&state, move || jobs.list()).await?))
 }

@@ -17,7 +17,7 @@ use super::error::{ApiError, blocking, count, parse_id};
 use super::{AppState, FrontState, page_limit};
 
 #[derive(Debug, Serialize)]
-pub(super) struct VersionLabels {
+pub(crate) struct VersionLabels {
     model_version: String,
     /// The task the version labels for.
     task: Option<TaskName>,
@@ -28,7 +28,7 @@ pub(super) struct VersionLabels {
 
 /// `GET /v1/photos/{id}/labels`: the photo's ranked labels under every model version, each
 /// with its task (on a replicated cluster, of any node's photo).
-pub(super) async fn get_labels(
+pub(crate) async fn get_labels(
     State(state): State<FrontState>,
     Path(raw): Path<String>,
 ) -> Result<Json<Vec<VersionLabels>>, ApiError> {
@@ -57,7 +57,7 @@ fn by_version(labels: VersionedLabels, versions: &[ModelVersion]) -> Vec<Version
 }
 
 #[derive(Debug, Deserialize)]
-pub(super) struct SearchParams {
+pub(crate) struct SearchParams {
     label: Option<String>,
     /// A search in words ("kitty"), mapped onto class names.
     q: Option<String>,
@@ -68,7 +68,7 @@ pub(super) struct SearchParams {
 }
 
 #[derive(Debug, Serialize)]
-pub(super) struct SearchReply {
+pub(crate) struct SearchReply {
     /// The version searched, when one was (a `task` or `model` given, or one task only).
     model_version: Option<String>,
     /// Each hit names the node that holds the photo, its task and version.
@@ -136,7 +136,7 @@ fn searched_versions(
 /// by the active version of `task`, or (neither given) by every task's active version, best
 /// score first: on a shared catalog, the photos of every node, each with the node that holds
 /// it. `?q=` searches in words instead ([`words_search`]).
-pub(super) async fn search(
+pub(crate) async fn search(
     State(state): State<AppState>,
     query: Result<Query<SearchParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {

@@ -12,17 +12,17 @@
 //! from the router, 431 for oversized headers, ...).
 
 mod auth;
-mod cluster;
-mod duplicates;
+pub(crate) mod cluster;
+pub(crate) mod duplicates;
 mod error;
 mod gateway;
-mod jobs;
+pub(crate) mod jobs;
 mod keys;
-mod labels;
+pub(crate) mod labels;
 mod ops;
-mod photos;
+pub(crate) mod photos;
 mod similar;
-mod tasks;
+pub(crate) mod tasks;
 
 use std::sync::Arc;
 
@@ -50,9 +50,9 @@ use crate::similar::SimilarFront;
 use crate::storage::PhotoStore;
 use crate::words::Words;
 pub use auth::guard_router;
-pub(crate) use auth::{Guard, authorize};
-pub(crate) use error::ApiError;
+pub(crate) use auth::{Guard, authorize, open_to_all};
 use error::Counted;
+pub(crate) use error::{ApiError, parse_id};
 pub(crate) use gateway::{GatewayState, gateway_router};
 
 /// Largest page of `GET /v1/photos` and `GET /v1/search`.
@@ -101,6 +101,18 @@ pub(crate) struct FrontState {
     catalog: Arc<dyn Catalog>,
     metrics: Arc<StoreMetrics>,
     duplicates: duplicates::Finding,
+}
+
+impl FrontState {
+    /// Where photos' bytes live.
+    pub(crate) fn objects(&self) -> &SharedObjects {
+        &self.objects
+    }
+
+    /// The process's counters (the console samples them for its storage page).
+    pub(crate) fn counters(&self) -> Arc<StoreMetrics> {
+        self.metrics.clone()
+    }
 }
 
 impl Counted for FrontState {
@@ -196,6 +208,11 @@ impl AppState {
             model_loaded,
             ..self
         }
+    }
+
+    /// Similarity queries, when a model is loaded.
+    pub(crate) fn similar(&self) -> Option<Arc<SimilarFront>> {
+        self.similar.clone()
     }
 
     /// The same state for node `name` (its search hits carry the name).

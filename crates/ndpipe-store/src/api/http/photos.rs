@@ -18,7 +18,7 @@ use crate::objects::{PhotoPage, StoredPhoto};
 
 /// Query parameters of an upload; the same values may come as `x-ndpipe-label`/`x-ndpipe-split`.
 #[derive(Debug, Deserialize)]
-pub(super) struct UploadParams {
+pub(crate) struct UploadParams {
     label: Option<String>,
     split: Option<String>,
     task: Option<String>,
@@ -26,7 +26,7 @@ pub(super) struct UploadParams {
 
 /// Reply to a successful upload.
 #[derive(Debug, Serialize)]
-pub(super) struct UploadReply {
+pub(crate) struct UploadReply {
     id: u64,
     sha256: String,
     bytes: u64,
@@ -40,7 +40,7 @@ pub(super) struct UploadReply {
 /// `POST /v1/photos`: stores a photo durably (201 once it is on disk, every copy of it in a
 /// cluster; labelling follows), or, when the catalog has its bytes already and
 /// `exact_duplicates` is `existing`, answers 200 with that photo.
-pub(super) async fn upload(
+pub(crate) async fn upload(
     State(state): State<FrontState>,
     headers: HeaderMap,
     query: Result<Query<UploadParams>, QueryRejection>,
@@ -158,7 +158,7 @@ fn ground_truth(
 
 /// `GET /v1/photos/{id}`: the original bytes (from any intact copy in a cluster), with an
 /// ETag of their SHA-256 (304 when the client has it).
-pub(super) async fn get_photo(
+pub(crate) async fn get_photo(
     State(state): State<FrontState>,
     Path(raw): Path<String>,
     headers: HeaderMap,
@@ -212,7 +212,7 @@ pub(super) async fn get_tensor(
 /// A photo's catalog row, with the S3 bucket and key it is stored under (when it came
 /// through the S3 API).
 #[derive(Debug, Serialize)]
-pub(super) struct MetaReply {
+pub(crate) struct MetaReply {
     #[serde(flatten)]
     record: PhotoRecord,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -226,7 +226,7 @@ pub(super) struct MetaReply {
 
 /// `GET /v1/photos/{id}/meta`: the photo's catalog row, with its bucket and key and, in a
 /// cluster, its holders.
-pub(super) async fn get_meta(
+pub(crate) async fn get_meta(
     State(state): State<FrontState>,
     Path(raw): Path<String>,
 ) -> Result<Json<MetaReply>, ApiError> {
@@ -265,13 +265,13 @@ fn with_objects(
 }
 
 #[derive(Debug, Deserialize)]
-pub(super) struct PageParams {
+pub(crate) struct PageParams {
     after: Option<u64>,
     limit: Option<usize>,
 }
 
 #[derive(Debug, Serialize)]
-pub(super) struct Page {
+pub(crate) struct Page {
     photos: Vec<MetaReply>,
     /// Pass as `after` to get the next page; absent on the last page.
     next_after: Option<u64>,
@@ -279,7 +279,7 @@ pub(super) struct Page {
 
 /// `GET /v1/photos?after=&limit=`: photos in id order (with their bucket and key and, in a
 /// cluster, every node's photos with their holders), a page at a time.
-pub(super) async fn list(
+pub(crate) async fn list(
     State(state): State<FrontState>,
     query: Result<Query<PageParams>, QueryRejection>,
 ) -> Result<Json<Page>, ApiError> {
@@ -310,7 +310,7 @@ fn page_params(
 
 /// `DELETE /v1/photos/{id}`: every copy (behind a tombstone in a cluster); 204, or 404 when
 /// there was no such photo.
-pub(super) async fn delete(
+pub(crate) async fn delete(
     State(state): State<FrontState>,
     Path(raw): Path<String>,
 ) -> Result<StatusCode, ApiError> {

@@ -60,7 +60,7 @@ pub(super) async fn check_truth(
 
 /// One task as `/v1/tasks` shows it.
 #[derive(Debug, Serialize)]
-pub(super) struct TaskView {
+pub(crate) struct TaskView {
     name: TaskName,
     /// Whether this is the built-in `general` task (the backbone's own classifier).
     builtin: bool,
@@ -120,7 +120,7 @@ fn view(catalog: &dyn Catalog, task: Task) -> Result<TaskView, CatalogError> {
 }
 
 /// `GET /v1/tasks`: every task, with its active version, ground truth and label counts.
-pub(super) async fn list(State(state): State<AppState>) -> Result<Json<Vec<TaskView>>, ApiError> {
+pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<Vec<TaskView>>, ApiError> {
     let catalog = state.catalog.clone();
     let views = blocking(&state, move || {
         catalog
@@ -231,7 +231,7 @@ pub(super) async fn update(
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Labelling {
+pub(crate) struct Labelling {
     /// The class every photo gets (`other` for "none of this task's classes").
     class: String,
     split: Option<Split>,
@@ -239,7 +239,7 @@ pub(super) struct Labelling {
 }
 
 #[derive(Debug, Serialize)]
-pub(super) struct Labelled {
+pub(crate) struct Labelled {
     task: TaskName,
     class: String,
     labelled: Vec<PhotoId>,
@@ -249,7 +249,7 @@ pub(super) struct Labelled {
 
 /// `POST /v1/tasks/{task}/labels` `{"class", "split"?, "ids"}`: gives every photo of `ids`
 /// the class as ground truth of the task (split `train` unless given).
-pub(super) async fn label(
+pub(crate) async fn label(
     State(state): State<AppState>,
     Path(raw): Path<String>,
     body: Result<Json<Labelling>, JsonRejection>,

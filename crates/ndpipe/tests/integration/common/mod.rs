@@ -1,4 +1,7 @@
-//! Starts and stops real `ndpipe serve` processes, and finds test photos.
+//! Starts and stops real `ndpipe serve` processes, and finds test photos; [`browser`] drives
+//! a real browser.
+
+pub(crate) mod browser;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
