@@ -122,13 +122,13 @@ async fn the_console_in_a_browser() {
 
     // No session: every page sends the browser to sign in.
     browser.open(&format!("{url}/ui/photos")).await;
-    assert_eq!(browser.path().await, "/ui/signin");
+    browser.wait_for_path("/ui/signin").await;
     browser.assert_no_errors("the sign-in page").await;
     browser.screenshot("signin").await;
 
     // Signed in, the grid shows every photo's thumbnail with pixels.
     sign_in(&browser, &url, &writer).await;
-    assert_eq!(browser.path().await, "/ui/photos");
+    browser.wait_for_path("/ui/photos").await;
     assert_eq!(images_loaded(&browser).await, 4);
     browser.assert_no_errors("the photos").await;
     browser.screenshot("photos").await;
@@ -253,7 +253,7 @@ async fn the_console_in_a_browser() {
     // A session that is gone (expired, or its cookie lost) sends the browser to sign in.
     browser.client.delete_all_cookies().await.unwrap();
     browser.open(&format!("{url}/ui/jobs")).await;
-    assert_eq!(browser.path().await, "/ui/signin");
+    browser.wait_for_path("/ui/signin").await;
 }
 
 /// The database is made and dropped outside the async runtime (its client blocks).

@@ -24,23 +24,6 @@ async fn text_of(browser: &Browser, css: &str) -> String {
     browser.find(css).await.text().await.unwrap()
 }
 
-/// Waits until the browser shows a page whose path starts with `prefix` (a form's submission
-/// navigates after the click returns); the path.
-async fn wait_path(browser: &Browser, prefix: &str) -> String {
-    let deadline = Instant::now() + HANG;
-    loop {
-        let path = browser.path().await;
-        if path.starts_with(prefix) {
-            return path;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never reached {prefix}: on {path}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Waits until the job's phase reads `done`, polled in by the page itself (a hang guard,
 /// not a time limit: fine-tunes take longer than the harness's usual wait).
 async fn wait_done(browser: &Browser, inst: &Instance) {
@@ -113,7 +96,7 @@ async fn label_three_photos_fine_tune_watch_it_live_and_deploy_it() {
     // Enough epochs that the job is still running when its page first shows.
     browser.fill("#finetune input[name=epochs]", EPOCHS).await;
     browser.click("#finetune button[type=submit]").await;
-    let job_page = wait_path(&browser, "/ui/train/jobs/ft-").await;
+    let job_page = browser.wait_for_path("/ui/train/jobs/ft-").await;
     browser.run("window.stillThisPage = true;").await;
     let first = text_of(&browser, "#phase").await;
     assert_ne!(first, "done", "the job ended before its page showed");
@@ -142,7 +125,7 @@ async fn label_three_photos_fine_tune_watch_it_live_and_deploy_it() {
     let versions = inst.json("/v1/tuner/versions").await;
     assert!(!active(&versions), "a candidate: {versions}");
     browser.click("#deploy button[type=submit]").await;
-    wait_path(&browser, "/ui/train/jobs/deploy-").await;
+    browser.wait_for_path("/ui/train/jobs/deploy-").await;
     wait_done(&browser, &inst).await;
     let versions = inst.json("/v1/tuner/versions").await;
     assert!(active(&versions), "deployed: {versions}");

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fantoccini::wd::WebDriverCompatibleCommand;
+use fantoccini::wd::{TimeoutConfiguration, WebDriverCompatibleCommand};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
@@ -27,7 +27,7 @@ const CHROMIUM_ARGS: &[&str] = &[
 ];
 
 /// How long a wait for the page (an element, a text) lasts before the test fails.
-const WAIT: Duration = Duration::from_secs(20);
+const WAIT: Duration = Duration::from_secs(60);
 
 /// A headless chromium and the chromedriver that drives it; both end when it is dropped.
 pub(crate) struct Browser {
@@ -63,6 +63,12 @@ impl Browser {
         );
         caps.insert("goog:loggingPrefs".into(), json!({"browser": "ALL"}));
         let client = connect(port, caps, &mut driver).await;
+        // A loaded machine can hold a page's load (and so a script run on it) past
+        // chromedriver's 30 s default; the tests' own waits bound them instead.
+        let slow = Some(2 * WAIT);
+        (client.update_timeouts(TimeoutConfiguration::new(slow, slow, None)))
+            .await
+            .expect("setting the browser's timeouts");
         Some(Browser {
             client,
             driver,
@@ -123,6 +129,23 @@ impl Browser {
     /// The path of the page shown now.
     pub(crate) async fn path(&self) -> String {
         self.client.current_url().await.unwrap().path().to_string()
+    }
+
+    /// Waits until the browser shows a page whose path starts with `prefix` (a redirect or a
+    /// form's submission may navigate after the call that caused it returns); the path.
+    pub(crate) async fn wait_for_path(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let path = self.path().await;
+            if path.starts_with(prefix) {
+                return path;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never reached {prefix}: on {path}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Runs `script` (its `return` value back as JSON).
