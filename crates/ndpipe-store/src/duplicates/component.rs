@@ -54,6 +54,9 @@ pub(crate) fn group_of(
         .find(|g| g.members.iter().any(|m| m.id == id)))
 }
 
+/// Every hash of a large enough photo, in id order, and the same by id.
+type Hashes = (Vec<(PhotoId, u64)>, HashMap<PhotoId, u64>);
+
 /// The walk over the links of a component: the pairs found so far, in the order `find` gives
 /// them per member, and the metadata of the photos reached.
 struct Walk<'a> {
@@ -65,7 +68,7 @@ struct Walk<'a> {
     shas: HashSet<String>,
     exact: Vec<Pair>,
     /// Every hash of a large enough photo and its index by id, read at the first need.
-    hashes: Option<(Vec<(PhotoId, u64)>, HashMap<PhotoId, u64>)>,
+    hashes: Option<Hashes>,
     near: BTreeSet<NearPair>,
     /// The semantic pairs at the threshold by their index in the source's list, and each
     /// photo's indexes.
