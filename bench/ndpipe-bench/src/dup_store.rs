@@ -209,7 +209,7 @@ fn hashes(tensors: &[ImageTensor]) -> Result<HashMap<NearHash, Vec<u64>>> {
 /// hashes of its stored tensors by the same algorithm.
 fn check_node_hashes(data: &Path, index: &HashMap<u64, usize>, ours: &[u64]) -> Result<()> {
     let catalog = SqliteCatalog::open(&data.join("catalog.sqlite"))?;
-    let kept = catalog.near_hashes(NearHash::default().name())?;
+    let kept = catalog.near_hashes(NearHash::default().name(), 0)?;
     ensure!(
         kept.len() == ours.len(),
         "the node hashed {} of {} photos",

@@ -2,7 +2,7 @@
 //! duplicates: resized, recompressed or slightly cropped copies) and the groups of photos with
 //! the same bytes (exact duplicates, by the `photos_sha256` index).
 
-use crate::{CatalogError, PhotoId, PhotoRecord};
+use crate::{CatalogError, PhotoId, PhotoMeta};
 
 /// Perceptual hashes of photos and exact-duplicate sets. In a catalog that nodes share, each
 /// node hashes its own photos and every read answers for the whole cluster. Every method is one
@@ -31,15 +31,23 @@ pub trait DuplicateCatalog: Send + Sync {
         rows: &[(PhotoId, u64)],
     ) -> Result<usize, CatalogError>;
 
-    /// Every hash by `algorithm` (every node's photos in a shared catalog), in id order.
-    fn near_hashes(&self, algorithm: &str) -> Result<Vec<(PhotoId, u64)>, CatalogError>;
+    /// Every hash by `algorithm` of the photos at least `min_side` pixels wide and high (0:
+    /// every photo; every node's photos in a shared catalog), in id order. The near level pairs
+    /// only photos of that size, so the smaller ones are left out before pairing.
+    fn near_hashes(
+        &self,
+        algorithm: &str,
+        min_side: u32,
+    ) -> Result<Vec<(PhotoId, u64)>, CatalogError>;
 
     /// The photos that share their SHA-256 with another one, one set per SHA-256, each in id
     /// order (every node's photos in a shared catalog).
     fn exact_duplicate_sets(&self) -> Result<Vec<Vec<PhotoId>>, CatalogError>;
 
-    /// The rows of `ids`, whichever node holds them, in id order; unknown ids are left out.
-    fn photos_by_id(&self, ids: &[PhotoId]) -> Result<Vec<PhotoRecord>, CatalogError>;
+    /// The metadata of `ids`, whichever node holds them, in id order; unknown ids are left out.
+    /// Without ground truth (`ground_truth` is `None`): duplicate groups read sizes and dates,
+    /// and a page of groups may name 10^4 photos.
+    fn photo_metas(&self, ids: &[PhotoId]) -> Result<Vec<(PhotoId, PhotoMeta)>, CatalogError>;
 }
 
 /// The ids without a hash among a window's `rows` (id, whether it has no hash), in id order,

@@ -8,7 +8,7 @@ use super::error::db;
 use super::photos::{PHOTO_COLUMNS, PHOTO_FROM, photo_from_row};
 use super::truths::attach_truths;
 use super::{PgCatalog, from_sql, sql_id, sql_ids};
-use crate::{CatalogError, DuplicateCatalog, PhotoId, PhotoRecord};
+use crate::{CatalogError, DuplicateCatalog, PhotoId, PhotoMeta, PhotoRecord};
 
 /// Every node's photos whose original has SHA-256 `sha256`, oldest first (`photos_sha256`).
 pub(super) fn photos_with_sha256(
@@ -109,12 +109,19 @@ impl DuplicateCatalog for PgCatalog {
         })
     }
 
-    fn near_hashes(&self, algorithm: &str) -> Result<Vec<(PhotoId, u64)>, CatalogError> {
+    fn near_hashes(
+        &self,
+        algorithm: &str,
+        min_side: u32,
+    ) -> Result<Vec<(PhotoId, u64)>, CatalogError> {
+        let min_side = i64::from(min_side);
         self.with(|conn| {
             conn.query(
-                "SELECT photo_id, hash FROM photo_near_hashes WHERE algorithm = $1
-                 ORDER BY photo_id",
-                &[&algorithm],
+                "SELECT h.photo_id, h.hash FROM photo_near_hashes h
+                 JOIN photos p ON p.id = h.photo_id
+                 WHERE h.algorithm = $1 AND p.width >= $2 AND p.height >= $2
+                 ORDER BY h.photo_id",
+                &[&algorithm, &min_side],
             )
             .map_err(db("read hashes"))?
             .iter()
@@ -143,26 +150,23 @@ impl DuplicateCatalog for PgCatalog {
         })
     }
 
-    fn photos_by_id(&self, ids: &[PhotoId]) -> Result<Vec<PhotoRecord>, CatalogError> {
+    fn photo_metas(&self, ids: &[PhotoId]) -> Result<Vec<(PhotoId, PhotoMeta)>, CatalogError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
         let ids = sql_ids(ids)?;
         self.with(|conn| {
-            let mut photos = conn
-                .query(
-                    &format!(
-                        "SELECT {PHOTO_COLUMNS} FROM {PHOTO_FROM} WHERE p.id = ANY($1) \
-                         ORDER BY p.id"
-                    ),
-                    &[&ids],
-                )
-                .map_err(db("read photos"))?
-                .iter()
-                .map(photo_from_row)
-                .collect::<Result<Vec<_>, _>>()?;
-            attach_truths(conn, &mut photos)?;
-            Ok(photos)
+            conn.query(
+                &format!(
+                    "SELECT {PHOTO_COLUMNS} FROM {PHOTO_FROM} WHERE p.id = ANY($1) \
+                     ORDER BY p.id"
+                ),
+                &[&ids],
+            )
+            .map_err(db("read photos"))?
+            .iter()
+            .map(|row| photo_from_row(row).map(|p| (p.id, p.meta)))
+            .collect()
         })
     }
 }

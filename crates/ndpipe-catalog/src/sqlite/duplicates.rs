@@ -6,7 +6,7 @@ use rusqlite::{Connection, params};
 use super::photos::{PHOTO_COLUMNS, photo_from_row};
 use super::truths::attach_truths;
 use super::{SqliteCatalog, sql_id};
-use crate::{CatalogError, DuplicateCatalog, PhotoId, PhotoRecord};
+use crate::{CatalogError, DuplicateCatalog, PhotoId, PhotoMeta, PhotoRecord};
 
 /// The photos whose original has SHA-256 `sha256`, oldest first (the `photos_sha256` index).
 pub(super) fn photos_with_sha256(
@@ -111,17 +111,23 @@ impl DuplicateCatalog for SqliteCatalog {
         })
     }
 
-    fn near_hashes(&self, algorithm: &str) -> Result<Vec<(PhotoId, u64)>, CatalogError> {
+    fn near_hashes(
+        &self,
+        algorithm: &str,
+        min_side: u32,
+    ) -> Result<Vec<(PhotoId, u64)>, CatalogError> {
         let op = "read hashes";
         self.with(|conn| {
             let mut stmt = conn
                 .prepare_cached(
-                    "SELECT photo_id, hash FROM photo_near_hashes WHERE algorithm = ?1
-                     ORDER BY photo_id",
+                    "SELECT h.photo_id, h.hash FROM photo_near_hashes h
+                     JOIN photos p ON p.id = h.photo_id
+                     WHERE h.algorithm = ?1 AND p.width >= ?2 AND p.height >= ?2
+                     ORDER BY h.photo_id",
                 )
                 .map_err(CatalogError::db(op))?;
             let rows = stmt
-                .query_map(params![algorithm], |r| {
+                .query_map(params![algorithm, min_side], |r| {
                     Ok((
                         r.get::<_, i64>(0)?.cast_unsigned(),
                         r.get::<_, i64>(1)?.cast_unsigned(),
@@ -159,7 +165,7 @@ impl DuplicateCatalog for SqliteCatalog {
         })
     }
 
-    fn photos_by_id(&self, ids: &[PhotoId]) -> Result<Vec<PhotoRecord>, CatalogError> {
+    fn photo_metas(&self, ids: &[PhotoId]) -> Result<Vec<(PhotoId, PhotoMeta)>, CatalogError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -172,13 +178,10 @@ impl DuplicateCatalog for SqliteCatalog {
                      WHERE p.id IN (SELECT value FROM json_each(?1)) ORDER BY p.id"
                 ))
                 .map_err(CatalogError::db(op))?;
-            let mut photos = stmt
-                .query_map(params![ids], photo_from_row)
+            stmt.query_map(params![ids], |r| photo_from_row(r).map(|p| (p.id, p.meta)))
                 .map_err(CatalogError::db(op))?
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(CatalogError::db(op))?;
-            attach_truths(conn, &mut photos)?;
-            Ok(photos)
+                .map_err(CatalogError::db(op))
         })
     }
 }

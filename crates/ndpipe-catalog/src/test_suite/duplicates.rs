@@ -16,6 +16,7 @@ fn with_sha(id: u64, sha256: &str, created_ms: i64) -> PhotoRecord {
 pub(super) fn run(c: &dyn Catalog) {
     the_sha256_lookup_finds_every_copy_oldest_first(c);
     hashes_are_kept_per_algorithm_and_follow_their_photo(c);
+    hashes_of_photos_under_the_smallest_side_are_left_out(c);
 }
 
 fn the_sha256_lookup_finds_every_copy_oldest_first(c: &dyn Catalog) {
@@ -42,13 +43,11 @@ fn the_sha256_lookup_finds_every_copy_oldest_first(c: &dyn Catalog) {
         !sets.iter().flatten().any(|&id| id == 9003),
         "a photo with bytes of its own is in no set: {sets:?}"
     );
-    let rows: Vec<u64> = c
-        .photos_by_id(&[9003, 9001, 424_242])
-        .unwrap()
-        .iter()
-        .map(|p| p.id)
-        .collect();
-    assert_eq!(rows, [9001, 9003], "known ids in id order");
+    let rows = c.photo_metas(&[9003, 9001, 424_242]).unwrap();
+    let ids: Vec<u64> = rows.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, [9001, 9003], "known ids in id order");
+    assert_eq!(rows[0].1.sha256, sha);
+    assert_eq!(rows[1].1.created_ms, 2_000);
     for id in [9001, 9002, 9003] {
         c.delete_photo(id).unwrap();
     }
@@ -70,7 +69,7 @@ fn hashes_are_kept_per_algorithm_and_follow_their_photo(c: &dyn Catalog) {
         .unwrap();
     assert_eq!(written, 2, "a photo that does not exist is skipped");
     assert_eq!(c.count_without_near_hash("a").unwrap(), before + 1);
-    let hashes = c.near_hashes("a").unwrap();
+    let hashes = c.near_hashes("a", 0).unwrap();
     assert!(hashes.contains(&(9101, u64::MAX)) && hashes.contains(&(9102, 7)));
     assert!(!unhashed(c, "a").contains(&9101));
     assert_eq!(
@@ -89,18 +88,18 @@ fn hashes_are_kept_per_algorithm_and_follow_their_photo(c: &dyn Catalog) {
     // Another algorithm replaces the hash: the photo needs one by "a" again.
     assert_eq!(c.put_near_hashes("b", &[(9101, 3)]).unwrap(), 1);
     assert!(unhashed(c, "a").contains(&9101));
-    assert_eq!(c.near_hashes("b").unwrap(), [(9101, 3)]);
+    assert_eq!(c.near_hashes("b", 0).unwrap(), [(9101, 3)]);
     for id in [9101, 9102, 9103] {
         c.delete_photo(id).unwrap();
     }
     assert!(
-        !c.near_hashes("a")
+        !c.near_hashes("a", 0)
             .unwrap()
             .iter()
             .any(|(id, _)| *id == 9102)
     );
     assert!(
-        c.near_hashes("b").unwrap().is_empty(),
+        c.near_hashes("b", 0).unwrap().is_empty(),
         "deleted with the photo"
     );
 }
@@ -113,4 +112,25 @@ fn unhashed(c: &dyn Catalog, algorithm: &str) -> Vec<u64> {
         after = Some(last);
     }
     all
+}
+
+fn hashes_of_photos_under_the_smallest_side_are_left_out(c: &dyn Catalog) {
+    for (id, width, height) in [(9201, 28, 28), (9202, 640, 480), (9203, 480, 640)] {
+        let mut p = photo(id, None);
+        (p.meta.width, p.meta.height) = (width, height);
+        c.upsert_photo(&p).unwrap();
+    }
+    c.put_near_hashes("s", &[(9201, 1), (9202, 2), (9203, 3)])
+        .unwrap();
+    let ids = |min_side| -> Vec<u64> {
+        let hashes = c.near_hashes("s", min_side).unwrap();
+        hashes.iter().map(|(id, _)| *id).collect()
+    };
+    assert_eq!(ids(0), [9201, 9202, 9203]);
+    assert_eq!(ids(64), [9202, 9203], "28 px is under 64");
+    assert_eq!(ids(480), [9202, 9203], "480 px is not under 480");
+    assert!(ids(481).is_empty(), "both sides count");
+    for id in [9201, 9202, 9203] {
+        c.delete_photo(id).unwrap();
+    }
 }

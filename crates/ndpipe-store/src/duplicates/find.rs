@@ -3,10 +3,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use ndpipe_catalog::{Catalog, CatalogError};
+use ndpipe_catalog::{Catalog, CatalogError, PhotoId};
 
 use super::groups::{Group, Level, Pair, group};
-use super::near::near_pairs;
+use super::near::{NearPair, near_pairs};
 use super::semantic::SemanticPair;
 use super::{DuplicateSettings, HASH_BITS};
 
@@ -33,60 +33,74 @@ pub(crate) fn find(
     let mut pairs = Vec::new();
     if levels.contains(&Level::Exact) {
         for set in catalog.exact_duplicate_sets()? {
-            pairs.extend(set.iter().skip(1).map(|&b| Pair {
-                a: set[0],
-                b,
-                level: Level::Exact,
-                score: 1.0,
-            }));
+            pairs.extend(exact_pairs(&set));
         }
     }
     let mut unhashed = None;
     if levels.contains(&Level::Near) {
         let algorithm = settings.near_hash.name();
-        let hashes = catalog.near_hashes(algorithm)?;
+        let hashes = catalog.near_hashes(algorithm, settings.near_min_side)?;
         pairs.extend(
             near_pairs(&hashes, settings.near_hamming)
                 .into_iter()
-                .map(|p| Pair {
-                    a: p.a,
-                    b: p.b,
-                    level: Level::Near,
-                    score: 1.0 - f64::from(p.distance) / f64::from(HASH_BITS),
-                }),
+                .map(near_pair),
         );
         unhashed = Some(catalog.count_without_near_hash(algorithm)?);
     }
     if levels.contains(&Level::Semantic) {
-        pairs.extend(
-            semantic
-                .iter()
-                .filter(|p| p.cosine >= settings.semantic_min_cosine)
-                .map(|p| Pair {
-                    a: p.a,
-                    b: p.b,
-                    level: Level::Semantic,
-                    score: p.cosine,
-                }),
-        );
+        pairs.extend(semantic_pairs(semantic, settings).map(|(_, p)| p));
     }
     let ids: BTreeSet<_> = pairs.iter().flat_map(|p| [p.a, p.b]).collect();
     let ids: Vec<_> = ids.into_iter().collect();
-    let meta: HashMap<_, _> = catalog
-        .photos_by_id(&ids)?
-        .into_iter()
-        .map(|p| (p.id, p.meta))
-        .collect();
-    let min_side = settings.near_min_side;
-    let big_enough = |id| {
-        meta.get(&id)
-            .is_some_and(|m| m.width.min(m.height) >= min_side)
-    };
-    pairs.retain(|p| p.level != Level::Near || (big_enough(p.a) && big_enough(p.b)));
+    let meta: HashMap<_, _> = catalog.photo_metas(&ids)?.into_iter().collect();
     Ok(Found {
         groups: group(&pairs, &meta),
         unhashed,
     })
+}
+
+/// The exact pairs of `set` (photos with the same SHA-256, in id order): each with the first.
+pub(crate) fn exact_pairs(set: &[PhotoId]) -> impl Iterator<Item = Pair> + '_ {
+    set.iter().skip(1).map(|&b| Pair {
+        a: set[0],
+        b,
+        level: Level::Exact,
+        score: 1.0,
+    })
+}
+
+/// A near pair, scored `1 - distance / 64`.
+pub(crate) fn near_pair(p: NearPair) -> Pair {
+    Pair {
+        a: p.a,
+        b: p.b,
+        level: Level::Near,
+        score: 1.0 - f64::from(p.distance) / f64::from(HASH_BITS),
+    }
+}
+
+/// The semantic pairs at or above the settings' cosine threshold, each with its index in
+/// `semantic`, in order.
+pub(crate) fn semantic_pairs<'a>(
+    semantic: &'a [SemanticPair],
+    settings: &DuplicateSettings,
+) -> impl Iterator<Item = (usize, Pair)> + 'a {
+    let min_cosine = settings.semantic_min_cosine;
+    semantic
+        .iter()
+        .enumerate()
+        .filter(move |(_, p)| p.cosine >= min_cosine)
+        .map(|(i, p)| {
+            (
+                i,
+                Pair {
+                    a: p.a,
+                    b: p.b,
+                    level: Level::Semantic,
+                    score: p.cosine,
+                },
+            )
+        })
 }
 
 #[cfg(test)]

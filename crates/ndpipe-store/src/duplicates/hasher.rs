@@ -319,12 +319,12 @@ mod tests {
             .collect();
         // A hang guard: 600 looks of 10 ms.
         for _ in 0..600 {
-            if s.catalog.near_hashes("phash").unwrap().len() == expected.len() {
+            if s.catalog.near_hashes("phash", 0).unwrap().len() == expected.len() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(s.catalog.near_hashes("phash").unwrap(), expected);
+        assert_eq!(s.catalog.near_hashes("phash", 0).unwrap(), expected);
         stop.send(true).unwrap();
         running.await.unwrap();
     }
@@ -350,7 +350,7 @@ mod tests {
                 skipped: 0
             }
         );
-        let hashes = s.catalog.near_hashes("phash").unwrap();
+        let hashes = s.catalog.near_hashes("phash", 0).unwrap();
         assert_eq!(
             hashes,
             [

@@ -12,8 +12,10 @@
 //! - [`semantic`]: the seam of the semantic level, a source of pairs by feature similarity
 //!   ([`semantic::SemanticPairs`]; the feature index);
 //! - [`groups`]: pairs into groups with reasons and a keeper (union-find);
-//! - [`find`]: the groups of the catalog's photos at the levels asked for.
+//! - [`find`]: the groups of the catalog's photos at the levels asked for, and [`component`]
+//!   one photo's group without finding the others.
 
+pub(crate) mod component;
 pub(crate) mod exact;
 pub(crate) mod find;
 pub(crate) mod groups;

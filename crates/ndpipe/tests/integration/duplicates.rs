@@ -125,6 +125,7 @@ async fn same_bytes_answer_the_existing_photo_and_edited_copies_group_with_it() 
         Some(id),
         "the original is the largest: {group}"
     );
+    one_photos_group_is_the_listed_one(&inst, id, group, &copies, &unrelated).await;
 
     let (ok, out, err) = cli(&["photos", "--server", &inst.url, "duplicates"]);
     assert!(ok, "{err}");
@@ -152,6 +153,39 @@ async fn same_bytes_answer_the_existing_photo_and_edited_copies_group_with_it() 
             !out.lines()
                 .any(|l| l.trim_start().starts_with(&format!("{other} "))),
             "{out}"
+        );
+    }
+}
+
+/// `GET /v1/photos/{id}/duplicates` gives each member of `group` that group, each photo of
+/// `unrelated` none, and refuses unknown and malformed ids.
+async fn one_photos_group_is_the_listed_one(
+    inst: &Instance,
+    id: u64,
+    group: &serde_json::Value,
+    copies: &[(&str, u64)],
+    unrelated: &[u64],
+) {
+    for member in std::iter::once(id).chain(copies.iter().map(|(_, c)| *c)) {
+        let one = inst.json(&format!("/v1/photos/{member}/duplicates")).await;
+        assert_eq!(one["photo"].as_u64(), Some(member), "{one}");
+        assert_eq!(&one["group"], group, "photo {member}");
+    }
+    for other in unrelated {
+        let one = inst.json(&format!("/v1/photos/{other}/duplicates")).await;
+        assert!(one["group"].is_null(), "{one}");
+    }
+    for (path, status, kind) in [
+        ("/v1/photos/999999/duplicates", 404, "not_found"),
+        ("/v1/photos/x/duplicates", 400, "bad_id"),
+        ("/v1/photos/1/duplicates?level=similar", 400, "bad_query"),
+    ] {
+        let (got, body) = inst.get(path).await;
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            (got, body["error"].as_str()),
+            (status, Some(kind)),
+            "{path}"
         );
     }
 }

@@ -196,9 +196,8 @@ struct Prediction {
 }
 
 #[derive(Debug, Deserialize)]
-struct DuplicatesView {
-    groups: Vec<GroupView>,
-    next_after: Option<u64>,
+struct PhotoGroupView {
+    group: Option<GroupView>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -236,9 +235,9 @@ pub(crate) async fn photo(
     let meta: MetaView =
         reply(photos::get_meta(State(front.clone()), Path(raw.clone())).await).await?;
     let labels: Vec<VersionLabels> =
-        reply(labels::get_labels(State(front.clone()), Path(raw)).await).await?;
+        reply(labels::get_labels(State(front.clone()), Path(raw.clone())).await).await?;
     let similar = similar_to(&console, id).await;
-    let duplicates = group_of(&front, id).await;
+    let duplicates = group_of(&front, raw).await;
     Ok(PhotoPage {
         chrome: Chrome::of(&viewer, console.node.is_some()),
         meta,
@@ -248,31 +247,16 @@ pub(crate) async fn photo(
     })
 }
 
-/// Photo `id`'s group of `GET /v1/duplicates` (exact and near), its pages read until it is
-/// found; `None` when it is in none.
-async fn group_of(front: &FrontState, id: u64) -> Result<Option<GroupView>, String> {
-    let mut after = None;
-    loop {
-        let raw = match after {
-            Some(a) => format!("/?limit=1000&after={a}"),
-            None => "/?limit=1000".to_string(),
-        };
-        let uri: Uri = raw
-            .parse()
-            .map_err(|e: axum::http::uri::InvalidUri| e.to_string())?;
-        let query = Query::try_from_uri(&uri);
-        let page: DuplicatesView = (reply(duplicates::list(State(front.clone()), query).await))
+/// Photo `raw`'s group at the default levels (exact and near), as `GET
+/// /v1/photos/{id}/duplicates` answers it; `None` when it is in none.
+async fn group_of(front: &FrontState, raw: String) -> Result<Option<GroupView>, String> {
+    let uri = Uri::from_static("/");
+    let query = Query::try_from_uri(&uri);
+    let found: PhotoGroupView =
+        (reply(duplicates::photo_group(State(front.clone()), Path(raw), query).await))
             .await
             .map_err(|e| e.message().to_string())?;
-        let mut groups = page.groups.into_iter();
-        if let Some(group) = groups.find(|g| g.members.iter().any(|m| m.id == id)) {
-            return Ok(Some(group));
-        }
-        match page.next_after {
-            Some(next) => after = Some(next),
-            None => return Ok(None),
-        }
-    }
+    Ok(found.group)
 }
 
 /// The photos most similar to `id`, or why there are none (no model, not labelled yet).

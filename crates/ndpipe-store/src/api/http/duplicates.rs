@@ -1,6 +1,8 @@
 //! `GET /v1/duplicates?level=exact,near,semantic&limit=&after=`: groups of duplicate photos
 //! (every node's on a shared catalog), each member with the strongest reason linking it to
 //! another and the photo the group suggests keeping; paged by group id (its lowest photo id).
+//! `GET /v1/photos/{id}/duplicates?level=`: the one group of a photo, found from the photo
+//! outwards ([`crate::duplicates::component`]) instead of among every group.
 //! The semantic level's pairs come from the front door's [`SemanticPairs`] source, when it has
 //! one ([`crate::duplicates::semantic`]).
 
@@ -9,13 +11,14 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use ndpipe_catalog::Catalog;
+use ndpipe_catalog::{Catalog, PhotoId};
 use serde::{Deserialize, Serialize};
 
-use super::error::{ApiError, Counted, blocking, count};
+use super::error::{ApiError, Counted, blocking, count, parse_id};
 use super::{FrontState, page_limit};
+use crate::duplicates::component::group_of;
 use crate::duplicates::find::find;
 use crate::duplicates::groups::{Group, Level};
 use crate::duplicates::semantic::{SemanticPair, SemanticPairs};
@@ -109,6 +112,60 @@ async fn answer(
         unhashed: found.unhashed,
         groups,
         next_after,
+    }))
+}
+
+/// Query parameters of one photo's group.
+#[derive(Debug, Deserialize)]
+pub(crate) struct GroupParams {
+    /// Comma-separated levels, as for `GET /v1/duplicates`.
+    level: Option<String>,
+}
+
+/// One photo's group.
+#[derive(Debug, Serialize)]
+pub(crate) struct PhotoGroupReply {
+    /// The photo.
+    photo: PhotoId,
+    /// The levels searched.
+    levels: Vec<Level>,
+    /// The perceptual hash of the near level.
+    near_hash: NearHash,
+    /// Its Hamming threshold.
+    near_hamming: u32,
+    /// The smallest width and height of a photo it pairs.
+    near_min_side: u32,
+    /// The group the photo is in, as `GET /v1/duplicates` lists it; `null` when none.
+    group: Option<Group>,
+}
+
+/// `GET /v1/photos/{id}/duplicates`, on every front door: 404 for an unknown photo.
+pub(crate) async fn photo_group(
+    State(state): State<FrontState>,
+    Path(raw): Path<String>,
+    query: Result<Query<GroupParams>, QueryRejection>,
+) -> Result<Json<PhotoGroupReply>, ApiError> {
+    let id = parse_id(&raw).map_err(|e| count(&state, e))?;
+    let Query(params) =
+        query.map_err(|e| count(&state, ApiError::bad_request("bad_query", e.body_text())))?;
+    let levels = levels(params.level.as_deref()).map_err(|e| count(&state, e))?;
+    let finding = state.duplicates.clone();
+    let settings = finding.settings;
+    let semantic = semantic_pairs(&finding, &levels)
+        .await
+        .map_err(|e| count(&state, e))?;
+    let (catalog, asked) = (state.catalog.clone(), levels.clone());
+    let group = blocking(&state, move || {
+        group_of(&*catalog, &settings, &asked, &semantic, id)
+    })
+    .await?;
+    Ok(Json(PhotoGroupReply {
+        photo: id,
+        levels: levels.into_iter().collect(),
+        near_hash: settings.near_hash,
+        near_hamming: settings.near_hamming,
+        near_min_side: settings.near_min_side,
+        group,
     }))
 }
 

@@ -128,6 +128,7 @@ pub(crate) fn gateway_router(
         .route("/v1/photos/{id}/labels", get(labels::get_labels))
         .route("/v1/cluster", get(cluster::status))
         .route("/v1/duplicates", get(duplicates::list))
+        .route("/v1/photos/{id}/duplicates", get(duplicates::photo_group))
         .route("/healthz", get(health))
         .route("/readyz", get(ready))
         .route("/metrics", get(ops::metrics::<GatewayState>))

@@ -264,6 +264,7 @@ pub(crate) fn router(
         .route("/v1/tasks", get(tasks::list))
         .route("/v1/tasks/{task}", get(tasks::get_task))
         .route("/v1/duplicates", get(duplicates::list))
+        .route("/v1/photos/{id}/duplicates", get(duplicates::photo_group))
         .route("/v1/models", get(labels::models))
         .route("/v1/jobs", get(jobs::list))
         .route("/v1/jobs/{id}", get(jobs::get_job))
