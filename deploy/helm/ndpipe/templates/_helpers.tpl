@@ -108,6 +108,9 @@ data listen grpc_listen s3_listen advertise_url name tuner catalog token token_f
 {{- if and (not .Values.postgresql.enabled) (not .Values.postgresql.external.url) (not .Values.postgresql.external.existingSecret) -}}
 {{- fail "the cluster needs a PostgreSQL catalog: postgresql.enabled, postgresql.external.url or postgresql.external.existingSecret" -}}
 {{- end -}}
+{{- if and .Values.postgresql.enabled (or .Values.postgresql.external.url .Values.postgresql.external.existingSecret) -}}
+{{- fail "postgresql.enabled runs a database in the chart; set it false to use postgresql.external" -}}
+{{- end -}}
 {{- if and .Values.tls.enabled (not .Values.tls.secretName) -}}
 {{- fail "tls.enabled needs tls.secretName (a Secret with tls.crt, tls.key and ca.crt)" -}}
 {{- end -}}
@@ -241,15 +244,19 @@ imagePullPolicy: {{ .Values.image.pullPolicy }}
       key: {{ include "ndpipe.catalogSecretKey" .root }}
 {{- end -}}
 
+{{/* A volume claim per pod: (dict "root" $ "storage" .Values.X.storage). Uninstalling keeps it. */}}
 {{- define "ndpipe.volumeClaim" -}}
 - metadata:
     name: data
+    labels:
+      app.kubernetes.io/name: {{ .root.Chart.Name }}
+      app.kubernetes.io/instance: {{ .root.Release.Name }}
   spec:
     accessModes: [ReadWriteOnce]
-    {{- with .storageClassName }}
+    {{- with .storage.storageClassName }}
     storageClassName: {{ . }}
     {{- end }}
     resources:
       requests:
-        storage: {{ .size }}
+        storage: {{ .storage.size }}
 {{- end -}}
