@@ -4,8 +4,10 @@ For each value set in deploy/helm/ndpipe/ci/: render the chart as `helm template
 own Go code, embedded by helm-python-sdk), validate every manifest against the Kubernetes
 schemas of KUBE_VERSION (kubernetes-validate, strict: an unknown field fails), and check the
 rendered ConfigMap's ndpipe.toml with `ndpipe config check`. `helm lint --strict` must report
-no warning or error, with the default values and with each set. Then the checks must fail where they should: an unknown config key, a
-key the chart sets itself, a manifest with a wrong field.
+no warning or error, with the default values and with each set. The manifests must keep the chart's promises (pods per
+PipeStore count, probes, the PodDisruptionBudget, ...: `shape`). Then the checks must fail where they should: an unknown config key, a
+key the chart sets itself, a chart value its schema (values.schema.json) does not know, a
+manifest with a wrong field.
 
     python scripts/check_chart.py NDPIPE_BINARY
 """
@@ -55,6 +57,52 @@ def validate(docs):
     return problems
 
 
+def find(docs, kind, suffix):
+    """The one manifest of `kind` whose name ends with `suffix`, or None."""
+    found = [d for _, d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix)]
+    return found[0] if len(found) == 1 else None
+
+
+def shape(values, docs):
+    """What the chart promises beyond valid manifests; returns the broken promises."""
+    problems = []
+    sts = find(docs, "StatefulSet", "-pipestore")
+    if sts is None:
+        return ["no PipeStore StatefulSet"]
+    count = values.get("pipestore", {}).get("count", 3)
+    pod = sts["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    checks = [
+        (sts["spec"]["replicas"] == count, f"{count} PipeStore pods"),
+        (sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data", "a volume claim per pod"),
+        (sts["spec"]["updateStrategy"]["type"] == "RollingUpdate", "rolling updates"),
+        (env.get("NDPIPE_NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+         == "metadata.name", "the pod's name as the node's name"),
+        ("secretKeyRef" in env.get("NDPIPE_CATALOG", {}).get("valueFrom", {}), "the catalog from a Secret"),
+        (container["readinessProbe"]["httpGet"]["path"] == "/readyz", "readiness on /readyz"),
+        (container["livenessProbe"]["httpGet"]["path"] == "/healthz", "liveness on /healthz"),
+        (pod["metadata"]["annotations"].get("prometheus.io/scrape") == "true", "scrape annotations"),
+        ("podAntiAffinity" in pod["spec"].get("affinity", {}), "anti-affinity"),
+        ((find(docs, "PodDisruptionBudget", "-pipestore") or {}).get("spec", {}).get("maxUnavailable") == 1,
+         "a PodDisruptionBudget of maxUnavailable 1"),
+        ((find(docs, "Deployment", "-gateway") is not None) == values.get("gateway", {}).get("enabled", False),
+         "a gateway exactly when enabled"),
+        ((find(docs, "StatefulSet", "-postgresql") is not None)
+         == values.get("postgresql", {}).get("enabled", True), "PostgreSQL in the chart exactly when enabled"),
+        (find(docs, "StatefulSet", "-tuner") is not None, "a Tuner"),
+    ]
+    gpu = values.get("pipestore", {}).get("gpu", {}).get("enabled", False)
+    limits = container.get("resources", {}).get("limits", {})
+    checks.append((("nvidia.com/gpu" in limits) == gpu, "a GPU request exactly when enabled"))
+    tls = values.get("tls", {}).get("enabled", False)
+    checks.append((env["NDPIPE_ADVERTISE_URL"]["value"].startswith("https://" if tls else "http://"),
+                   "https:// advertised URLs exactly with TLS"))
+    toml = find(docs, "ConfigMap", "-config")["data"]["ndpipe.toml"]
+    checks.append(("postgres://" not in toml, "no catalog URL in the ConfigMap"))
+    return [f"the chart does not give {what}" for ok, what in checks if not ok]
+
+
 def config_check(ndpipe, docs):
     """Runs `ndpipe config check` on the rendered ndpipe.toml; returns (exit code, output)."""
     maps = [d for _, d in docs if d["kind"] == "ConfigMap" and "ndpipe.toml" in d.get("data", {})]
@@ -72,7 +120,7 @@ def check_value_set(chart, ndpipe, path):
     linted = lint(values, path.name)
     docs = render(chart, values)
     kinds = sorted({d["kind"] for _, d in docs})
-    problems = validate(docs)
+    problems = validate(docs) + shape(values, docs)
     code, out = config_check(ndpipe, docs)
     if code != 0:
         problems.append(f"ndpipe config check failed: {out.strip()}")
@@ -104,6 +152,17 @@ def expect_failures(chart, ndpipe, values, docs):
     print(f"  a key the chart sets (config.tuner.listen) fails the render: {ok}")
     if not ok:
         missed.append("reserved key")
+
+    typo = copy.deepcopy(values)
+    typo.setdefault("pipestore", {})["storageClassName"] = "fast"
+    try:
+        render(chart, typo)
+        ok = False
+    except helm.HelmError as e:
+        ok = "storageClassName" in str(e)
+    print(f"  a misplaced chart value (pipestore.storageClassName) fails the values' schema: {ok}")
+    if not ok:
+        missed.append("chart value")
 
     broken = copy.deepcopy(docs)
     sts = next(d for _, d in broken if d["kind"] == "StatefulSet")

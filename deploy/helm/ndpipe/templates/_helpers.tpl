@@ -118,6 +118,9 @@ data listen grpc_listen s3_listen advertise_url name tuner catalog token token_f
 {{- if gt $copies (int .Values.pipestore.count) -}}
 {{- fail (printf "config.pipestore.replicas (%d copies) needs at least as many PipeStores (pipestore.count is %d)" $copies (int .Values.pipestore.count)) -}}
 {{- end -}}
+{{- if and .Values.gateway.enabled (ne (int (.Values.config.gateway.replicas | default 2)) $copies) -}}
+{{- fail (printf "config.gateway.replicas (%d) differs from config.pipestore.replicas (%d): the gateway places as many copies as the PipeStores keep" (int (.Values.config.gateway.replicas | default 2)) $copies) -}}
+{{- end -}}
 {{- if .Values.pipestore.gpu.enabled -}}
 {{- if not (has (.Values.config.pipestore.execution_provider | default "cpu") (list "cuda" "tensorrt")) -}}
 {{- fail "pipestore.gpu.enabled needs config.pipestore.execution_provider cuda or tensorrt" -}}
