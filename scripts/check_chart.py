@@ -1,10 +1,10 @@
 """Offline checks of the Helm chart (scripts/test-deploy.sh runs them in `make test`).
 
-For each value set in deploy/helm/ndpipe/ci/: render the chart as `helm template` does (Helm's
+For the default values and each value set in deploy/helm/ndpipe/ci/: render the chart as `helm template` does (Helm's
 own Go code, embedded by helm-python-sdk), validate every manifest against the Kubernetes
 schemas of KUBE_VERSION (kubernetes-validate, strict: an unknown field fails), and check the
 rendered ConfigMap's ndpipe.toml with `ndpipe config check`. `helm lint --strict` must report
-no warning or error, with the default values and with each set. The manifests must keep the chart's promises (pods per
+no warning or error with each. The manifests must keep the chart's promises (pods per
 PipeStore count, probes, the PodDisruptionBudget, ...: `shape`). Then the checks must fail where they should: an unknown config key, a
 key the chart sets itself, a chart value its schema (values.schema.json) does not know, a
 manifest with a wrong field.
@@ -115,9 +115,8 @@ def config_check(ndpipe, docs):
     return run.returncode, run.stdout + run.stderr
 
 
-def check_value_set(chart, ndpipe, path):
-    values = yaml.safe_load(path.read_text()) or {}
-    linted = lint(values, path.name)
+def check_value_set(chart, ndpipe, name, values):
+    linted = lint(values, name)
     docs = render(chart, values)
     kinds = sorted({d["kind"] for _, d in docs})
     problems = validate(docs) + shape(values, docs)
@@ -125,7 +124,7 @@ def check_value_set(chart, ndpipe, path):
     if code != 0:
         problems.append(f"ndpipe config check failed: {out.strip()}")
     status = "ok" if not problems else "FAILED"
-    print(f"  {path.name}: {len(docs)} manifests ({', '.join(kinds)}): {status}")
+    print(f"  {name}: {len(docs)} manifests ({', '.join(kinds)}): {status}")
     for p in problems:
         print(f"    {p}")
     return values, docs, linted and not problems
@@ -187,13 +186,13 @@ def lint(values, name):
 def main():
     ndpipe = sys.argv[1]
     print(f"chart {CHART.relative_to(ROOT)}, Helm {helm.helm_sdk_version()}, Kubernetes {KUBE_VERSION} schemas")
-    ok = lint({}, "default values")
-    sets = sorted((CHART / "ci").glob("*-values.yaml"))
-    if not sets:
+    files = sorted((CHART / "ci").glob("*-values.yaml"))
+    if not files:
         sys.exit("no value sets in deploy/helm/ndpipe/ci")
+    sets = [("default values", {})] + [(p.name, yaml.safe_load(p.read_text()) or {}) for p in files]
     with helm.Chart.load(str(CHART)) as chart:
-        results = [check_value_set(chart, ndpipe, p) for p in sets]
-        ok = ok and all(r[2] for r in results)
+        results = [check_value_set(chart, ndpipe, name, values) for name, values in sets]
+        ok = all(r[2] for r in results)
         values, docs, _ = results[0]
         missed = expect_failures(chart, ndpipe, values, docs)
     if missed:
