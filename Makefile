@@ -9,7 +9,7 @@ export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 PY_VENV := $(CURDIR)/target/py/venv
 PY_CRATE := python/spidercache/Cargo.toml
 
-.PHONY: setup build build-bench demo python test lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep experiment-rollout experiment-balance experiment-bandwidth experiment-cost bench-scale bench-words bench-other
+.PHONY: setup build build-bench demo python test test-deploy lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep experiment-rollout experiment-balance experiment-bandwidth experiment-cost bench-scale bench-words bench-other
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -40,10 +40,16 @@ lint:
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 	scripts/check-deps.sh
 
-## Set up, lint, and run every test: the workspace's, then the Python package's on its wheel.
+## Set up, lint, and run every test: the workspace's, the Python package's on its wheel, then
+## the deploy files' offline checks.
 test: setup lint python
 	cargo test --workspace --locked
 	scripts/test-python.sh $(PY_VENV)
+	scripts/test-deploy.sh $(PY_VENV)
+
+## The Helm chart and systemd units, checked offline (rendered, validated, linted, config-checked).
+test-deploy:
+	scripts/test-deploy.sh $(PY_VENV)
 
 ## Every cargo-fuzz target of fuzz/ for FUZZ_EXECS executions each (needs `cargo install cargo-fuzz`).
 FUZZ_EXECS ?= 1000000

