@@ -73,6 +73,9 @@ pub struct Config {
     /// The repair job that follows a node's removal fails when the photos and plain objects
     /// short of copies have not gone down for this long, in ms.
     pub repair_stall_ms: u64,
+    /// A rollout's commit phase: 0 commits every node at once; otherwise the nodes commit one
+    /// after another, this many ms apart (a rolling switch an operator can watch, node by node).
+    pub rollout_commit_interval_ms: u64,
     /// A fine-tuned version deploys only when its validation top-1 is at most this far (a share:
     /// 0.01 is one point) below its parent's on the same photos; otherwise it stays a candidate
     /// (a request's `deploy_margin` or `force` overrides it). Rollouts gate each task's
@@ -151,6 +154,7 @@ impl Default for Config {
             max_backbone_bytes: 512 << 20,
             node_timeout_ms: 30_000,
             repair_stall_ms: 600_000,
+            rollout_commit_interval_ms: 0,
             node_lease_ms: 15_000,
             deploy_margin: 0.01,
         }

@@ -1,7 +1,8 @@
 //! The control plane's shared state ([`Core`]): the node registry, the model registry, the jobs,
 //! the job lock (one fine-tuning job or deploy at a time) and the syncer; and how a job is
 //! submitted: checked at once (a bad request, no node, another job running), then run in a task
-//! of its own that holds the job lock until it ends, however it ends.
+//! of its own that holds the job lock until it ends, however it ends. A job taken up again after a
+//! restart ([`crate::resume`]) runs through the same functions.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
@@ -15,6 +16,7 @@ use ndpipe_util::sync::{read, write};
 use tokio::sync::{Mutex, Notify, OwnedMutexGuard, oneshot};
 use tracing::info;
 
+use crate::backbones::BackboneFiles;
 use crate::backbones::Backbones;
 use crate::jobs::{JobKind, JobResult, JobView, Jobs, Progress};
 use crate::nodes::{Members, Nodes};
@@ -24,6 +26,7 @@ use crate::{
     Config, DeployReport, FinetuneReport, FinetuneRequest, Mode, RolloutReport, TunerError, deploy,
     failover, rollout,
 };
+use rollout::RolloutOptions;
 
 /// The node name of the Tuner's own rows (jobs, the version it means every node to serve) in a
 /// catalog shared with the PipeStores.
@@ -36,6 +39,8 @@ pub(crate) struct JobEnv<'a> {
     pub(crate) progress: &'a Progress,
     /// How far below its parent a new version's validation top-1 may fall and still deploy.
     pub(crate) deploy_margin: f32,
+    /// A rollout's pause between two nodes' commits (zero: all at once).
+    pub(crate) commit_interval: Duration,
 }
 
 /// The Tuner's state, shared by its APIs and its job tasks.
@@ -66,6 +71,8 @@ pub(crate) struct Core {
     repair_stall: Duration,
     /// The quality gate's default margin.
     deploy_margin: f32,
+    /// A rollout's pause between two nodes' commits.
+    commit_interval: Duration,
 }
 
 /// A job's outcome, for an in-process caller that waits for it.
@@ -73,12 +80,12 @@ pub(crate) type Outcome<T> = oneshot::Receiver<Result<T, TunerError>>;
 
 impl Core {
     /// Opens (creating) `config.data`: `registry.sqlite` (model versions, jobs, nodes) and
-    /// `heads/`; a job that was running when the Tuner stopped is marked failed. Reads the
-    /// cluster secret from `config.cluster_secret_file`, when set.
+    /// `heads/`; returns it with the jobs that were running when the Tuner stopped (for
+    /// [`Core::resume`]). Reads the cluster secret from `config.cluster_secret_file`, when set.
     pub(crate) fn open(
         config: &Config,
         backbone: Option<Arc<dyn InferenceBackend>>,
-    ) -> Result<Self, TunerError> {
+    ) -> Result<(Self, Vec<JobView>), TunerError> {
         std::fs::create_dir_all(&config.data).map_err(|source| TunerError::Io {
             path: config.data.clone(),
             source,
@@ -109,11 +116,12 @@ impl Core {
             secret.clone(),
             tls.clone(),
         );
-        Ok(Core {
+        let (jobs, unfinished) = Jobs::open(catalog.clone())?;
+        let core = Core {
             nodes,
             registry: Registry::open(&config.data, catalog.clone())?,
             backbones: Backbones::open(&config.data, config.runtime(), config.max_backbone_bytes)?,
-            jobs: Arc::new(Jobs::open(catalog.clone())?),
+            jobs: Arc::new(jobs),
             keys: catalog.clone(),
             photos: catalog,
             replicas: opened.replicas,
@@ -125,7 +133,9 @@ impl Core {
             sync_started: AtomicBool::new(false),
             repair_stall: Duration::from_millis(config.repair_stall_ms),
             deploy_margin: config.deploy_margin,
-        })
+            commit_interval: Duration::from_millis(config.rollout_commit_interval_ms),
+        };
+        Ok((core, unfinished))
     }
 
     /// Forgets node `name`; on a replicated cluster, starts the job that follows the repair of
@@ -139,12 +149,24 @@ impl Core {
         let request = serde_json::json!({ "node": name, "replicas": wanted });
         let progress = self.jobs.start(JobKind::Repair, request, Vec::new())?;
         let view = progress.view()?;
-        let (node, stall) = (name.to_string(), self.repair_stall);
+        self.follow_repair(catalog, progress, name.to_string(), wanted);
+        Ok(Some(view))
+    }
+
+    /// Follows the repair after node `node`'s removal (to `wanted` copies) in a task of its own,
+    /// reporting on `progress`.
+    pub(crate) fn follow_repair(
+        &self,
+        catalog: Arc<dyn ReplicaCatalog>,
+        progress: Progress,
+        node: String,
+        wanted: u32,
+    ) {
+        let stall = self.repair_stall;
         tokio::spawn(async move {
             let outcome = repair::follow(catalog, &progress, node, wanted, stall).await;
             progress.finish(outcome.as_ref().map(|r| JobResult::Repair(r.clone())));
         });
-        Ok(Some(view))
     }
 
     /// Replaces the Tuner's own backbone (for conventional mode).
@@ -161,7 +183,7 @@ impl Core {
     }
 
     /// The nodes a job may use now; none is [`TunerError::NoNodes`].
-    fn members(&self) -> Result<Members, TunerError> {
+    pub(crate) fn members(&self) -> Result<Members, TunerError> {
         let intent = self.registry.intent()?.to_string();
         let members = self.nodes.members(Some(&intent))?;
         if members.nodes.is_empty() {
@@ -189,20 +211,41 @@ impl Core {
     ) -> Result<(JobView, Outcome<FinetuneReport>), TunerError> {
         req.check()?;
         let guard = self.try_lock()?;
-        let backbone = read(&self.backbone).clone();
-        let conventional = match req.mode {
-            Mode::NearData => None,
-            Mode::Conventional => Some(backbone.ok_or_else(|| {
-                TunerError::InvalidArgument(
-                    "conventional mode needs a backbone on the Tuner (--model-dir)".into(),
-                )
-            })?),
-        };
+        self.conventional(&req)?;
         let members = self.members()?;
         let request = serde_json::to_value(&req).unwrap_or_default();
         let progress = self
             .jobs
             .start(JobKind::Finetune, request, members.skipped.clone())?;
+        self.run_finetune(guard, progress, members, req)
+    }
+
+    /// The Tuner's backbone for a conventional-mode `req` (`None` in near-data mode), or why
+    /// there is none.
+    fn conventional(
+        &self,
+        req: &FinetuneRequest,
+    ) -> Result<Option<Arc<dyn InferenceBackend>>, TunerError> {
+        match req.mode {
+            Mode::NearData => Ok(None),
+            Mode::Conventional => read(&self.backbone).clone().map(Some).ok_or_else(|| {
+                TunerError::InvalidArgument(
+                    "conventional mode needs a backbone on the Tuner (--model-dir)".into(),
+                )
+            }),
+        }
+    }
+
+    /// Runs fine-tune `req` over `members` in the background, reporting on `progress`, holding
+    /// the job lock (`guard`).
+    pub(crate) fn run_finetune(
+        self: &Arc<Self>,
+        guard: OwnedMutexGuard<()>,
+        progress: Progress,
+        members: Members,
+        req: FinetuneRequest,
+    ) -> Result<(JobView, Outcome<FinetuneReport>), TunerError> {
+        let conventional = self.conventional(&req)?;
         let wrap = |r: &FinetuneReport| JobResult::Finetune(Box::new(r.clone()));
         self.spawn_job(guard, progress, wrap, move |core, progress| async move {
             let env = core.env(&progress);
@@ -245,6 +288,22 @@ impl Core {
         let progress = self
             .jobs
             .start(JobKind::Rollout, request, members.skipped.clone())?;
+        let options = RolloutOptions {
+            force,
+            resumed: false,
+        };
+        self.run_rollout(guard, progress, (files, members), options)
+    }
+
+    /// Rolls `files` out to `members` in the background, reporting on `progress`, holding the
+    /// job lock (`guard`).
+    pub(crate) fn run_rollout(
+        self: &Arc<Self>,
+        guard: OwnedMutexGuard<()>,
+        progress: Progress,
+        (files, members): (BackboneFiles, Members),
+        options: RolloutOptions,
+    ) -> Result<(JobView, Outcome<RolloutReport>), TunerError> {
         let wrap = |r: &RolloutReport| JobResult::Rollout(r.clone());
         self.spawn_job(guard, progress, wrap, move |core, progress| async move {
             let replicas = core.replicas.clone();
@@ -253,7 +312,7 @@ impl Core {
                 &members,
                 &files,
                 replicas.as_ref(),
-                force,
+                options,
             )
             .await
         })
@@ -266,6 +325,7 @@ impl Core {
             registry: &self.registry,
             progress,
             deploy_margin: self.deploy_margin,
+            commit_interval: self.commit_interval,
         }
     }
 

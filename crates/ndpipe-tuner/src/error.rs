@@ -152,6 +152,10 @@ pub enum TunerError {
     /// A tensor operation failed.
     #[error("tensor error: {0}")]
     Tensor(#[from] candle_core::Error),
+    /// The Tuner restarted during a job that cannot be resumed; the reason says why and what
+    /// to do.
+    #[error("{0}")]
+    Interrupted(String),
     /// A broken invariant inside the Tuner (a panicked thread or task, a failing training cache):
     /// a bug or a fault of this process, not of the request.
     #[error("internal error: {0}")]
@@ -173,6 +177,7 @@ impl TunerError {
             TunerError::TasksNotCarried(_) => "tasks_not_carried",
             TunerError::UnknownJob(_) => "unknown_job",
             TunerError::RepairStalled(_) => "repair_stalled",
+            TunerError::Interrupted(_) => "interrupted",
             TunerError::Node { .. } => "node_failed",
             TunerError::DeployAborted { .. } => "deploy_aborted",
             TunerError::EmptyData => "no_training_data",

@@ -1,8 +1,9 @@
 //! Background jobs: a fine-tuning job, a deploy, a rollout or the following of a repair runs in a task of its own, so a client going
 //! away never cancels it. Its phase, per-node progress and outcome are kept here and in the
 //! Tuner's job log (a catalog [`JobLog`] in `registry.sqlite`), so `GET /v1/tuner/jobs/{id}`
-//! answers while it runs and after it ended, across restarts too: a job that was running when
-//! the Tuner stopped is marked failed ("the Tuner restarted") when it opens again.
+//! answers while it runs and after it ended, across restarts too: the jobs that were running
+//! when the Tuner stopped are handed to [`crate::resume`] when it opens again, which resumes each
+//! from its checkpoints or fails it with the reason (the job's `resumed` counts the restarts).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -120,6 +121,10 @@ pub struct JobView {
     pub result: Option<JobResult>,
     /// When failed: why.
     pub error: Option<JobFailure>,
+    /// Times the job was taken up again after a Tuner restart (resumed from its checkpoints,
+    /// or failed with the reason it could not be).
+    #[serde(default)]
+    pub resumed: u32,
 }
 
 impl JobView {
@@ -154,29 +159,42 @@ pub(crate) struct Jobs {
 }
 
 impl Jobs {
-    /// The jobs of `log`; a job that was running is marked failed, as the Tuner restarted.
-    pub(crate) fn open(log: Arc<dyn JobLog>) -> Result<Self, TunerError> {
+    /// The jobs of `log`, and those that were running when the Tuner stopped (to resume or
+    /// fail: [`Jobs::adopt`]). A job whose state does not parse is left as it is.
+    pub(crate) fn open(log: Arc<dyn JobLog>) -> Result<(Self, Vec<JobView>), TunerError> {
+        let mut unfinished = Vec::new();
         for record in log.jobs()? {
             if record.status != "running" {
                 continue;
             }
-            let Ok(mut view) = serde_json::from_value::<JobView>(record.state) else {
-                warn!(job = %record.id, "a job in the log does not parse; left as it is");
-                continue;
-            };
-            view.phase = Phase::Failed;
-            view.updated_ms = now_ms();
-            view.error = Some(JobFailure {
-                kind: "interrupted".into(),
-                message: "the Tuner restarted".into(),
-            });
-            log.put_job(&view.record())?;
-            warn!(job = %view.id, "a job was running when the Tuner stopped: marked failed");
+            match serde_json::from_value::<JobView>(record.state) {
+                Ok(view) => unfinished.push(view),
+                Err(e) => {
+                    warn!(job = %record.id, error = %e, "a job in the log does not parse; left as it is")
+                }
+            }
         }
-        Ok(Jobs {
+        let jobs = Jobs {
             log,
             running: Mutex::new(HashMap::new()),
             last_ms: Mutex::new(0),
+        };
+        Ok((jobs, unfinished))
+    }
+
+    /// Takes up `view`, a job that was running when the Tuner stopped, counting the restart
+    /// (recorded in the log); returns the handle through which it reports again, and ends.
+    pub(crate) fn adopt(self: &Arc<Self>, mut view: JobView) -> Result<Progress, TunerError> {
+        view.resumed += 1;
+        view.updated_ms = now_ms();
+        self.log.put_job(&view.record())?;
+        warn!(job = %view.id, kind = ?view.kind, phase = ?view.phase, resumed = view.resumed,
+            "a job was running when the Tuner stopped: taken up again");
+        let id = view.id.clone();
+        lock(&self.running).insert(id.clone(), view);
+        Ok(Progress {
+            jobs: self.clone(),
+            id,
         })
     }
 
@@ -215,6 +233,7 @@ impl Jobs {
             skipped,
             result: None,
             error: None,
+            resumed: 0,
         };
         self.log.put_job(&view.record())?;
         info!(job = %view.id, ?kind, "job started");
@@ -356,14 +375,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn jobs_report_progress_and_a_restart_fails_the_running_one() {
+    fn jobs_report_progress_and_a_restart_hands_over_the_running_one() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("registry.sqlite");
         let open = || {
             let log: Arc<dyn JobLog> = Arc::new(SqliteCatalog::open(&path).unwrap());
-            Arc::new(Jobs::open(log).unwrap())
+            let (jobs, unfinished) = Jobs::open(log).unwrap();
+            (Arc::new(jobs), unfinished)
         };
-        let jobs = open();
+        let (jobs, unfinished) = open();
+        assert!(unfinished.is_empty());
         let done = jobs
             .start(
                 JobKind::Deploy,
@@ -401,15 +422,27 @@ mod tests {
         running.phase(Phase::Extracting, &[]);
         let running_id = running.id().to_string();
         drop(jobs);
-        let reopened = open();
-        let views = reopened.list().unwrap();
-        assert_eq!(views.len(), 3);
+        // The restart hands over the running job, as it was, to be taken up again.
+        let (reopened, unfinished) = open();
+        assert_eq!(reopened.list().unwrap().len(), 3);
+        assert_eq!(unfinished.len(), 1);
+        assert_eq!(
+            (unfinished[0].id.as_str(), unfinished[0].phase),
+            (running_id.as_str(), Phase::Extracting)
+        );
+        let again = reopened.adopt(unfinished[0].clone()).unwrap();
+        assert_eq!(reopened.get(&running_id).unwrap().resumed, 1);
+        again.finish(Err(&TunerError::Interrupted("start it again".into())));
+        // Ended, it is not handed over again; the log keeps the count and the reason.
+        drop(reopened);
+        let (reopened, unfinished) = open();
+        assert!(unfinished.is_empty());
         let interrupted = reopened.get(&running_id).unwrap();
-        assert_eq!(interrupted.phase, Phase::Failed);
+        assert_eq!((interrupted.phase, interrupted.resumed), (Phase::Failed, 1));
         let error = interrupted.error.unwrap();
         assert_eq!(
             (error.kind.as_str(), error.message.as_str()),
-            ("interrupted", "the Tuner restarted")
+            ("interrupted", "start it again")
         );
         assert_eq!(reopened.get(&id).unwrap().phase, Phase::Done);
         assert!(matches!(

@@ -90,6 +90,7 @@ mod jobs;
 mod nodes;
 mod registry;
 mod repair;
+mod resume;
 mod rollout;
 mod rollout_balance;
 mod rollout_tasks;

@@ -25,6 +25,12 @@
 //!    tensors), then re-labels its photos for every carried task. A node that cannot commit is
 //!    waited for and asked again too.
 //!
+//! A rollout that was running when the Tuner stopped is resumed when it opens again
+//! ([`crate::resume`]): every phase is idempotent per node (staging a staged backbone changes
+//! nothing, an extraction resumes at the node's checkpoint, a commit of the backbone a node
+//! serves only commits the heads again), and the nodes that already serve the backbone (they
+//! switched before the restart) are only committed again, not staged or extracted.
+//!
 //! The report sets the aggregate photos per second (the photos of the nodes' passes and
 //! take-overs over the longest of them) against the sum of the nodes' model-only rates (each
 //! node's timing at its commit, in this job, so that it delays no pass).
@@ -123,6 +129,20 @@ pub struct NodeRollout {
     /// Photos of a lost node that passed to live holders of their copies.
     #[serde(default)]
     pub moved: u64,
+    /// The node served the backbone already when the job was resumed after a Tuner restart
+    /// (it switched before): it was only committed again, so its photos count as 0 here.
+    #[serde(default)]
+    pub switched_before_restart: bool,
+}
+
+/// How a rollout runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RolloutOptions {
+    /// Carry the tasks even when one's head cannot be.
+    pub(crate) force: bool,
+    /// The job was resumed after a Tuner restart: nodes that serve the backbone already are
+    /// only committed again.
+    pub(crate) resumed: bool,
 }
 
 /// What one node's extraction came to.
@@ -131,6 +151,8 @@ enum Extracted {
     Done(pb::ExtractBackboneDone, u32),
     /// It was lost for `reason`; `moved` of its photos passed to live holders of copies.
     Lost { reason: String, moved: u64 },
+    /// It served the backbone already when a resumed job began: nothing to extract.
+    Switched,
 }
 
 /// What one node's commit came to.
@@ -141,15 +163,15 @@ enum Committed {
     Lost { reason: String, moved: u64 },
 }
 
-/// Rolls `backbone` out to the `members`, carrying every task's head to it (`force`: even when a
-/// task's cannot be); `replicas`, the replica map of a replicated cluster, lets the job lose a
-/// node whose photos all have live copies.
+/// Rolls `backbone` out to the `members`, carrying every task's head to it (`options.force`:
+/// even when a task's cannot be); `replicas`, the replica map of a replicated cluster, lets the
+/// job lose a node whose photos all have live copies.
 pub(crate) async fn rollout(
     env: &JobEnv<'_>,
     members: &Members,
     backbone: &BackboneFiles,
     replicas: Option<&Arc<dyn ReplicaCatalog>>,
-    force: bool,
+    options: RolloutOptions,
 ) -> Result<RolloutReport, TunerError> {
     let nodes = &members.nodes;
     if nodes.is_empty() {
@@ -157,19 +179,34 @@ pub(crate) async fn rollout(
     }
     let labels: Vec<String> = nodes.iter().map(Node::label).collect();
     env.progress.phase(Phase::Staging, &labels);
-    stage(nodes, backbone).await?;
+    let switched = if options.resumed {
+        serving(nodes, &backbone.sha256).await
+    } else {
+        vec![false; nodes.len()]
+    };
+    let to_stage: Vec<Node> = nodes
+        .iter()
+        .zip(&switched)
+        .filter(|(_, s)| !**s)
+        .map(|(n, _)| n.clone())
+        .collect();
+    stage(&to_stage, backbone).await?;
 
     env.progress.phase(Phase::Extracting, &labels);
     let started = Instant::now();
     let watch = Watch::new(nodes.len());
     let (extracted, (shared, balanced_seconds)) = futures::join!(
-        futures::future::join_all(nodes.iter().enumerate().map(|(i, n)| extract(
-            env,
-            (n, i),
-            &backbone.sha256,
-            &watch,
-            replicas
-        )),),
+        futures::future::join_all(nodes.iter().enumerate().map(|(i, n)| {
+            let switched = switched[i];
+            let (watch, sha) = (&watch, &backbone.sha256);
+            async move {
+                if switched {
+                    watch.finish(i, false);
+                    return Ok(Extracted::Switched);
+                }
+                extract(env, (n, i), sha, watch, replicas).await
+            }
+        })),
         balance(nodes, &backbone.sha256, &watch)
     );
     let extract_seconds = started.elapsed().as_secs_f64();
@@ -184,7 +221,7 @@ pub(crate) async fn rollout(
         nodes: nodes
             .iter()
             .zip(&done)
-            .filter(|(_, d)| matches!(d, Extracted::Done(..)))
+            .filter(|(_, d)| matches!(d, Extracted::Done(..) | Extracted::Switched))
             .map(|(n, _)| n.clone())
             .collect(),
         skipped: members.skipped.clone(),
@@ -194,7 +231,7 @@ pub(crate) async fn rollout(
         &survivors,
         (backbone, backbone.feature_dim),
         replicas,
-        force,
+        options,
     )
     .await?;
     let heads: Vec<String> = carried.heads.iter().map(|(v, _)| v.id.clone()).collect();
@@ -202,19 +239,7 @@ pub(crate) async fn rollout(
     env.progress.phase(Phase::Committing, &labels);
     rollout_tasks::record(env, backbone, &carried)?;
     let intent = env.registry.intent()?.to_string();
-    let heads = &heads;
-    let commits = futures::future::join_all(nodes.iter().zip(done).map(|(n, d)| async move {
-        match d {
-            Extracted::Done(extract, resumed) => {
-                let reply = commit(env, n, &backbone.sha256, heads).await?;
-                Ok(Committed::Yes(extract, resumed, reply))
-            }
-            Extracted::Lost { reason, moved } => {
-                Ok::<_, TunerError>(Committed::Lost { reason, moved })
-            }
-        }
-    }))
-    .await;
+    let commits = commit_all(env, nodes, done, &backbone.sha256, &heads).await;
     let mut report = RolloutReport {
         backbone: backbone.sha256.clone(),
         version: backbone.version.clone(),
@@ -224,7 +249,8 @@ pub(crate) async fn rollout(
         ..RolloutReport::default()
     };
     let (mut this_job, mut longest) = (0u64, balanced_seconds);
-    for ((n, committed), shared) in nodes.iter().zip(commits).zip(shared) {
+    let rows = nodes.iter().zip(commits).zip(shared).zip(switched);
+    for (((n, committed), shared), switched_before_restart) in rows {
         let (extract, resumed, commit) = match committed? {
             Committed::Yes(extract, resumed, reply) => (extract, resumed, reply),
             Committed::Lost { reason, moved } => {
@@ -257,10 +283,11 @@ pub(crate) async fn rollout(
             taken: shared.taken,
             caught_up,
             copies_left: extract.left_out,
+            switched_before_restart,
             ..NodeRollout::default()
         });
     }
-    relabel_carried(env, &survivors, heads).await?;
+    relabel_carried(env, &survivors, &heads).await?;
     report.images_per_second = this_job as f64 / longest.max(1e-9);
     report.efficiency = if report.model_only_images_per_second > 0.0 {
         report.images_per_second / report.model_only_images_per_second
@@ -276,6 +303,71 @@ pub(crate) async fn rollout(
         "backbone rolled out"
     );
     Ok(report)
+}
+
+/// Which of `nodes` serve backbone `sha` already (a node that does not answer counts as not).
+async fn serving(nodes: &[Node], sha: &str) -> Vec<bool> {
+    let asked = futures::future::join_all(nodes.iter().map(|n| {
+        n.unary(pb::InventoryRequest::default(), |mut c, r| async move {
+            c.inventory(r).await
+        })
+    }))
+    .await;
+    nodes
+        .iter()
+        .zip(asked)
+        .map(|(n, reply)| {
+            let serves = reply.is_ok_and(|r| r.backbone_version == sha);
+            if serves {
+                info!(node = %n.label(), backbone = %sha, "the node switched before the Tuner restarted: it is only committed again");
+            }
+            serves
+        })
+        .collect()
+}
+
+/// Phase four: commits every node that finished its extraction (all at once, or one after
+/// another `env.commit_interval` apart), each shown done in its progress row once it serves the
+/// backbone.
+async fn commit_all(
+    env: &JobEnv<'_>,
+    nodes: &[Node],
+    done: Vec<Extracted>,
+    sha: &str,
+    heads: &[String],
+) -> Vec<Result<Committed, TunerError>> {
+    let each = nodes.iter().zip(done).enumerate();
+    if env.commit_interval.is_zero() {
+        let all = each.map(|(i, (n, d))| commit_one(env, (n, i), d, sha, heads));
+        return futures::future::join_all(all).await;
+    }
+    let mut out = Vec::new();
+    for (i, (n, d)) in each {
+        if i > 0 {
+            tokio::time::sleep(env.commit_interval).await;
+        }
+        out.push(commit_one(env, (n, i), d, sha, heads).await);
+    }
+    out
+}
+
+/// Commits node `i`, `n`, after its extraction `d` (a lost node is not committed), its progress
+/// row done once it serves the backbone.
+async fn commit_one(
+    env: &JobEnv<'_>,
+    (n, i): (&Node, usize),
+    d: Extracted,
+    sha: &str,
+    heads: &[String],
+) -> Result<Committed, TunerError> {
+    let (extract, resumed) = match d {
+        Extracted::Done(extract, resumed) => (extract, resumed),
+        Extracted::Switched => (pb::ExtractBackboneDone::default(), 0),
+        Extracted::Lost { reason, moved } => return Ok(Committed::Lost { reason, moved }),
+    };
+    let reply = commit(env, n, sha, heads).await?;
+    env.progress.node(i, 1, 1);
+    Ok(Committed::Yes(extract, resumed, reply))
 }
 
 /// After the commits: every node re-labels its photos for each carried task (its new head over

@@ -6,7 +6,9 @@
 //! together. A task whose head cannot be carried (its gate fails, or it cannot train) stops the
 //! rollout before anything is committed, saying which task and why, unless the rollout is forced:
 //! then such a task is left without a head (no labels) until it is fine-tuned again. The
-//! general task needs nothing: it is the new backbone's own classifier.
+//! general task needs nothing: it is the new backbone's own classifier. A rollout resumed after
+//! a Tuner restart that had recorded its carried heads already (it was committing) takes them
+//! as they are, without training them again.
 
 use std::sync::Arc;
 
@@ -19,6 +21,7 @@ use crate::control::JobEnv;
 use crate::deploy::{first_refusal, stage_request};
 use crate::finetune::{self, Target};
 use crate::nodes::Members;
+use crate::rollout::RolloutOptions;
 use crate::{FinetuneRequest, Head, TunerError};
 
 /// What became of one task in a rollout.
@@ -48,24 +51,30 @@ pub(crate) struct Carried {
 
 /// Retrains every custom task's head on `backbone`'s features (of `dim` values) and stages the
 /// heads that pass their gate on every member; fails with [`TunerError::TasksNotCarried`] when a
-/// task cannot be carried and the rollout is not `force`d.
+/// task cannot be carried and the rollout is not `force`d. A `resumed` rollout takes the heads
+/// it carried before the restart as they are.
 pub(crate) async fn carry(
     env: &JobEnv<'_>,
     members: &Members,
     (backbone, dim): (&BackboneFiles, usize),
     replicas: Option<&Arc<dyn ReplicaCatalog>>,
-    force: bool,
+    options: RolloutOptions,
 ) -> Result<Carried, TunerError> {
-    let tasks: Vec<ModelVersion> = env
+    let (tasks, on_it): (Vec<ModelVersion>, Vec<ModelVersion>) = env
         .registry
         .active_all()?
         .into_iter()
-        .filter(|v| !v.task.is_general() && v.backbone != backbone.sha256)
-        .collect();
+        .filter(|v| !v.task.is_general())
+        .partition(|v| v.backbone != backbone.sha256);
     let mut carried = Carried {
         heads: Vec::new(),
         tasks: Vec::new(),
     };
+    if options.resumed {
+        for version in on_it {
+            carried_before(env, &mut carried, version)?;
+        }
+    }
     for old in tasks {
         let (line, head) = retrain(env, members, (backbone, dim), replicas, &old).await;
         if let Some(head) = head {
@@ -79,11 +88,36 @@ pub(crate) async fn carry(
         .filter(|t| !t.carried)
         .map(|t| format!("task {}: {}", t.task, t.reason.as_deref().unwrap_or("")))
         .collect();
-    if !refused.is_empty() && !force {
+    if !refused.is_empty() && !options.force {
         return Err(TunerError::TasksNotCarried(refused.join("; ")));
     }
     stage(members, &carried.heads).await?;
     Ok(carried)
+}
+
+/// Adds `version`, a head on the new backbone that a rollout carried and recorded before the
+/// Tuner restarted, to `carried` as it is.
+fn carried_before(
+    env: &JobEnv<'_>,
+    carried: &mut Carried,
+    version: ModelVersion,
+) -> Result<(), TunerError> {
+    let mut line = TaskCarry {
+        task: version.task.to_string(),
+        from: version.parent.clone().unwrap_or_else(|| version.id.clone()),
+        version: Some(version.id.clone()),
+        ..TaskCarry::default()
+    };
+    match env.registry.head(&version.id)? {
+        Some(head) => {
+            info!(task = %version.task, version = %version.id, "the task's head was carried before the Tuner restarted");
+            line.carried = true;
+            carried.heads.push((version, head));
+        }
+        None => line.reason = Some("its new head was not recorded".into()),
+    }
+    carried.tasks.push(line);
+    Ok(())
 }
 
 /// Trains `old`'s task again on the new backbone's features; the task's line, and the new

@@ -34,7 +34,8 @@ pub struct Tuner {
 
 impl Tuner {
     /// Opens the registry in `config.data` (creating it; a job that was running when the Tuner
-    /// stopped is marked failed), loads `config.model_dir`'s backbone when set (with
+    /// stopped is resumed from its checkpoints, or failed with the reason it cannot be: see
+    /// `resume.rs`; resuming needs a Tokio runtime), loads `config.model_dir`'s backbone when set (with
     /// `config.intra_threads`), and reads the bearer token (`config.token`, else the first line
     /// of `config.token_file`). Nodes registered before are known again; their leases say
     /// whether they are live.
@@ -57,8 +58,11 @@ impl Tuner {
                     as Arc<dyn InferenceBackend>),
                 None => None,
             };
+        let (core, unfinished) = Core::open(config, backbone)?;
+        let core = Arc::new(core);
+        core.resume(unfinished)?;
         Ok(Tuner {
-            core: Arc::new(Core::open(config, backbone)?),
+            core,
             token,
             backbone_upload_limit: upload_limit(config.max_backbone_bytes),
         })

@@ -295,6 +295,11 @@ pub(crate) struct TunerFlags {
     #[arg(long, env = "NDPIPE_REPAIR_STALL_MS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) repair_stall_ms: Option<u64>,
+    /// A rollout commits its nodes one after another, this many ms apart (0: all at once)
+    /// [rollout_commit_interval_ms; default: 0].
+    #[arg(long, env = "NDPIPE_ROLLOUT_COMMIT_INTERVAL_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rollout_commit_interval_ms: Option<u64>,
     /// A fine-tuned version deploys only when its validation top-1 is at most this far (a
     /// share: 0.01 is one point) below its parent's on the same photos; otherwise it stays a
     /// candidate [deploy_margin; default: 0.01].

@@ -1,6 +1,6 @@
 //! The cluster's control plane with real processes: a stalled PipeStore fails the job by name
-//! within the node timeout, a Tuner restart needs no PipeStore restart (and fails the job it
-//! interrupted), a node gone for good is left out and removed, a client going away does not
+//! within the node timeout, a Tuner restart needs no PipeStore restart (and fails the fine-tune
+//! it interrupted, with the reason), a node gone for good is left out and removed, a client going away does not
 //! cancel a job, a node that missed a commit ends on the active version, and without the
 //! cluster secret no gRPC method answers. Assertions are on outcomes; time limits are hang
 //! guards only.
@@ -106,12 +106,18 @@ async fn a_tuner_restart_fails_the_job_it_interrupted_and_needs_no_pipestore_res
     tuner.restart();
 
     let job = tuner.get(&format!("/v1/tuner/jobs/{id}")).await;
-    assert_eq!(job["phase"], "failed", "{job}");
+    assert_eq!(
+        (&job["phase"], &job["resumed"]),
+        (&"failed".into(), &1.into()),
+        "{job}"
+    );
     assert_eq!(
         (&job["error"]["kind"], &job["error"]["message"]),
         (
             &serde_json::json!("interrupted"),
-            &serde_json::json!("the Tuner restarted")
+            &serde_json::json!(
+                "the Tuner restarted while the fine-tune's features were in memory; start it again"
+            )
         ),
         "{job}"
     );

@@ -41,6 +41,8 @@
 //!   down.
 //! - `console_train`: the console's Label & train, Models and Duplicates pages in a real
 //!   browser: label, fine-tune watched live, deploy; a duplicates group, one deleted.
+//! - `tuner_restart`: a standalone Tuner on PostgreSQL killed mid-fine-tune (the job fails with
+//!   its reason) and mid-rollout (the job resumes and every node ends on the new backbone).
 //! - `s3_races`: conditional PUTs racing through two PipeStores' S3 APIs: one winner each.
 
 mod api;
@@ -75,3 +77,4 @@ mod tasks;
 mod tasks_rollout;
 mod tls;
 mod tuner;
+mod tuner_restart;
