@@ -11,6 +11,16 @@ pub enum CatalogError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The database did not answer in time, or the connection to it was lost: the caller may
+    /// try again later (HTTP 503 `catalog_unavailable`).
+    #[error("the catalog database is unavailable during {op}: {source}")]
+    Unavailable {
+        /// What the catalog was doing.
+        op: &'static str,
+        /// The driver's or the pool's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A referenced row does not exist.
     #[error("{what} not found")]
     NotFound {

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ndpipe_catalog::{
-    CatalogError, GroundTruth, PhotoCopies, PhotoMeta, PhotoRecord, PlacementNode, Prediction,
-    ReplicaCatalog, TaskName,
+    GroundTruth, PhotoCopies, PhotoMeta, PhotoRecord, PlacementNode, Prediction, ReplicaCatalog,
+    TaskName,
 };
 use ndpipe_proto::pb;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
@@ -106,7 +106,10 @@ impl FrontDoor {
             return Ok(nodes.clone());
         }
         let catalog = self.catalog.clone();
-        let nodes = tokio::task::spawn_blocking(move || catalog.placement_nodes()).await??;
+        let nodes = crate::catalog_deadline::catalog::<_, ReplicationError>(move || {
+            catalog.placement_nodes()
+        })
+        .await?;
         *lock(&self.nodes) = Some((Instant::now(), nodes.clone()));
         Ok(nodes)
     }
@@ -115,7 +118,10 @@ impl FrontDoor {
     /// free-space reserve), from a fresh read of the catalog.
     pub(crate) async fn nodes_taking_photos(&self) -> Result<usize, ReplicationError> {
         let catalog = self.catalog.clone();
-        let nodes = tokio::task::spawn_blocking(move || catalog.placement_nodes()).await??;
+        let nodes = crate::catalog_deadline::catalog::<_, ReplicationError>(move || {
+            catalog.placement_nodes()
+        })
+        .await?;
         Ok(nodes.iter().filter(|n| placement::eligible(n)).count())
     }
 
@@ -213,7 +219,7 @@ impl FrontDoor {
     /// Photo `id`'s catalog row and holders; `None` when it is deleted or was never catalogued.
     pub(crate) async fn copies_of(&self, id: u64) -> Result<Option<PhotoCopies>, ReplicationError> {
         let catalog = self.catalog.clone();
-        Ok(tokio::task::spawn_blocking(move || catalog.copies(id)).await??)
+        crate::catalog_deadline::catalog::<_, ReplicationError>(move || catalog.copies(id)).await
     }
 
     /// Photo `id`'s labels by model version, from whichever node's row it is, and the versions
@@ -223,16 +229,16 @@ impl FrontDoor {
         id: u64,
     ) -> Result<Option<ClusterLabels>, ReplicationError> {
         let catalog = self.catalog.clone();
-        Ok(
-            tokio::task::spawn_blocking(move || match catalog.copies(id)? {
+        crate::catalog_deadline::catalog::<_, ReplicationError>(move || {
+            match catalog.copies(id)? {
                 Some(_) => Ok(Some((
                     catalog.cluster_predictions(id)?,
                     catalog.primary_active_versions(id)?,
                 ))),
-                None => Ok::<_, CatalogError>(None),
-            })
-            .await??,
-        )
+                None => Ok(None),
+            }
+        })
+        .await
     }
 
     /// Photo `id`'s labels under the versions active on its primary, per task, best first
@@ -242,7 +248,10 @@ impl FrontDoor {
         id: u64,
     ) -> Result<Vec<(TaskName, Vec<Prediction>)>, ReplicationError> {
         let catalog = self.catalog.clone();
-        Ok(tokio::task::spawn_blocking(move || catalog.cluster_active_predictions(id)).await??)
+        crate::catalog_deadline::catalog::<_, ReplicationError>(move || {
+            catalog.cluster_active_predictions(id)
+        })
+        .await
     }
 
     /// Up to `limit` photos of the whole cluster after `after`, with their holders.
@@ -253,7 +262,10 @@ impl FrontDoor {
     ) -> Result<Vec<PhotoCopies>, ReplicationError> {
         let catalog = self.catalog.clone();
         let limit = u32::try_from(limit).unwrap_or(u32::MAX);
-        Ok(tokio::task::spawn_blocking(move || catalog.list_cluster(after, limit)).await??)
+        crate::catalog_deadline::catalog::<_, ReplicationError>(move || {
+            catalog.list_cluster(after, limit)
+        })
+        .await
     }
 
     /// Photo `id`'s original from the first holder whose copy is intact. `None` when no such
@@ -306,7 +318,8 @@ impl FrontDoor {
             return Ok(None);
         };
         let catalog = self.catalog.clone();
-        tokio::task::spawn_blocking(move || catalog.add_tombstone(id)).await??;
+        crate::catalog_deadline::catalog::<_, ReplicationError>(move || catalog.add_tombstone(id))
+            .await?;
         let nodes = self.placement_nodes().await?;
         for holder in &copies.holders {
             if Some(holder) == self.here.as_ref() {
@@ -328,15 +341,16 @@ impl FrontDoor {
     pub(crate) async fn status(&self) -> Result<ClusterStatus, ReplicationError> {
         let catalog = self.catalog.clone();
         let wanted = self.config.replicas;
-        let (nodes, overview, counts, files) = tokio::task::spawn_blocking(move || {
-            Ok::<_, CatalogError>((
-                catalog.placement_nodes()?,
-                catalog.node_overview()?,
-                catalog.replication_counts(wanted)?,
-                catalog.blob_counts(wanted)?,
-            ))
-        })
-        .await??;
+        let (nodes, overview, counts, files) =
+            crate::catalog_deadline::catalog::<_, ReplicationError>(move || {
+                Ok((
+                    catalog.placement_nodes()?,
+                    catalog.node_overview()?,
+                    catalog.replication_counts(wanted)?,
+                    catalog.blob_counts(wanted)?,
+                ))
+            })
+            .await?;
         let m = &self.metrics.replication;
         Ok(ClusterStatus {
             replicas: wanted,
