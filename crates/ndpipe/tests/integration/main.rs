@@ -4,6 +4,9 @@
 //! - `durability`: kill -9, torn tails, a lost index, corruption, compaction.
 //! - `disk`: a full disk (a tmpfs the test mounts): 507 below the reserve, nothing lost, start
 //!   read-only, uploads again once space returns.
+//! - `catalog_outage`: a PostgreSQL catalog frozen (SIGSTOP), thawed and stopped under a store
+//!   with access keys: reads by id, `/healthz` and `/metrics` served, the rest 503
+//!   `catalog_unavailable` within its deadline, recovery without a restart.
 //! - `cli`: the import and photos commands.
 //! - `duplicates`: the same bytes again per `--exact-duplicates`, edited copies grouped as near
 //!   duplicates with their original as keeper, `ndpipe photos duplicates`.
@@ -46,6 +49,7 @@
 mod api;
 mod bad_input;
 mod cache;
+mod catalog_outage;
 mod cli;
 mod cluster;
 mod common;
