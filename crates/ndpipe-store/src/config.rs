@@ -171,8 +171,12 @@ pub struct Config {
     pub rebalance_moves_per_round: u32,
     /// Photos a node's rebalancing looks at per round (one catalog page). At least 1.
     pub rebalance_page_photos: u32,
-    /// Deadline of each call to another node for a copy, in ms.
+    /// Deadline of each call to another node (an upload forwarded to its primary), in ms.
     pub peer_timeout_ms: u64,
+    /// Deadline of a copy sent to another node, and of the check that an upload's primary is
+    /// alive, in ms: a node that does not answer within it is passed over for the next node
+    /// of the photo's placement.
+    pub copy_timeout_ms: u64,
     /// Where each backbone's similarity index is saved (default: `DATA/index`).
     pub similar_index_dir: Option<PathBuf>,
     /// How often a changed similarity index is saved, in ms (and at a clean stop; after a
@@ -372,6 +376,7 @@ impl Default for Config {
             rebalance_moves_per_round: 32,
             rebalance_page_photos: 256,
             peer_timeout_ms: 30_000,
+            copy_timeout_ms: 3_000,
             similar_index_dir: None,
             similar_save_interval_ms: 60_000,
             similar_timeout_ms: 2_000,
@@ -460,6 +465,9 @@ pub struct GatewayConfig {
     pub max_uploads_per_client: usize,
     /// Deadline of each call to a PipeStore (an upload's ingest and copies included), in ms.
     pub peer_timeout_ms: u64,
+    /// Deadline of the check that an upload's primary is alive, in ms: a PipeStore that does
+    /// not answer within it is passed over for the next node of the photo's placement.
+    pub copy_timeout_ms: u64,
     /// Deadline of a similarity query, in ms: PipeStores that have not answered by then are
     /// named in a partial answer.
     pub similar_timeout_ms: u64,
@@ -551,6 +559,7 @@ impl Default for GatewayConfig {
             max_upload_bytes: store.max_upload_bytes,
             max_uploads_per_client: store.max_uploads_per_client,
             peer_timeout_ms: store.peer_timeout_ms,
+            copy_timeout_ms: store.copy_timeout_ms,
             similar_timeout_ms: store.similar_timeout_ms,
             similar_default_k: store.similar_default_k,
             similar_max_k: store.similar_max_k,

@@ -120,7 +120,7 @@ impl Gateway {
             (secret, tls),
             FrontDoorConfig::new(
                 config.replicas,
-                config.peer_timeout_ms,
+                (config.peer_timeout_ms, config.copy_timeout_ms),
                 config.max_upload_bytes,
             ),
         );

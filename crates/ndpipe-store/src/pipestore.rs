@@ -357,7 +357,7 @@ async fn start_replication(config: &Config, parts: ReplicationParts) -> Result<R
         parts,
         FrontDoorConfig::new(
             config.replicas(),
-            config.peer_timeout_ms,
+            (config.peer_timeout_ms, config.copy_timeout_ms),
             config.max_upload_bytes,
         ),
         RepairConfig {

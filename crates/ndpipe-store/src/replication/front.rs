@@ -18,6 +18,7 @@ use ndpipe_util::sync::lock;
 use sha2::{Digest, Sha256};
 
 use super::copies::{intact, meta_from_json};
+use super::detour::{self, Health};
 use super::peers::Peers;
 use super::{ReplicationError, placement};
 use crate::duplicates::ExactDuplicates;
@@ -34,16 +35,25 @@ pub(crate) struct FrontDoorConfig {
     pub(crate) replicas: u32,
     /// Deadline of each call to a node.
     pub(crate) peer_timeout: Duration,
+    /// Deadline of a copy, and of the check that a primary is alive, before the upload goes
+    /// to the next node of its placement.
+    pub(crate) copy_timeout: Duration,
     /// Largest message between nodes: the largest upload, with room for its tensor.
     pub(crate) max_message: usize,
 }
 
 impl FrontDoorConfig {
-    /// `replicas` copies, calls within `peer_timeout_ms`, uploads up to `max_upload_bytes`.
-    pub(crate) fn new(replicas: u32, peer_timeout_ms: u64, max_upload_bytes: usize) -> Self {
+    /// `replicas` copies, calls within `peer_timeout_ms` (copies within `copy_timeout_ms`),
+    /// uploads up to `max_upload_bytes`.
+    pub(crate) fn new(
+        replicas: u32,
+        (peer_timeout_ms, copy_timeout_ms): (u64, u64),
+        max_upload_bytes: usize,
+    ) -> Self {
         FrontDoorConfig {
             replicas,
             peer_timeout: Duration::from_millis(peer_timeout_ms.max(1)),
+            copy_timeout: Duration::from_millis(copy_timeout_ms.max(1)),
             // The tensor of a photo is at most 3 x 224 x 224 f32 values (600 KiB) before
             // compression; the rest is metadata.
             max_message: max_upload_bytes.saturating_add(4 << 20),
@@ -62,6 +72,8 @@ pub(crate) struct FrontDoor {
     pub(super) catalog: Arc<dyn ReplicaCatalog>,
     pub(super) peers: Peers,
     pub(super) metrics: Arc<StoreMetrics>,
+    /// The nodes that failed calls lately, passed over by placement.
+    pub(super) health: Health,
     nodes: Mutex<Option<(Instant, Vec<PlacementNode>)>>,
     /// The exact-duplicate check of uploads (on the whole cluster's photos).
     exact: ExactCheck,
@@ -80,7 +92,13 @@ impl FrontDoor {
         FrontDoor {
             exact,
             here,
-            peers: Peers::new(secret, tls, config.peer_timeout, config.max_message),
+            peers: Peers::new(
+                (secret, tls),
+                config.peer_timeout,
+                config.copy_timeout,
+                config.max_message,
+            ),
+            health: Health::default(),
             config,
             catalog,
             metrics,
@@ -130,30 +148,43 @@ impl FrontDoor {
         self.config.replicas
     }
 
-    /// Where an upload goes: its primary, and the other nodes it is copied to.
+    /// Where an upload goes: its primary (the first node of its placement that answers), and
+    /// the nodes after it that it is copied to; nodes that failed calls lately are passed
+    /// over ([`detour`](super::detour)).
     pub(super) async fn place(
         &self,
         bytes: &[u8],
     ) -> Result<(PlacementNode, Vec<pb::Peer>), ReplicationError> {
-        let nodes = self.placement_nodes().await?;
-        let wanted = self.config.replicas;
+        let wanted = self.config.replicas as usize;
         let key = placement::key_of(&hex::encode(Sha256::digest(bytes)));
-        let mut chosen = placement::place(key, &nodes, wanted as usize);
-        if chosen.len() < wanted as usize || chosen.is_empty() {
+        let mut chosen = self.order(key).await?;
+        let mut primary_at = None;
+        for (i, node) in chosen.iter().enumerate() {
+            if chosen.len() - i < wanted {
+                break;
+            }
+            if self.here.as_ref() == Some(&node.name) || self.alive(node).await {
+                primary_at = Some(i);
+                break;
+            }
+        }
+        let Some(at) = primary_at.filter(|_| wanted > 0) else {
             return Err(ReplicationError::NotEnoughNodes {
-                wanted,
+                wanted: self.config.replicas,
                 live: chosen.len(),
             });
-        }
-        let primary = chosen.remove(0);
-        let copies = chosen
-            .into_iter()
-            .map(|n| pb::Peer {
-                name: n.name,
-                url: n.url,
-            })
-            .collect();
-        Ok((primary, copies))
+        };
+        let primary = chosen.remove(at);
+        chosen.truncate(at + wanted - 1);
+        chosen.drain(..at);
+        Ok((primary, chosen.into_iter().map(peer_of).collect()))
+    }
+
+    /// The nodes placement may choose for the photo with `key`, best first, suspects last.
+    pub(super) async fn order(&self, key: u64) -> Result<Vec<PlacementNode>, ReplicationError> {
+        let nodes = self.placement_nodes().await?;
+        let wanted = self.config.replicas as usize;
+        Ok(detour::order(key, &nodes, &self.health, wanted))
     }
 
     /// Stores an upload on `replicas` nodes: ingested by the primary, copied to the others, and
@@ -175,14 +206,24 @@ impl FrontDoor {
         &self.exact
     }
 
-    /// Places an upload and has its primary ingest it.
+    /// Places an upload and has its primary ingest it; a primary that cannot be reached
+    /// (nothing stored) is passed over once for the next node of the placement.
     async fn place_and_forward(
         &self,
         bytes: bytes::Bytes,
         truth: Option<GroundTruth>,
     ) -> Result<PhotoRecord, ReplicationError> {
         let (primary, copies) = self.place(&bytes).await?;
-        self.forward(&primary, copies, bytes, truth).await
+        match self
+            .forward(&primary, copies, bytes.clone(), truth.clone())
+            .await
+        {
+            Err(ReplicationError::Remote(s)) if s.code() == tonic::Code::Unavailable => {
+                let (primary, copies) = self.place(&bytes).await?;
+                self.forward(&primary, copies, bytes, truth).await
+            }
+            done => done,
+        }
     }
 
     /// Has `primary` ingest an upload and copy it to `copies` (`Replication/Ingest`).
@@ -204,11 +245,18 @@ impl FrontDoor {
             copies,
             task,
         };
-        let reply = self
-            .peers
-            .ingest(&primary.url, req)
-            .await
-            .map_err(ReplicationError::Remote)?;
+        let reply = match self.peers.ingest(&primary.url, req).await {
+            Ok(reply) => {
+                self.health.answered(&primary.name);
+                reply
+            }
+            Err(status) => {
+                if detour::unreachable(&status) {
+                    self.health.failed(&primary.name);
+                }
+                return Err(ReplicationError::Remote(status));
+            }
+        };
         let meta = meta_from_json(&reply.meta_json).map_err(|reason| ReplicationError::Peer {
             url: primary.url.clone(),
             reason,
@@ -432,4 +480,12 @@ pub(crate) struct NodeStatus {
     last_seen_ms: Option<i64>,
     /// The photos it holds a copy of.
     photos: Option<u64>,
+}
+
+/// A node as the peer a primary copies to.
+pub(super) fn peer_of(node: PlacementNode) -> pb::Peer {
+    pb::Peer {
+        name: node.name,
+        url: node.url,
+    }
 }

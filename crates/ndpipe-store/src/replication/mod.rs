@@ -17,6 +17,7 @@
 mod blob_upkeep;
 mod blobs;
 mod copies;
+mod detour;
 mod front;
 mod metrics;
 mod peers;

@@ -198,11 +198,17 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_REBALANCE_PAGE_PHOTOS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) rebalance_page_photos: Option<u32>,
-    /// Deadline of each call to another node for a copy, in ms [peer_timeout_ms; default:
-    /// 30000].
+    /// Deadline of each call to another node (an upload forwarded to its primary), in ms
+    /// [peer_timeout_ms; default: 30000].
     #[arg(long, env = "NDPIPE_PEER_TIMEOUT_MS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) peer_timeout_ms: Option<u64>,
+    /// Deadline of a copy to another node and of the check that an upload's primary is
+    /// alive, in ms; a node that misses it is passed over for the next node of the placement
+    /// [copy_timeout_ms; default: 3000].
+    #[arg(long, env = "NDPIPE_COPY_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) copy_timeout_ms: Option<u64>,
     /// Testing only: damage the first N feature chunks sent to the Tuner
     /// [fault_corrupt_chunks].
     #[arg(long, hide = true)]
@@ -361,6 +367,12 @@ pub(crate) struct GatewayFlags {
     #[arg(long, env = "NDPIPE_PEER_TIMEOUT_MS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) peer_timeout_ms: Option<u64>,
+    /// Deadline of the check that an upload's primary is alive, in ms; a PipeStore that
+    /// misses it is passed over for the next node of the placement [copy_timeout_ms; default:
+    /// 3000].
+    #[arg(long, env = "NDPIPE_COPY_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) copy_timeout_ms: Option<u64>,
     #[command(flatten)]
     #[serde(flatten)]
     pub(crate) similar: SimilarFlags,
