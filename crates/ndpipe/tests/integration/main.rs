@@ -22,6 +22,8 @@
 //! - `limits`: stalled headers and bodies cut off, connections over the cap closed.
 //! - `postgres`: a Tuner and three PipeStores on one PostgreSQL catalog: cluster-wide ids,
 //!   search and versions.
+//! - `detour`: uploads around a SIGSTOPped, then killed PipeStore (two copies each, within the
+//!   copy deadline), and rebalancing back onto it after its restart.
 //! - `replication`: three PipeStores with two copies of each photo: placement, a node killed
 //!   during uploads, repair after its removal, a delete while a node is away, a flipped byte.
 //! - `replicated_finetune`: a fine-tune on that cluster losing a node mid-extraction goes on,
@@ -56,6 +58,7 @@ mod common;
 mod config;
 mod console;
 mod console_train;
+mod detour;
 mod disk;
 mod duplicates;
 mod durability;
