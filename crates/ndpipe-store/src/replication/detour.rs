@@ -4,6 +4,11 @@
 //! answered lately, a cheap call within the copy deadline checks that it is alive, so that a
 //! hung primary costs an upload the copy deadline rather than the whole peer deadline.
 //!
+//! A node whose lease ran out only because the lease could not be renewed (the catalog was
+//! away) still counts when it answers: while fewer nodes than copies wanted are live, the
+//! front door asks the others within the copy deadline, so uploads do not fail in a burst of
+//! `insufficient_replicas` after a catalog outage until every lease is renewed.
+//!
 //! Where the copies went is recorded as they are made (`add_copy` on the receiver), so a
 //! photo placed around a node is an ordinary photo whose holders are not its rendezvous-first
 //! nodes: once that node is back, rebalancing (`rebalance.rs`) copies the photo to it and
@@ -19,7 +24,7 @@ use tonic::Code;
 use tracing::warn;
 
 use super::front::FrontDoor;
-use super::placement;
+use super::{ReplicationError, placement};
 
 /// How long a node that failed a call is passed over.
 const SUSPECT_FOR: Duration = Duration::from_secs(10);
@@ -88,6 +93,20 @@ pub(crate) fn order(
 }
 
 impl FrontDoor {
+    /// The nodes placement may choose for the photo with `key`, best first, suspects last;
+    /// while fewer are live than copies wanted, the active nodes whose lease ran out count
+    /// too when they answer ([`FrontDoor::alive`]).
+    pub(super) async fn order(&self, key: u64) -> Result<Vec<PlacementNode>, ReplicationError> {
+        let mut nodes = self.placement_nodes().await?;
+        let wanted = self.config.replicas as usize;
+        if nodes.iter().filter(|n| placement::eligible(n)).count() < wanted {
+            for node in nodes.iter_mut().filter(|n| !n.live && n.active) {
+                node.live = !self.health.suspect(&node.name) && self.alive(node).await;
+            }
+        }
+        Ok(order(key, &nodes, &self.health, wanted))
+    }
+
     /// Whether `node` answers within the copy deadline: at once when it answered lately,
     /// else after a cheap call (a lookup of photo 0, which no node holds). A node that does
     /// not is a suspect.

@@ -180,13 +180,6 @@ impl FrontDoor {
         Ok((primary, chosen.into_iter().map(peer_of).collect()))
     }
 
-    /// The nodes placement may choose for the photo with `key`, best first, suspects last.
-    pub(super) async fn order(&self, key: u64) -> Result<Vec<PlacementNode>, ReplicationError> {
-        let nodes = self.placement_nodes().await?;
-        let wanted = self.config.replicas as usize;
-        Ok(detour::order(key, &nodes, &self.health, wanted))
-    }
-
     /// Stores an upload on `replicas` nodes: ingested by the primary, copied to the others, and
     /// catalogued once every copy is durable; bytes the cluster already has are answered as
     /// `mode` says, before anything is sent.
