@@ -67,12 +67,20 @@ impl Health {
 }
 
 /// Whether a failed call says that the node is out of reach (no connection, no answer in
-/// time) rather than that it refused the request: only then is a copy placed elsewhere.
+/// time, a connection broken mid-call, which the transport reports as `UNKNOWN`) rather than
+/// that it refused the request: only then is a copy placed elsewhere.
 pub(crate) fn unreachable(status: &tonic::Status) -> bool {
     matches!(
         status.code(),
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
     )
+}
+
+/// Whether an upload forwarded to a primary that failed with `status` may go to another
+/// primary: the primary was out of reach, and not merely slow (a primary past its deadline
+/// may still finish the upload, which would then be stored twice).
+pub(crate) fn forward_again(status: &tonic::Status) -> bool {
+    unreachable(status) && status.code() != Code::DeadlineExceeded
 }
 
 /// The nodes placement may choose for the photo with `key`, best first, the suspects left out
@@ -99,7 +107,8 @@ impl FrontDoor {
     pub(super) async fn order(&self, key: u64) -> Result<Vec<PlacementNode>, ReplicationError> {
         let mut nodes = self.placement_nodes().await?;
         let wanted = self.config.replicas as usize;
-        if nodes.iter().filter(|n| placement::eligible(n)).count() < wanted {
+        let trusted = |n: &&PlacementNode| placement::eligible(n) && !self.health.suspect(&n.name);
+        if nodes.iter().filter(trusted).count() < wanted {
             for node in nodes.iter_mut().filter(|n| !n.live && n.active) {
                 node.live = !self.health.suspect(&node.name) && self.alive(node).await;
             }
@@ -165,6 +174,8 @@ mod tests {
     fn only_unreachable_nodes_are_passed_over() {
         assert!(unreachable(&tonic::Status::unavailable("refused")));
         assert!(unreachable(&tonic::Status::deadline_exceeded("slow")));
+        assert!(forward_again(&tonic::Status::unknown("transport error")));
+        assert!(!forward_again(&tonic::Status::deadline_exceeded("slow")));
         assert!(!unreachable(&tonic::Status::invalid_argument("bad")));
         assert!(!unreachable(&tonic::Status::resource_exhausted("full")));
     }

@@ -157,27 +157,43 @@ impl FrontDoor {
     ) -> Result<(PlacementNode, Vec<pb::Peer>), ReplicationError> {
         let wanted = self.config.replicas as usize;
         let key = placement::key_of(&hex::encode(Sha256::digest(bytes)));
-        let mut chosen = self.order(key).await?;
-        let mut primary_at = None;
-        for (i, node) in chosen.iter().enumerate() {
-            if chosen.len() - i < wanted {
-                break;
-            }
-            if self.here.as_ref() == Some(&node.name) || self.alive(node).await {
-                primary_at = Some(i);
-                break;
-            }
-        }
-        let Some(at) = primary_at.filter(|_| wanted > 0) else {
-            return Err(ReplicationError::NotEnoughNodes {
-                wanted: self.config.replicas,
-                live: chosen.len(),
-            });
+        // Once more when a node did not answer: the order then passes over it, and counts
+        // nodes whose lease ran out if they answer.
+        let (mut chosen, at) = match self.primary_of(key, wanted).await? {
+            (chosen, Some(at)) => (chosen, at),
+            (_, None) => match self.primary_of(key, wanted).await? {
+                (chosen, Some(at)) => (chosen, at),
+                (chosen, None) => {
+                    return Err(ReplicationError::NotEnoughNodes {
+                        wanted: self.config.replicas,
+                        live: chosen.len(),
+                    });
+                }
+            },
         };
         let primary = chosen.remove(at);
         chosen.truncate(at + wanted - 1);
         chosen.drain(..at);
         Ok((primary, chosen.into_iter().map(peer_of).collect()))
+    }
+
+    /// The placement order of the photo with `key`, and where in it the primary is: the first
+    /// node that answers with enough nodes after it for the copies (`None`: none).
+    async fn primary_of(
+        &self,
+        key: u64,
+        wanted: usize,
+    ) -> Result<(Vec<PlacementNode>, Option<usize>), ReplicationError> {
+        let chosen = self.order(key).await?;
+        for (i, node) in chosen.iter().enumerate() {
+            if wanted == 0 || chosen.len() - i < wanted {
+                break;
+            }
+            if self.here.as_ref() == Some(&node.name) || self.alive(node).await {
+                return Ok((chosen, Some(i)));
+            }
+        }
+        Ok((chosen, None))
     }
 
     /// Stores an upload on `replicas` nodes: ingested by the primary, copied to the others, and
@@ -211,7 +227,7 @@ impl FrontDoor {
             .forward(&primary, copies, bytes.clone(), truth.clone())
             .await
         {
-            Err(ReplicationError::Remote(s)) if s.code() == tonic::Code::Unavailable => {
+            Err(ReplicationError::Remote(s)) if detour::forward_again(&s) => {
                 let (primary, copies) = self.place(&bytes).await?;
                 self.forward(&primary, copies, bytes, truth).await
             }
