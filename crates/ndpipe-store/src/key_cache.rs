@@ -1,12 +1,15 @@
 //! The access keys in memory, so that an authorised call needs no catalog query: a snapshot of
-//! every key, reloaded from the catalog by a thread of its own every `refresh` (a key created
-//! or revoked on another node counts here within that time), and updated at once by this
-//! process's own creations and deletions.
+//! every key, reloaded from the catalog by a thread of its own every `refresh` (a key revoked
+//! on another node counts here within that time; whether any key exists, which opens or
+//! closes an open store, too), and updated at once by this process's own creations and
+//! deletions. A secret or access key the snapshot does not know is looked up in the catalog
+//! (a key just made on another node works at once; an unknown one costs a query, as every
+//! call did before).
 //!
-//! While the catalog does not answer, the last snapshot stays in use (reads go on through an
-//! outage; a key revoked elsewhere in that time counts here once the catalog answers again).
-//! Before the first snapshot loads (the catalog was down at start), each call asks the
-//! catalog, as without a cache.
+//! While the catalog does not answer, the last snapshot stays in use (reads with known keys
+//! go on through an outage; a key revoked elsewhere in that time counts here once the catalog
+//! answers again; an unknown key is a catalog error). Before the first snapshot loads (the
+//! catalog was down at start), each call asks the catalog, as without a cache.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
@@ -112,9 +115,12 @@ impl KeyCache {
 
     /// The key whose secret has the hex SHA-256 `hash`.
     pub(crate) fn by_secret(&self, hash: &str) -> Result<Option<AccessKeyRecord>, CatalogError> {
-        match &*read(&self.shared.snapshot) {
-            Some(s) => Ok(s.by_hash.get(hash).cloned()),
-            None => self.shared.catalog.key_by_secret(hash),
+        let known = read(&self.shared.snapshot)
+            .as_ref()
+            .and_then(|s| s.by_hash.get(hash).cloned());
+        match known {
+            Some(key) => Ok(Some(key)),
+            None => self.remember(self.shared.catalog.key_by_secret(hash)?),
         }
     }
 
@@ -123,14 +129,27 @@ impl KeyCache {
         &self,
         access_key: &str,
     ) -> Result<Option<AccessKeyRecord>, CatalogError> {
-        match &*read(&self.shared.snapshot) {
-            Some(s) => Ok(s
-                .by_access_key
+        let known = read(&self.shared.snapshot).as_ref().and_then(|s| {
+            s.by_access_key
                 .get(access_key)
                 .and_then(|hash| s.by_hash.get(hash))
-                .cloned()),
-            None => self.shared.catalog.key(access_key),
+                .cloned()
+        });
+        match known {
+            Some(key) => Ok(Some(key)),
+            None => self.remember(self.shared.catalog.key(access_key)?),
         }
+    }
+
+    /// `found` in the catalog after a miss, kept in the snapshot.
+    fn remember(
+        &self,
+        found: Option<AccessKeyRecord>,
+    ) -> Result<Option<AccessKeyRecord>, CatalogError> {
+        if let Some(key) = &found {
+            self.created(key.clone());
+        }
+        Ok(found)
     }
 
     /// Counts `key`, just created in the catalog, at once.
@@ -259,10 +278,11 @@ mod tests {
         let cache = KeyCache::new(db.clone(), Duration::from_millis(50));
         assert!(!cache.any().unwrap());
         elsewhere.create_key(&record("k", Role::Write)).unwrap();
-        wait_until("the new key is seen", || cache.any().unwrap());
+        // A key the snapshot does not know yet is looked up at once.
         let found = cache.by_secret("hash-of-k").unwrap().unwrap();
         assert_eq!(found.role, Role::Write);
         assert_eq!(cache.by_access_key("AKk").unwrap().unwrap().name, "k");
+        wait_until("the new key counts as existing", || cache.any().unwrap());
         elsewhere.delete_key("k").unwrap();
         wait_until("the revoked key is refused", || {
             cache.by_secret("hash-of-k").unwrap().is_none()
@@ -284,10 +304,16 @@ mod tests {
             cache.by_secret("hash-of-r").unwrap().unwrap().role,
             Role::Read
         );
-        assert!(cache.by_secret("hash-of-x").unwrap().is_none());
+        assert!(
+            matches!(
+                cache.by_secret("hash-of-x"),
+                Err(CatalogError::Unavailable { .. })
+            ),
+            "an unknown key needs the catalog"
+        );
         // This process's own revocation counts at once, catalog or not.
         cache.deleted("r");
-        assert!(cache.by_secret("hash-of-r").unwrap().is_none());
+        assert!(cache.by_secret("hash-of-r").is_err());
         db.down.store(false, Ordering::SeqCst);
         db.inner.delete_key("r").unwrap();
         db.inner.create_key(&record("w", Role::Write)).unwrap();
