@@ -3,7 +3,8 @@
 //! upload through the other two succeeds with two copies, none on the stopped node, and none
 //! waits past the copy deadline (a hang guard well below the peer deadline, which is what an
 //! upload waited before); the same with the node killed; after its restart, rebalancing moves
-//! photos placed around it back onto it.
+//! photos placed around it back onto it. And leases that ran out only because they could not
+//! be renewed (the Tuner stopped) do not stop uploads: the nodes that answer still count.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -97,6 +98,55 @@ async fn detour_on(url: &str) {
     for (id, sum) in &acked {
         let (status, body) = nodes[2].get(&format!("/v1/photos/{id}")).await;
         assert_eq!(status, 200, "photo {id} through the restarted node");
+        assert_eq!(&sha256(&body), sum, "photo {id}");
+    }
+}
+
+#[test]
+fn leases_that_could_not_be_renewed_do_not_stop_uploads() {
+    on_postgres("lapsed", |url| async move { lapsed_on(&url).await });
+}
+
+/// Whether every node `node` lists in `/v1/cluster` has a live lease.
+async fn leases_live(node: &Instance) -> Vec<bool> {
+    let status = node.json("/v1/cluster").await;
+    status["nodes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{status}"))
+        .iter()
+        .map(|n| n["live"].as_bool().unwrap())
+        .collect()
+}
+
+async fn lapsed_on(url: &str) {
+    let tuner = TunerProcess::start_with(&["--catalog", url, "--node-lease-ms", "3000"]);
+    let nodes: Vec<Instance> = ["lp-a", "lp-b", "lp-c"]
+        .iter()
+        .map(|name| replicated_node(url, &tuner, name, &["--copy-timeout-ms", COPY_TIMEOUT_MS]).0)
+        .collect();
+    tuner.wait_for_nodes(3).await;
+    // The Tuner renews no lease while it is stopped, as when it cannot reach the catalog.
+    tuner.signal_stop();
+    let mut polls = 0;
+    while leases_live(&nodes[0]).await.contains(&true) {
+        polls += 1;
+        assert!(polls < POLLS, "the leases never ran out");
+        tokio::time::sleep(POLL).await;
+    }
+    let mut acked = BTreeMap::new();
+    for seed in 0..12u32 {
+        let door = &nodes[seed as usize % 3];
+        let (id, sum) = tokio::time::timeout(GUARD, upload(door, seed))
+            .await
+            .unwrap_or_else(|_| panic!("upload {seed} waited past {GUARD:?}\n{}", door.log()))
+            .unwrap_or_else(|e| panic!("upload {seed} with lapsed leases: {e:?}\n{}", door.log()));
+        assert_eq!(copies(door, id).await.len(), 2, "photo {id}");
+        acked.insert(id, sum);
+    }
+    tuner.signal_cont();
+    for (id, sum) in &acked {
+        let (status, body) = nodes[1].get(&format!("/v1/photos/{id}")).await;
+        assert_eq!(status, 200, "photo {id}");
         assert_eq!(&sha256(&body), sum, "photo {id}");
     }
 }
