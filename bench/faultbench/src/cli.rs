@@ -258,6 +258,13 @@ fn print_crash_table(report: &CrashReport) {
         "| acknowledged photos short of two copies (mode replicated) | {} | 0 |",
         report.short_of_copies
     );
+    if report.uploads_answered > 0 {
+        let share = 100.0 * report.uploads_refused as f64 / report.uploads_answered as f64;
+        println!(
+            "| uploads answered, of those refused (mode replicated) | {}, {} ({share:.2}%) | < 1% |",
+            report.uploads_answered, report.uploads_refused
+        );
+    }
     println!(
         "| restart to /healthz, p50 ms | {} | |",
         percentile(&restarts, 0.5)
@@ -266,6 +273,9 @@ fn print_crash_table(report: &CrashReport) {
         "| restart to /healthz, p99 ms | {} | |",
         percentile(&restarts, 0.99)
     );
+    for r in &report.refusals {
+        println!("refused: {r}");
+    }
     for p in &report.problems {
         println!("problem: {p}");
     }

@@ -121,6 +121,13 @@ pub struct CrashReport {
     /// Mode `replicated`: acknowledged photos with fewer than two copies after the last
     /// restart and a bounded wait (target 0).
     pub short_of_copies: usize,
+    /// Mode `replicated`: uploads that got an HTTP answer (a front door that is down at the
+    /// moment gives none).
+    pub uploads_answered: usize,
+    /// Of those, uploads refused (any answer but 201; target under 1% while two nodes live).
+    pub uploads_refused: usize,
+    /// Mode `replicated`: the refusals by status, error kind and message, with their counts.
+    pub refusals: Vec<String>,
     /// What went wrong, per lost or resurrected photo (the first few).
     pub problems: Vec<String>,
 }
@@ -248,6 +255,9 @@ pub(crate) fn run(
         lost,
         resurrected,
         short_of_copies: 0,
+        uploads_answered: 0,
+        uploads_refused: 0,
+        refusals: Vec::new(),
         problems,
     })
 }

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -53,14 +53,20 @@ pub(crate) fn run(
         e.context(tails.join("\n"))
     })?;
     let acked = Arc::new(Mutex::new(HashMap::new()));
+    let tally = Arc::new(Tally::default());
     let stop = Arc::new(AtomicBool::new(false));
     let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(config.seed);
     let writers: Vec<_> = (0..config.uploaders)
         .map(|w| {
-            let (agent, urls, acked, stop) =
-                (agent.clone(), urls.clone(), acked.clone(), stop.clone());
+            let (agent, urls, acked, stop, tally) = (
+                agent.clone(),
+                urls.clone(),
+                acked.clone(),
+                stop.clone(),
+                tally.clone(),
+            );
             let seed = rng.random::<u64>() ^ w as u64;
-            std::thread::spawn(move || upload_until(&agent, &urls, &acked, &stop, seed))
+            std::thread::spawn(move || upload_until(&agent, &urls, (&acked, &tally), &stop, seed))
         })
         .collect();
     let mut cycles = Vec::new();
@@ -99,6 +105,14 @@ pub(crate) fn run(
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
+    let mut refusals: Vec<String> = tally
+        .kinds
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .map(|(kind, n)| format!("{n} x {kind}"))
+        .collect();
+    refusals.sort();
     let mut problems = Vec::new();
     let short = short_of_copies(&agent, &urls[0], &acked)?;
     for id in short.iter().take(5) {
@@ -126,6 +140,9 @@ pub(crate) fn run(
         kills_during_job: 0,
         unlabelled: 0,
         short_of_copies: short.len(),
+        uploads_answered: tally.answered.load(Ordering::Relaxed),
+        uploads_refused: tally.refused.load(Ordering::Relaxed),
+        refusals,
         problems,
     })
 }
@@ -176,10 +193,19 @@ fn acked_len(acked: &Mutex<HashMap<u64, String>>) -> usize {
 
 /// Uploads through a random node's front door until `stop`, recording each 201 (id to
 /// sha256); a refused upload or a node that is down is simply not acknowledged.
+/// Uploads that got an answer, and of those the refused ones.
+#[derive(Default)]
+struct Tally {
+    answered: AtomicUsize,
+    refused: AtomicUsize,
+    /// Refusals by status and error kind.
+    kinds: Mutex<HashMap<String, usize>>,
+}
+
 fn upload_until(
     agent: &ureq::Agent,
     urls: &[String],
-    acked: &Mutex<HashMap<u64, String>>,
+    (acked, tally): (&Mutex<HashMap<u64, String>>, &Tally),
     stop: &AtomicBool,
     seed: u64,
 ) {
@@ -192,9 +218,36 @@ fn upload_until(
             .post(format!("{url}/v1/photos"))
             .header("content-type", "image/png")
             .send(&bytes[..]);
+        if sent.is_ok() {
+            tally.answered.fetch_add(1, Ordering::Relaxed);
+        }
         let mut resp = match sent {
             Ok(resp) if resp.status().as_u16() == 201 => resp,
-            _ => {
+            Ok(mut resp) => {
+                tally.refused.fetch_add(1, Ordering::Relaxed);
+                let status = resp.status().as_u16();
+                let body = resp.body_mut().read_to_string().unwrap_or_default();
+                let reply: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+                let message: String = reply["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .chars()
+                    .take(90)
+                    .collect();
+                let kind = format!(
+                    "{status} {} ({message})",
+                    reply["error"].as_str().unwrap_or("?")
+                );
+                *tally
+                    .kinds
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .entry(kind)
+                    .or_default() += 1;
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            Err(_) => {
                 std::thread::sleep(Duration::from_millis(20));
                 continue;
             }

@@ -11,6 +11,16 @@ pub enum CatalogError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The database did not answer in time, or the connection to it was lost: the caller may
+    /// try again later (HTTP 503 `catalog_unavailable`).
+    #[error("the catalog database is unavailable during {op}: {source}")]
+    Unavailable {
+        /// What the catalog was doing.
+        op: &'static str,
+        /// The driver's or the pool's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A referenced row does not exist.
     #[error("{what} not found")]
     NotFound {
@@ -41,10 +51,41 @@ pub enum CatalogError {
 }
 
 impl CatalogError {
+    /// A SQLite error for the operation `op`: [`CatalogError::Unavailable`] when the database
+    /// stayed locked past its busy timeout (5 s), [`CatalogError::Database`] otherwise.
     pub(crate) fn db(op: &'static str) -> impl FnOnce(rusqlite::Error) -> CatalogError {
-        move |e| CatalogError::Database {
-            op,
-            source: Box::new(e),
+        move |e| {
+            let busy = matches!(
+                e.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            );
+            let source = Box::new(e);
+            if busy {
+                CatalogError::Unavailable { op, source }
+            } else {
+                CatalogError::Database { op, source }
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_locked_sqlite_database_is_unavailable() {
+        let busy = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            None,
+        );
+        assert!(matches!(
+            CatalogError::db("test")(busy),
+            CatalogError::Unavailable { .. }
+        ));
+        assert!(matches!(
+            CatalogError::db("test")(rusqlite::Error::InvalidQuery),
+            CatalogError::Database { .. }
+        ));
     }
 }

@@ -56,7 +56,9 @@ pub use objects::{
     Bucket, ObjectAttributes, ObjectBody, ObjectChecksum, ObjectPart, ObjectRecord, PutCondition,
     StandardHeaders,
 };
-pub use pg::{OpenedCatalog, PgCatalog, PgOptions, PhotoIdBlocks, describe, is_postgres_url, open};
+pub use pg::{
+    OpenedCatalog, PgCatalog, PgOptions, PhotoIdBlocks, describe, is_postgres_url, open, open_with,
+};
 pub use replicas::{
     FailOver, NodeOverview, PhotoCopies, PlacementNode, ReplicaCatalog, ReplicationCounts,
 };

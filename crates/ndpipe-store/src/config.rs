@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use ndpipe_model::{CodecKind, ExecutionProvider};
 use serde::{Deserialize, Serialize};
@@ -51,6 +52,17 @@ pub struct Config {
     /// come from blocks it reserves for this node), or a SQLite file (default:
     /// `DATA/catalog.sqlite`).
     pub catalog: Option<String>,
+    /// Longest a PostgreSQL catalog statement may run, in ms: the server's
+    /// `statement_timeout`, and the TCP user timeout of the connection (TCP keepalive probes
+    /// every third of it). A request waits on the catalog at most `catalog_checkout_ms` plus
+    /// this plus a second, then answers 503 `catalog_unavailable`.
+    pub catalog_timeout_ms: u64,
+    /// Longest wait, in ms, for a free connection of the PostgreSQL catalog's pool (checked
+    /// alive within that time).
+    pub catalog_checkout_ms: u64,
+    /// How often the access keys are reloaded from the catalog, in ms: a key created or
+    /// revoked on another node counts here within that time (keys are checked in memory).
+    pub key_refresh_ms: u64,
     /// Bearer token required for writes and admin calls (unset: none needed).
     pub token: Option<String>,
     /// File whose first line is the bearer token (used when `token` is unset).
@@ -159,8 +171,12 @@ pub struct Config {
     pub rebalance_moves_per_round: u32,
     /// Photos a node's rebalancing looks at per round (one catalog page). At least 1.
     pub rebalance_page_photos: u32,
-    /// Deadline of each call to another node for a copy, in ms.
+    /// Deadline of each call to another node (an upload forwarded to its primary), in ms.
     pub peer_timeout_ms: u64,
+    /// Deadline of a copy sent to another node, and of the check that an upload's primary is
+    /// alive, in ms: a node that does not answer within it is passed over for the next node
+    /// of the photo's placement.
+    pub copy_timeout_ms: u64,
     /// Where each backbone's similarity index is saved (default: `DATA/index`).
     pub similar_index_dir: Option<PathBuf>,
     /// How often a changed similarity index is saved, in ms (and at a clean stop; after a
@@ -209,6 +225,38 @@ pub struct Config {
     /// Testing only: refuse the first N head commits (the Tuner must bring the node to the
     /// active version later).
     pub fault_fail_commits: u32,
+}
+
+/// The PostgreSQL catalog's options for node `node` from the settings (in ms), all above 0,
+/// and the catalog deadline of requests set from them.
+pub(crate) fn catalog_options(
+    node: &str,
+    timeout_ms: u64,
+    checkout_ms: u64,
+) -> Result<ndpipe_catalog::PgOptions, (&'static str, String)> {
+    for (setting, value) in [
+        ("catalog_timeout_ms", timeout_ms),
+        ("catalog_checkout_ms", checkout_ms),
+    ] {
+        if value == 0 {
+            return Err((setting, "must be above 0".into()));
+        }
+    }
+    crate::catalog_deadline::set(checkout_ms, timeout_ms);
+    Ok(ndpipe_catalog::PgOptions {
+        node: node.into(),
+        statement_timeout: Duration::from_millis(timeout_ms),
+        checkout_timeout: Duration::from_millis(checkout_ms),
+        ..ndpipe_catalog::PgOptions::default()
+    })
+}
+
+/// `key_refresh_ms` as a duration, above 0.
+pub(crate) fn key_refresh(ms: u64) -> Result<Duration, (&'static str, String)> {
+    if ms == 0 {
+        return Err(("key_refresh_ms", "must be above 0".into()));
+    }
+    Ok(Duration::from_millis(ms))
 }
 
 impl Config {
@@ -282,6 +330,9 @@ impl Default for Config {
             name: None,
             tuner: None,
             catalog: None,
+            catalog_timeout_ms: 3_000,
+            catalog_checkout_ms: 2_000,
+            key_refresh_ms: 3_000,
             token: None,
             token_file: None,
             metrics_open: false,
@@ -325,6 +376,7 @@ impl Default for Config {
             rebalance_moves_per_round: 32,
             rebalance_page_photos: 256,
             peer_timeout_ms: 30_000,
+            copy_timeout_ms: 3_000,
             similar_index_dir: None,
             similar_save_interval_ms: 60_000,
             similar_timeout_ms: 2_000,
@@ -367,6 +419,17 @@ pub struct GatewayConfig {
     pub keys_master_file: Option<PathBuf>,
     /// The cluster's catalog: a `postgres://` URL (required).
     pub catalog: Option<String>,
+    /// Longest a PostgreSQL catalog statement may run, in ms: the server's
+    /// `statement_timeout`, and the TCP user timeout of the connection (TCP keepalive probes
+    /// every third of it). A request waits on the catalog at most `catalog_checkout_ms` plus
+    /// this plus a second, then answers 503 `catalog_unavailable`.
+    pub catalog_timeout_ms: u64,
+    /// Longest wait, in ms, for a free connection of the PostgreSQL catalog's pool (checked
+    /// alive within that time).
+    pub catalog_checkout_ms: u64,
+    /// How often the access keys are reloaded from the catalog, in ms: a key created or
+    /// revoked on another node counts here within that time (keys are checked in memory).
+    pub key_refresh_ms: u64,
     /// Copies of each photo placed by this gateway; the PipeStores' `replicas` should be the
     /// same, since their repair brings photos to theirs.
     pub replicas: u32,
@@ -402,6 +465,9 @@ pub struct GatewayConfig {
     pub max_uploads_per_client: usize,
     /// Deadline of each call to a PipeStore (an upload's ingest and copies included), in ms.
     pub peer_timeout_ms: u64,
+    /// Deadline of the check that an upload's primary is alive, in ms: a PipeStore that does
+    /// not answer within it is passed over for the next node of the photo's placement.
+    pub copy_timeout_ms: u64,
     /// Deadline of a similarity query, in ms: PipeStores that have not answered by then are
     /// named in a partial answer.
     pub similar_timeout_ms: u64,
@@ -475,6 +541,9 @@ impl Default for GatewayConfig {
             s3_staging: None,
             keys_master_file: None,
             catalog: None,
+            catalog_timeout_ms: store.catalog_timeout_ms,
+            catalog_checkout_ms: store.catalog_checkout_ms,
+            key_refresh_ms: store.key_refresh_ms,
             replicas: 2,
             token: None,
             token_file: None,
@@ -490,6 +559,7 @@ impl Default for GatewayConfig {
             max_upload_bytes: store.max_upload_bytes,
             max_uploads_per_client: store.max_uploads_per_client,
             peer_timeout_ms: store.peer_timeout_ms,
+            copy_timeout_ms: store.copy_timeout_ms,
             similar_timeout_ms: store.similar_timeout_ms,
             similar_default_k: store.similar_default_k,
             similar_max_k: store.similar_max_k,

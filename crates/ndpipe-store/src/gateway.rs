@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use ndpipe_catalog::{Catalog, PgCatalog, PgOptions, is_postgres_url};
+use ndpipe_catalog::{Catalog, PgCatalog, is_postgres_url};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::info;
@@ -73,10 +73,14 @@ impl Gateway {
             config.tls_ca.as_deref(),
         )?;
         let what = ndpipe_catalog::describe(&url, std::path::Path::new(""));
-        let options = PgOptions {
-            node: CATALOG_NODE.into(),
-            ..PgOptions::default()
-        };
+        let options = crate::config::catalog_options(
+            CATALOG_NODE,
+            config.catalog_timeout_ms,
+            config.catalog_checkout_ms,
+        )
+        .map_err(|(setting, reason)| Error::Config { setting, reason })?;
+        let key_refresh = crate::config::key_refresh(config.key_refresh_ms)
+            .map_err(|(setting, reason)| Error::Config { setting, reason })?;
         let pg = tokio::task::spawn_blocking(move || PgCatalog::connect_with(&url, &options))
             .await?
             .map_err(|source| Error::Catalog {
@@ -116,7 +120,7 @@ impl Gateway {
             (secret, tls),
             FrontDoorConfig::new(
                 config.replicas,
-                config.peer_timeout_ms,
+                (config.peer_timeout_ms, config.copy_timeout_ms),
                 config.max_upload_bytes,
             ),
         );
@@ -125,6 +129,7 @@ impl Gateway {
                 pg.clone(),
                 config.keys_master_file.as_deref(),
                 token,
+                key_refresh,
             )?),
             front: Arc::new(front),
             catalog: pg,

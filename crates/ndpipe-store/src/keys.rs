@@ -10,12 +10,14 @@
 //! cluster on one PostgreSQL catalog need the same `keys.master`). Secrets are 192 random
 //! bits, so an unsalted hash of one cannot be searched. Comparisons of secrets and hashes are
 //! constant-time. The old bearer token (`--token`) is an admin key: access key
-//! `ndpipe-admin` on S3, `Bearer TOKEN` on `/v1`.
+//! `ndpipe-admin` on S3, `Bearer TOKEN` on `/v1`. Keys are looked up in memory
+//! ([`KeyCache`], reloaded every few seconds), so that checking one needs no catalog query.
 
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
@@ -24,6 +26,8 @@ use ndpipe_util::http::constant_time_eq;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tracing::warn;
+
+use crate::key_cache::{DEFAULT_REFRESH, KeyCache};
 
 /// The S3 access key whose secret is the bearer token.
 pub const ADMIN_ACCESS_KEY: &str = "ndpipe-admin";
@@ -92,7 +96,7 @@ pub struct KeyInfo {
 
 /// The access keys of a data directory, and the admin token.
 pub struct KeyStore {
-    catalog: Arc<dyn AccessKeys>,
+    keys: KeyCache,
     /// `None` without a master key: bearer tokens are checked, secrets cannot be sealed or
     /// opened.
     cipher: Option<ChaCha20Poly1305>,
@@ -108,19 +112,20 @@ impl KeyStore {
             source,
         })?;
         let catalog = Arc::new(SqliteCatalog::open(&data.join("catalog.sqlite"))?);
-        KeyStore::with_catalog(catalog, data, None)
+        KeyStore::with_catalog(catalog, data, None, DEFAULT_REFRESH)
     }
 
-    /// The keys in `catalog`, sealed with the master key of `data`; `admin_token`, when set,
-    /// is an admin key too.
+    /// The keys in `catalog` (reloaded every `refresh`), sealed with the master key of `data`;
+    /// `admin_token`, when set, is an admin key too.
     pub(crate) fn with_catalog(
         catalog: Arc<dyn AccessKeys>,
         data: &Path,
         admin_token: Option<String>,
+        refresh: Duration,
     ) -> Result<KeyStore, KeyError> {
         let key = master_key(&data.join(MASTER_FILE))?;
         Ok(KeyStore {
-            catalog,
+            keys: KeyCache::new(catalog, refresh),
             cipher: Some(ChaCha20Poly1305::new(Key::from_slice(&key))),
             admin_token,
         })
@@ -129,11 +134,13 @@ impl KeyStore {
     /// The keys in `catalog` for a process that keeps no data directory (a gateway): with
     /// `master`, the cluster's master key file (a PipeStore's `keys.master`, which must exist),
     /// S3 signatures by access keys are checked; without, bearer tokens are checked by their
-    /// hashes, and creating keys and opening secrets fail with [`KeyError::NoMasterKey`].
+    /// hashes, and creating keys and opening secrets fail with [`KeyError::NoMasterKey`]. The
+    /// keys are reloaded every `refresh`.
     pub(crate) fn without_data(
         catalog: Arc<dyn AccessKeys>,
         master: Option<&Path>,
         admin_token: Option<String>,
+        refresh: Duration,
     ) -> Result<KeyStore, KeyError> {
         let cipher = match master {
             Some(path) => {
@@ -143,7 +150,7 @@ impl KeyStore {
             None => None,
         };
         Ok(KeyStore {
-            catalog,
+            keys: KeyCache::new(catalog, refresh),
             cipher,
             admin_token,
         })
@@ -156,7 +163,7 @@ impl KeyStore {
         admin_token: Option<String>,
     ) -> KeyStore {
         KeyStore {
-            catalog,
+            keys: KeyCache::new(catalog, DEFAULT_REFRESH),
             cipher: None,
             admin_token,
         }
@@ -182,7 +189,8 @@ impl KeyStore {
             sealed_secret: self.seal(&access_key, &secret_key)?,
             created_ms: ndpipe_util::time::now_ms(),
         };
-        self.catalog.create_key(&record)?;
+        self.keys.catalog().create_key(&record)?;
+        self.keys.created(record);
         Ok(NewKey {
             access_key,
             secret_key,
@@ -194,7 +202,8 @@ impl KeyStore {
     /// Every key, in name order, without secrets.
     pub fn list(&self) -> Result<Vec<KeyInfo>, KeyError> {
         Ok(self
-            .catalog
+            .keys
+            .catalog()
             .keys()?
             .into_iter()
             .map(|k| KeyInfo {
@@ -208,12 +217,14 @@ impl KeyStore {
 
     /// Deletes the key named `name`; whether it existed.
     pub fn delete(&self, name: &str) -> Result<bool, KeyError> {
-        Ok(self.catalog.delete_key(name)?)
+        let existed = self.keys.catalog().delete_key(name)?;
+        self.keys.deleted(name);
+        Ok(existed)
     }
 
     /// Whether any access key exists: then every call needs one.
     pub(crate) fn any(&self) -> Result<bool, KeyError> {
-        Ok(self.catalog.count_keys()? > 0)
+        Ok(self.keys.any()?)
     }
 
     /// Whether the admin token is set.
@@ -230,8 +241,8 @@ impl KeyStore {
         }
         let hash = sha256_hex(token);
         Ok(self
-            .catalog
-            .key_by_secret(&hash)?
+            .keys
+            .by_secret(&hash)?
             .filter(|k| constant_time_eq(k.secret_sha256.as_bytes(), hash.as_bytes()))
             .map(|k| k.role))
     }
@@ -243,7 +254,7 @@ impl KeyStore {
         {
             return Ok(Some((Role::Admin, admin.clone())));
         }
-        let Some(key) = self.catalog.key(access_key)? else {
+        let Some(key) = self.keys.by_access_key(access_key)? else {
             return Ok(None);
         };
         let secret = self.open_sealed(&key)?;
@@ -386,7 +397,7 @@ mod tests {
 
     fn store(dir: &Path, token: Option<&str>) -> KeyStore {
         let catalog = Arc::new(SqliteCatalog::open(&dir.join("catalog.sqlite")).unwrap());
-        KeyStore::with_catalog(catalog, dir, token.map(str::to_string)).unwrap()
+        KeyStore::with_catalog(catalog, dir, token.map(str::to_string), DEFAULT_REFRESH).unwrap()
     }
 
     #[test]
@@ -434,12 +445,13 @@ mod tests {
         let new = store(dir.path(), None).create("k", Role::Write).unwrap();
         let catalog = || Arc::new(SqliteCatalog::open(&dir.path().join("catalog.sqlite")).unwrap());
         let master = dir.path().join(MASTER_FILE);
-        let gateway = KeyStore::without_data(catalog(), Some(&master), None).unwrap();
+        let gateway =
+            KeyStore::without_data(catalog(), Some(&master), None, DEFAULT_REFRESH).unwrap();
         assert_eq!(
             gateway.secret_of(&new.access_key).unwrap().unwrap().1,
             new.secret_key
         );
-        let bare = KeyStore::without_data(catalog(), None, None).unwrap();
+        let bare = KeyStore::without_data(catalog(), None, None, DEFAULT_REFRESH).unwrap();
         assert_eq!(
             bare.role_of_bearer(&new.secret_key).unwrap(),
             Some(Role::Write),
@@ -451,7 +463,7 @@ mod tests {
         ));
         let missing = dir.path().join("no-such-master");
         assert!(matches!(
-            KeyStore::without_data(catalog(), Some(&missing), None),
+            KeyStore::without_data(catalog(), Some(&missing), None, DEFAULT_REFRESH),
             Err(KeyError::Master { .. })
         ));
         assert!(!missing.exists(), "a gateway makes no master key");

@@ -62,6 +62,7 @@
 #![deny(missing_docs)]
 
 mod api;
+mod catalog_deadline;
 mod config;
 mod duplicates;
 mod error;
@@ -72,6 +73,7 @@ mod gateway;
 mod inference;
 mod ingest;
 mod jobs;
+mod key_cache;
 mod keys;
 mod membership;
 mod metrics;

@@ -101,6 +101,8 @@ impl PipeStore {
             catalog.clone(),
             &config.data,
             token.clone(),
+            crate::config::key_refresh(config.key_refresh_ms)
+                .map_err(|(setting, reason)| Error::Config { setting, reason })?,
         )?);
         let metrics = Arc::new(StoreMetrics::default());
         let models = match backend {
@@ -355,7 +357,7 @@ async fn start_replication(config: &Config, parts: ReplicationParts) -> Result<R
         parts,
         FrontDoorConfig::new(
             config.replicas(),
-            config.peer_timeout_ms,
+            (config.peer_timeout_ms, config.copy_timeout_ms),
             config.max_upload_bytes,
         ),
         RepairConfig {
@@ -391,12 +393,19 @@ async fn open_catalog(
         source: StoreError::io("create the data directory", &data)(e),
         path: data,
     })?;
-    let opened = tokio::task::spawn_blocking(move || ndpipe_catalog::open(&spec, &node, &default))
-        .await?
-        .map_err(|source| Error::Catalog {
-            what: what.clone(),
-            source,
-        })?;
+    let options = crate::config::catalog_options(
+        &node,
+        config.catalog_timeout_ms,
+        config.catalog_checkout_ms,
+    )
+    .map_err(|(setting, reason)| Error::Config { setting, reason })?;
+    let opened =
+        tokio::task::spawn_blocking(move || ndpipe_catalog::open_with(&spec, &options, &default))
+            .await?
+            .map_err(|source| Error::Catalog {
+                what: what.clone(),
+                source,
+            })?;
     let ids = match opened.photo_ids {
         Some(blocks) => PhotoIds::Blocks(blocks),
         None => PhotoIds::Own,

@@ -9,10 +9,12 @@ use super::error::{ConnectFailure, PgFailure};
 use crate::CatalogError;
 
 /// The r2d2 manager of the pool: `r2d2_postgres`'s, except that a failed connection keeps the
-/// server's message, which the pool repeats when it times out.
+/// server's message, which the pool repeats when it times out, and that the check of a pooled
+/// connection before it is handed out has a deadline (a frozen server fails it).
 #[derive(Debug)]
 pub(crate) struct Manager {
     config: Config,
+    check_timeout: Duration,
 }
 
 /// A pooled connection. Closing a `postgres::Client` blocks on the client's own runtime, which
@@ -64,8 +66,7 @@ impl r2d2::ManageConnection for Manager {
 
     fn is_valid(&self, client: &mut Conn) -> Result<(), PgFailure> {
         client
-            .simple_query("")
-            .map(drop)
+            .is_valid(self.check_timeout)
             .map_err(|e| PgFailure::new(&e))
     }
 
@@ -90,6 +91,27 @@ pub(crate) fn parse(url: &str, connect_timeout: Duration) -> Result<Config, Cata
     Ok(config)
 }
 
+/// `config` with the deadlines of every pooled connection: the server's `statement_timeout`
+/// (added to the URL's `options`), the TCP user timeout, and TCP keepalive probes every third
+/// of `statement_timeout`, so that a dead or partitioned server fails the calls on its
+/// connections instead of holding them.
+pub(crate) fn with_deadlines(mut config: Config, statement_timeout: Duration) -> Config {
+    let setting = format!("-c statement_timeout={}", statement_timeout.as_millis());
+    let options = match config.get_options() {
+        Some(given) if !given.is_empty() => format!("{given} {setting}"),
+        _ => setting,
+    };
+    let probe = (statement_timeout / 3).max(Duration::from_secs(1));
+    config
+        .options(&options)
+        .tcp_user_timeout(statement_timeout)
+        .keepalives(true)
+        .keepalives_idle(probe)
+        .keepalives_interval(probe)
+        .keepalives_retries(3);
+    config
+}
+
 /// One connection, or an error naming the server and the reason (refused, timed out, wrong
 /// password, no such database).
 pub(crate) fn connect_once(config: &Config) -> Result<Client, CatalogError> {
@@ -102,9 +124,13 @@ pub(crate) fn connect_once(config: &Config) -> Result<Client, CatalogError> {
     })
 }
 
-/// The pool's connection manager for `config`.
-pub(crate) fn manager(config: Config) -> Manager {
-    Manager { config }
+/// The pool's connection manager for `config`; a pooled connection is checked alive within
+/// `check_timeout` before it is handed out.
+pub(crate) fn manager(config: Config, check_timeout: Duration) -> Manager {
+    Manager {
+        config,
+        check_timeout,
+    }
 }
 
 /// `user@host:port/database`, for messages: never the password.
@@ -137,6 +163,32 @@ mod tests {
         assert_eq!(target(&config), "ndpipe@db.example:6543/cat");
         assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(3)));
         assert_eq!(config.get_application_name(), Some("ndpipe"));
+    }
+
+    #[test]
+    fn pooled_connections_carry_the_deadlines() {
+        let config = parse(
+            "postgres://u@h/db?options=-c%20search_path%3Dx",
+            Duration::from_secs(3),
+        )
+        .unwrap();
+        let config = with_deadlines(config, Duration::from_millis(4500));
+        assert_eq!(
+            config.get_options(),
+            Some("-c search_path=x -c statement_timeout=4500")
+        );
+        assert_eq!(
+            config.get_tcp_user_timeout(),
+            Some(&Duration::from_millis(4500))
+        );
+        assert!(config.get_keepalives());
+        assert_eq!(config.get_keepalives_idle(), Duration::from_millis(1500));
+        let bare = with_deadlines(
+            parse("postgres://u@h/db", Duration::from_secs(3)).unwrap(),
+            Duration::from_secs(1),
+        );
+        assert_eq!(bare.get_options(), Some("-c statement_timeout=1000"));
+        assert_eq!(bare.get_keepalives_idle(), Duration::from_secs(1));
     }
 
     #[test]

@@ -39,10 +39,29 @@ pub(crate) struct ConnectFailure {
 #[error("no PostgreSQL connection available from the pool: {0}")]
 pub(crate) struct PoolFailure(#[source] pub(crate) r2d2::Error);
 
-/// Maps a driver error to [`CatalogError::Database`] for the operation `op`.
+/// Maps a driver error to a [`CatalogError`] for the operation `op`:
+/// [`CatalogError::Unavailable`] when the server did not answer in time or the connection is
+/// lost (worth a retry later), [`CatalogError::Database`] otherwise.
 pub(crate) fn db(op: &'static str) -> impl FnOnce(postgres::Error) -> CatalogError {
-    move |e| CatalogError::Database {
-        op,
-        source: Box::new(PgFailure::new(&e)),
+    move |e| {
+        let source = Box::new(PgFailure::new(&e));
+        if unavailable(&e) {
+            CatalogError::Unavailable { op, source }
+        } else {
+            CatalogError::Database { op, source }
+        }
+    }
+}
+
+/// Whether `e` says the server is out of reach rather than that it refused the operation: a
+/// closed connection, an I/O error, a statement cancelled by its timeout, a connection
+/// failure (SQLSTATE class 08), or a server shutting down or starting (57P01-57P03).
+fn unavailable(e: &postgres::Error) -> bool {
+    match e.as_db_error() {
+        Some(db) => {
+            let code = db.code().code();
+            code == "57014" || code.starts_with("08") || code.starts_with("57P")
+        }
+        None => e.is_closed() || e.source().is_some_and(|s| s.is::<std::io::Error>()),
     }
 }

@@ -67,26 +67,37 @@ use self::error::{PoolFailure, db};
 use crate::{CatalogError, PhotoId};
 
 pub use ids::PhotoIdBlocks;
-pub use open::{OpenedCatalog, describe, is_postgres_url, open};
+pub use open::{OpenedCatalog, describe, is_postgres_url, open, open_with};
 
-/// How [`PgCatalog::connect_with`] connects.
+/// How [`PgCatalog::connect_with`] connects, and the deadlines that keep a stalled or lost
+/// server from holding a caller for longer than a few seconds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgOptions {
     /// The node whose photos and jobs the handle sees, e.g. the PipeStore's name.
     pub node: String,
     /// Connections kept open at most.
     pub pool_size: u32,
-    /// How long to wait for the server, and for a free connection of the pool, before failing.
+    /// How long to wait for the server to accept a new connection before failing.
     pub connect_timeout: Duration,
+    /// The server's `statement_timeout` on every connection, and the TCP user timeout (sent
+    /// data unacknowledged that long closes the connection); TCP keepalive probes go every
+    /// third of it, so a silent peer is noticed in about that time.
+    pub statement_timeout: Duration,
+    /// How long a call waits for a connection of the pool (a free one, checked alive within
+    /// this time) before failing with [`CatalogError::Unavailable`].
+    pub checkout_timeout: Duration,
 }
 
 impl Default for PgOptions {
-    /// Node `default`, 8 connections, 10 seconds.
+    /// Node `default`, 8 connections, a 10 s connect, a 3 s statement timeout and a 2 s
+    /// checkout.
     fn default() -> Self {
         PgOptions {
             node: "default".into(),
             pool_size: 8,
             connect_timeout: Duration::from_secs(10),
+            statement_timeout: Duration::from_secs(3),
+            checkout_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -126,13 +137,21 @@ impl PgCatalog {
         if options.pool_size == 0 {
             return Err(CatalogError::Invalid("the pool size is 0".into()));
         }
+        if options.statement_timeout.is_zero() || options.checkout_timeout.is_zero() {
+            return Err(CatalogError::Invalid(
+                "the statement and checkout timeouts must be above 0".into(),
+            ));
+        }
         let config = connect::parse(url, options.connect_timeout)?;
         outside_async(|| schema::migrate(&mut connect::connect_once(&config)?))?;
         let pool = r2d2::Pool::builder()
             .max_size(options.pool_size)
             .min_idle(Some(1))
-            .connection_timeout(options.connect_timeout)
-            .build_unchecked(connect::manager(config));
+            .connection_timeout(options.checkout_timeout)
+            .build_unchecked(connect::manager(
+                connect::with_deadlines(config, options.statement_timeout),
+                options.checkout_timeout,
+            ));
         Ok(PgCatalog {
             pool,
             node: options.node.as_str().into(),
@@ -150,7 +169,7 @@ impl PgCatalog {
         f: impl FnOnce(&mut Client) -> Result<T, CatalogError>,
     ) -> Result<T, CatalogError> {
         let run = || {
-            let mut conn = self.pool.get().map_err(|e| CatalogError::Database {
+            let mut conn = self.pool.get().map_err(|e| CatalogError::Unavailable {
                 op: "get a connection",
                 source: Box::new(PoolFailure(e)),
             })?;

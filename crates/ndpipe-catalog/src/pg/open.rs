@@ -56,12 +56,22 @@ pub fn open(
     node: &str,
     default_sqlite_path: &Path,
 ) -> Result<OpenedCatalog, CatalogError> {
+    let options = PgOptions {
+        node: node.into(),
+        ..PgOptions::default()
+    };
+    open_with(spec, &options, default_sqlite_path)
+}
+
+/// [`open`] with the PostgreSQL connection's `options` (its node, pool and deadlines); a
+/// SQLite file ignores them.
+pub fn open_with(
+    spec: &str,
+    options: &PgOptions,
+    default_sqlite_path: &Path,
+) -> Result<OpenedCatalog, CatalogError> {
     if is_postgres_url(spec) {
-        let options = PgOptions {
-            node: node.into(),
-            ..PgOptions::default()
-        };
-        let pg = Arc::new(PgCatalog::connect_with(spec, &options)?);
+        let pg = Arc::new(PgCatalog::connect_with(spec, options)?);
         return Ok(OpenedCatalog {
             catalog: pg.clone(),
             photo_ids: Some(pg.clone()),

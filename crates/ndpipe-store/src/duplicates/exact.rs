@@ -125,7 +125,8 @@ impl ExactCheck {
         };
         let catalog = self.catalog.clone();
         let (id, written) = (record.id, truth.clone());
-        tokio::task::spawn_blocking(move || catalog.set_ground_truth(id, &written)).await??;
+        crate::catalog_deadline::catalog::<_, E>(move || catalog.set_ground_truth(id, &written))
+            .await?;
         record.ground_truths.retain(|t| t.task != truth.task);
         record.ground_truths.push(truth);
         Ok(record)
@@ -137,10 +138,10 @@ impl ExactCheck {
         E: From<CatalogError> + From<JoinError>,
     {
         let catalog = self.catalog.clone();
-        let found = tokio::task::spawn_blocking(move || {
+        let found = crate::catalog_deadline::catalog::<_, E>(move || {
             catalog.photos_with_sha256(&hex::encode(Sha256::digest(&bytes)))
         })
-        .await??;
+        .await?;
         Ok(found.into_iter().next())
     }
 }

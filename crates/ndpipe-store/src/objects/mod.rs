@@ -150,7 +150,10 @@ where
     T: Send + 'static,
     E: Into<ObjectsError> + Send + 'static,
 {
-    tokio::task::spawn_blocking(f).await?.map_err(Into::into)
+    match crate::catalog_deadline::within(f).await {
+        Ok(done) => done?.map_err(Into::into),
+        Err(late) => Err(crate::catalog_deadline::unavailable(late).into()),
+    }
 }
 
 /// A page of `limit` from rows fetched with one extra (`limit + 1` asked): the extra one

@@ -3,12 +3,15 @@
 //! for the sender's backbone version; a receiver that runs the same version keeps them, so any
 //! holder serves near-data fine-tuning without running the backbone over the photo again.
 
+use std::collections::HashSet;
+
 use ndpipe_catalog::PhotoMeta;
 use ndpipe_proto::pb;
 use sha2::{Digest, Sha256};
 use tracing::warn;
 
-use super::{Replication, ReplicationError};
+use super::front::peer_of;
+use super::{Replication, ReplicationError, detour, placement};
 use crate::ingest::{IngestError, StoredPhoto};
 use crate::storage::features::check_encoded;
 use crate::storage::{NewPhoto, StoreError};
@@ -69,14 +72,17 @@ impl From<tokio::task::JoinError> for CopyError {
 }
 
 impl Replication {
-    /// Sends the new photo `id` to every node of `copies` at once; when one fails, takes back
-    /// (again all at once) the copies that were made.
+    /// Sends the new photo `id` to every node of `copies` at once; a node that cannot be
+    /// reached within the copy deadline is replaced by the next node of the photo's
+    /// placement ([`detour`](super::detour)). When the copies cannot all be made, takes back
+    /// (again all at once) those that were.
     pub(super) async fn push_copies(
         &self,
         id: u64,
         photo: StoredPhoto,
         copies: Vec<pb::Peer>,
     ) -> Result<(), IngestError> {
+        let key = placement::key_of(&photo.meta.sha256);
         let (backbone, features) = photo.features.unwrap_or_default();
         let copy = pb::PhotoCopy {
             id,
@@ -86,27 +92,79 @@ impl Replication {
             backbone,
             features,
         };
-        let sends = copies
+        let wanted = copies.len();
+        let mut tried: HashSet<String> = copies.iter().map(|p| p.name.clone()).collect();
+        tried.insert(self.name.clone());
+        let (mut made, mut failed) = (Vec::new(), Vec::new());
+        let mut pending = copies;
+        while !pending.is_empty() {
+            let refused = self
+                .send_copies(&copy, pending, &mut made, &mut failed)
+                .await;
+            if made.len() == wanted {
+                return Ok(());
+            }
+            if refused {
+                break;
+            }
+            pending = self.spares(key, &tried, wanted - made.len()).await;
+            tried.extend(pending.iter().map(|p| p.name.clone()));
+        }
+        self.take_back(id, &made).await;
+        Err(IngestError::Copy(format!(
+            "photo {id} could not be copied to {}",
+            failed.join("; ")
+        )))
+    }
+
+    /// Sends `copy` to every node of `peers` at once, adding those that took it to `made` and
+    /// the others' errors to `failed`; whether one refused it (rather than was out of reach).
+    async fn send_copies(
+        &self,
+        copy: &pb::PhotoCopy,
+        peers: Vec<pb::Peer>,
+        made: &mut Vec<pb::Peer>,
+        failed: &mut Vec<String>,
+    ) -> bool {
+        let sends = peers
             .iter()
             .map(|peer| self.front.peers.put_copy(&peer.url, copy.clone()));
         let results = futures::future::join_all(sends).await;
-        let failed: Vec<String> = copies
-            .iter()
-            .zip(&results)
-            .filter_map(|(peer, r)| {
-                r.as_ref()
-                    .err()
-                    .map(|e| format!("{}: {}", peer.name, e.message()))
-            })
-            .collect();
-        if failed.is_empty() {
-            return Ok(());
+        let mut refused = false;
+        for (peer, result) in peers.into_iter().zip(results) {
+            match result {
+                Ok(()) => {
+                    self.front.health.answered(&peer.name);
+                    made.push(peer);
+                }
+                Err(e) => {
+                    if detour::unreachable(&e) {
+                        self.front.health.failed(&peer.name);
+                    } else {
+                        refused = true;
+                    }
+                    failed.push(format!("{}: {}", peer.name, e.message()));
+                }
+            }
         }
-        let made: Vec<&pb::Peer> = copies
-            .iter()
-            .zip(&results)
-            .filter_map(|(peer, r)| r.is_ok().then_some(peer))
-            .collect();
+        refused
+    }
+
+    /// Up to `n` nodes of the placement of the photo with `key` not `tried` yet, best first.
+    async fn spares(&self, key: u64, tried: &HashSet<String>, n: usize) -> Vec<pb::Peer> {
+        let Ok(order) = self.front.order(key).await else {
+            return Vec::new();
+        };
+        order
+            .into_iter()
+            .filter(|node| !tried.contains(&node.name) && !self.front.health.suspect(&node.name))
+            .take(n)
+            .map(peer_of)
+            .collect()
+    }
+
+    /// Takes back the copies of photo `id` on `made`, all at once.
+    async fn take_back(&self, id: u64, made: &[pb::Peer]) {
         let drops = made.iter().map(|peer| async move {
             if let Err(e) = self.front.peers.drop_copy(&peer.url, id).await {
                 warn!(photo = id, node = %peer.name, error = %e.message(),
@@ -114,10 +172,6 @@ impl Replication {
             }
         });
         futures::future::join_all(drops).await;
-        Err(IngestError::Copy(format!(
-            "photo {id} could not be copied to {}",
-            failed.join("; ")
-        )))
     }
 
     /// This node's backbone version and feature dimension; `None` without a model.

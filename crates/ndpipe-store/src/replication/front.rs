@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ndpipe_catalog::{
-    CatalogError, GroundTruth, PhotoCopies, PhotoMeta, PhotoRecord, PlacementNode, Prediction,
-    ReplicaCatalog, TaskName,
+    GroundTruth, PhotoCopies, PhotoMeta, PhotoRecord, PlacementNode, Prediction, ReplicaCatalog,
+    TaskName,
 };
 use ndpipe_proto::pb;
 use ndpipe_proto::transport::{ClusterSecret, Tls};
@@ -18,6 +18,7 @@ use ndpipe_util::sync::lock;
 use sha2::{Digest, Sha256};
 
 use super::copies::{intact, meta_from_json};
+use super::detour::{self, Health};
 use super::peers::Peers;
 use super::{ReplicationError, placement};
 use crate::duplicates::ExactDuplicates;
@@ -34,16 +35,25 @@ pub(crate) struct FrontDoorConfig {
     pub(crate) replicas: u32,
     /// Deadline of each call to a node.
     pub(crate) peer_timeout: Duration,
+    /// Deadline of a copy, and of the check that a primary is alive, before the upload goes
+    /// to the next node of its placement.
+    pub(crate) copy_timeout: Duration,
     /// Largest message between nodes: the largest upload, with room for its tensor.
     pub(crate) max_message: usize,
 }
 
 impl FrontDoorConfig {
-    /// `replicas` copies, calls within `peer_timeout_ms`, uploads up to `max_upload_bytes`.
-    pub(crate) fn new(replicas: u32, peer_timeout_ms: u64, max_upload_bytes: usize) -> Self {
+    /// `replicas` copies, calls within `peer_timeout_ms` (copies within `copy_timeout_ms`),
+    /// uploads up to `max_upload_bytes`.
+    pub(crate) fn new(
+        replicas: u32,
+        (peer_timeout_ms, copy_timeout_ms): (u64, u64),
+        max_upload_bytes: usize,
+    ) -> Self {
         FrontDoorConfig {
             replicas,
             peer_timeout: Duration::from_millis(peer_timeout_ms.max(1)),
+            copy_timeout: Duration::from_millis(copy_timeout_ms.max(1)),
             // The tensor of a photo is at most 3 x 224 x 224 f32 values (600 KiB) before
             // compression; the rest is metadata.
             max_message: max_upload_bytes.saturating_add(4 << 20),
@@ -62,6 +72,8 @@ pub(crate) struct FrontDoor {
     pub(super) catalog: Arc<dyn ReplicaCatalog>,
     pub(super) peers: Peers,
     pub(super) metrics: Arc<StoreMetrics>,
+    /// The nodes that failed calls lately, passed over by placement.
+    pub(super) health: Health,
     nodes: Mutex<Option<(Instant, Vec<PlacementNode>)>>,
     /// The exact-duplicate check of uploads (on the whole cluster's photos).
     exact: ExactCheck,
@@ -80,7 +92,13 @@ impl FrontDoor {
         FrontDoor {
             exact,
             here,
-            peers: Peers::new(secret, tls, config.peer_timeout, config.max_message),
+            peers: Peers::new(
+                (secret, tls),
+                config.peer_timeout,
+                config.copy_timeout,
+                config.max_message,
+            ),
+            health: Health::default(),
             config,
             catalog,
             metrics,
@@ -106,7 +124,10 @@ impl FrontDoor {
             return Ok(nodes.clone());
         }
         let catalog = self.catalog.clone();
-        let nodes = tokio::task::spawn_blocking(move || catalog.placement_nodes()).await??;
+        let nodes = crate::catalog_deadline::catalog::<_, ReplicationError>(move || {
+            catalog.placement_nodes()
+        })
+        .await?;
         *lock(&self.nodes) = Some((Instant::now(), nodes.clone()));
         Ok(nodes)
     }
@@ -115,7 +136,10 @@ impl FrontDoor {
     /// free-space reserve), from a fresh read of the catalog.
     pub(crate) async fn nodes_taking_photos(&self) -> Result<usize, ReplicationError> {
         let catalog = self.catalog.clone();
-        let nodes = tokio::task::spawn_blocking(move || catalog.placement_nodes()).await??;
+        let nodes = crate::catalog_deadline::catalog::<_, ReplicationError>(move || {
+            catalog.placement_nodes()
+        })
+        .await?;
         Ok(nodes.iter().filter(|n| placement::eligible(n)).count())
     }
 
@@ -124,30 +148,52 @@ impl FrontDoor {
         self.config.replicas
     }
 
-    /// Where an upload goes: its primary, and the other nodes it is copied to.
+    /// Where an upload goes: its primary (the first node of its placement that answers), and
+    /// the nodes after it that it is copied to; nodes that failed calls lately are passed
+    /// over ([`detour`](super::detour)).
     pub(super) async fn place(
         &self,
         bytes: &[u8],
     ) -> Result<(PlacementNode, Vec<pb::Peer>), ReplicationError> {
-        let nodes = self.placement_nodes().await?;
-        let wanted = self.config.replicas;
+        let wanted = self.config.replicas as usize;
         let key = placement::key_of(&hex::encode(Sha256::digest(bytes)));
-        let mut chosen = placement::place(key, &nodes, wanted as usize);
-        if chosen.len() < wanted as usize || chosen.is_empty() {
-            return Err(ReplicationError::NotEnoughNodes {
-                wanted,
-                live: chosen.len(),
-            });
+        // Once more when a node did not answer: the order then passes over it, and counts
+        // nodes whose lease ran out if they answer.
+        let (mut chosen, at) = match self.primary_of(key, wanted).await? {
+            (chosen, Some(at)) => (chosen, at),
+            (_, None) => match self.primary_of(key, wanted).await? {
+                (chosen, Some(at)) => (chosen, at),
+                (chosen, None) => {
+                    return Err(ReplicationError::NotEnoughNodes {
+                        wanted: self.config.replicas,
+                        live: chosen.len(),
+                    });
+                }
+            },
+        };
+        let primary = chosen.remove(at);
+        chosen.truncate(at + wanted - 1);
+        chosen.drain(..at);
+        Ok((primary, chosen.into_iter().map(peer_of).collect()))
+    }
+
+    /// The placement order of the photo with `key`, and where in it the primary is: the first
+    /// node that answers with enough nodes after it for the copies (`None`: none).
+    async fn primary_of(
+        &self,
+        key: u64,
+        wanted: usize,
+    ) -> Result<(Vec<PlacementNode>, Option<usize>), ReplicationError> {
+        let chosen = self.order(key).await?;
+        for (i, node) in chosen.iter().enumerate() {
+            if wanted == 0 || chosen.len() - i < wanted {
+                break;
+            }
+            if self.here.as_ref() == Some(&node.name) || self.alive(node).await {
+                return Ok((chosen, Some(i)));
+            }
         }
-        let primary = chosen.remove(0);
-        let copies = chosen
-            .into_iter()
-            .map(|n| pb::Peer {
-                name: n.name,
-                url: n.url,
-            })
-            .collect();
-        Ok((primary, copies))
+        Ok((chosen, None))
     }
 
     /// Stores an upload on `replicas` nodes: ingested by the primary, copied to the others, and
@@ -169,14 +215,24 @@ impl FrontDoor {
         &self.exact
     }
 
-    /// Places an upload and has its primary ingest it.
+    /// Places an upload and has its primary ingest it; a primary that cannot be reached
+    /// (nothing stored) is passed over once for the next node of the placement.
     async fn place_and_forward(
         &self,
         bytes: bytes::Bytes,
         truth: Option<GroundTruth>,
     ) -> Result<PhotoRecord, ReplicationError> {
         let (primary, copies) = self.place(&bytes).await?;
-        self.forward(&primary, copies, bytes, truth).await
+        match self
+            .forward(&primary, copies, bytes.clone(), truth.clone())
+            .await
+        {
+            Err(ReplicationError::Remote(s)) if detour::forward_again(&s) => {
+                let (primary, copies) = self.place(&bytes).await?;
+                self.forward(&primary, copies, bytes, truth).await
+            }
+            done => done,
+        }
     }
 
     /// Has `primary` ingest an upload and copy it to `copies` (`Replication/Ingest`).
@@ -198,11 +254,18 @@ impl FrontDoor {
             copies,
             task,
         };
-        let reply = self
-            .peers
-            .ingest(&primary.url, req)
-            .await
-            .map_err(ReplicationError::Remote)?;
+        let reply = match self.peers.ingest(&primary.url, req).await {
+            Ok(reply) => {
+                self.health.answered(&primary.name);
+                reply
+            }
+            Err(status) => {
+                if detour::unreachable(&status) {
+                    self.health.failed(&primary.name);
+                }
+                return Err(ReplicationError::Remote(status));
+            }
+        };
         let meta = meta_from_json(&reply.meta_json).map_err(|reason| ReplicationError::Peer {
             url: primary.url.clone(),
             reason,
@@ -213,7 +276,7 @@ impl FrontDoor {
     /// Photo `id`'s catalog row and holders; `None` when it is deleted or was never catalogued.
     pub(crate) async fn copies_of(&self, id: u64) -> Result<Option<PhotoCopies>, ReplicationError> {
         let catalog = self.catalog.clone();
-        Ok(tokio::task::spawn_blocking(move || catalog.copies(id)).await??)
+        crate::catalog_deadline::catalog::<_, ReplicationError>(move || catalog.copies(id)).await
     }
 
     /// Photo `id`'s labels by model version, from whichever node's row it is, and the versions
@@ -223,16 +286,16 @@ impl FrontDoor {
         id: u64,
     ) -> Result<Option<ClusterLabels>, ReplicationError> {
         let catalog = self.catalog.clone();
-        Ok(
-            tokio::task::spawn_blocking(move || match catalog.copies(id)? {
+        crate::catalog_deadline::catalog::<_, ReplicationError>(move || {
+            match catalog.copies(id)? {
                 Some(_) => Ok(Some((
                     catalog.cluster_predictions(id)?,
                     catalog.primary_active_versions(id)?,
                 ))),
-                None => Ok::<_, CatalogError>(None),
-            })
-            .await??,
-        )
+                None => Ok(None),
+            }
+        })
+        .await
     }
 
     /// Photo `id`'s labels under the versions active on its primary, per task, best first
@@ -242,7 +305,10 @@ impl FrontDoor {
         id: u64,
     ) -> Result<Vec<(TaskName, Vec<Prediction>)>, ReplicationError> {
         let catalog = self.catalog.clone();
-        Ok(tokio::task::spawn_blocking(move || catalog.cluster_active_predictions(id)).await??)
+        crate::catalog_deadline::catalog::<_, ReplicationError>(move || {
+            catalog.cluster_active_predictions(id)
+        })
+        .await
     }
 
     /// Up to `limit` photos of the whole cluster after `after`, with their holders.
@@ -253,7 +319,10 @@ impl FrontDoor {
     ) -> Result<Vec<PhotoCopies>, ReplicationError> {
         let catalog = self.catalog.clone();
         let limit = u32::try_from(limit).unwrap_or(u32::MAX);
-        Ok(tokio::task::spawn_blocking(move || catalog.list_cluster(after, limit)).await??)
+        crate::catalog_deadline::catalog::<_, ReplicationError>(move || {
+            catalog.list_cluster(after, limit)
+        })
+        .await
     }
 
     /// Photo `id`'s original from the first holder whose copy is intact. `None` when no such
@@ -306,7 +375,8 @@ impl FrontDoor {
             return Ok(None);
         };
         let catalog = self.catalog.clone();
-        tokio::task::spawn_blocking(move || catalog.add_tombstone(id)).await??;
+        crate::catalog_deadline::catalog::<_, ReplicationError>(move || catalog.add_tombstone(id))
+            .await?;
         let nodes = self.placement_nodes().await?;
         for holder in &copies.holders {
             if Some(holder) == self.here.as_ref() {
@@ -328,15 +398,16 @@ impl FrontDoor {
     pub(crate) async fn status(&self) -> Result<ClusterStatus, ReplicationError> {
         let catalog = self.catalog.clone();
         let wanted = self.config.replicas;
-        let (nodes, overview, counts, files) = tokio::task::spawn_blocking(move || {
-            Ok::<_, CatalogError>((
-                catalog.placement_nodes()?,
-                catalog.node_overview()?,
-                catalog.replication_counts(wanted)?,
-                catalog.blob_counts(wanted)?,
-            ))
-        })
-        .await??;
+        let (nodes, overview, counts, files) =
+            crate::catalog_deadline::catalog::<_, ReplicationError>(move || {
+                Ok((
+                    catalog.placement_nodes()?,
+                    catalog.node_overview()?,
+                    catalog.replication_counts(wanted)?,
+                    catalog.blob_counts(wanted)?,
+                ))
+            })
+            .await?;
         let m = &self.metrics.replication;
         Ok(ClusterStatus {
             replicas: wanted,
@@ -418,4 +489,12 @@ pub(crate) struct NodeStatus {
     last_seen_ms: Option<i64>,
     /// The photos it holds a copy of.
     photos: Option<u64>,
+}
+
+/// A node as the peer a primary copies to.
+pub(super) fn peer_of(node: PlacementNode) -> pb::Peer {
+    pb::Peer {
+        name: node.name,
+        url: node.url,
+    }
 }

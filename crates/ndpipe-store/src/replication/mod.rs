@@ -17,6 +17,7 @@
 mod blob_upkeep;
 mod blobs;
 mod copies;
+mod detour;
 mod front;
 mod metrics;
 mod peers;
@@ -194,7 +195,8 @@ impl Replication {
             .await
     }
 
-    /// Places an upload and ingests it here as its primary, or has its primary ingest it.
+    /// Places an upload and ingests it here as its primary, or has its primary ingest it (a
+    /// primary that cannot be reached is passed over once).
     async fn place_here(
         &self,
         bytes: bytes::Bytes,
@@ -204,7 +206,21 @@ impl Replication {
         if primary.name == self.name {
             return self.ingest_primary(bytes, truth, copies).await;
         }
-        self.front.forward(&primary, copies, bytes, truth).await
+        match self
+            .front
+            .forward(&primary, copies, bytes.clone(), truth.clone())
+            .await
+        {
+            // A primary that cannot be reached stored nothing: once more, around it.
+            Err(ReplicationError::Remote(s)) if detour::forward_again(&s) => {
+                let (primary, copies) = self.front.place(&bytes).await?;
+                if primary.name == self.name {
+                    return self.ingest_primary(bytes, truth, copies).await;
+                }
+                self.front.forward(&primary, copies, bytes, truth).await
+            }
+            done => done,
+        }
     }
 
     /// Ingests an upload here, as its primary, copying it to `copies` before it is catalogued.

@@ -19,16 +19,18 @@ pub(crate) struct Peers {
     secret: Option<ClusterSecret>,
     tls: Option<Tls>,
     deadline: Duration,
+    /// The deadline of a copy and of a check that a node is alive (shorter than `deadline`).
+    copy_deadline: Duration,
     max_message: usize,
 }
 
 impl Peers {
-    /// Peers called with `secret` over `tls`, each call within `deadline`, messages up to
-    /// `max_message` bytes.
+    /// Peers called with `secret` over `tls`, each call within `deadline` (a copy within
+    /// `copy_deadline`), messages up to `max_message` bytes.
     pub(crate) fn new(
-        secret: Option<ClusterSecret>,
-        tls: Option<Tls>,
+        (secret, tls): (Option<ClusterSecret>, Option<Tls>),
         deadline: Duration,
+        copy_deadline: Duration,
         max_message: usize,
     ) -> Self {
         Peers {
@@ -36,6 +38,7 @@ impl Peers {
             secret,
             tls,
             deadline,
+            copy_deadline,
             max_message,
         }
     }
@@ -64,6 +67,21 @@ impl Peers {
         transport::request(message, Some(self.deadline), self.secret.as_ref())
     }
 
+    fn copy_request<T>(&self, message: T) -> tonic::Request<T> {
+        transport::request(message, Some(self.copy_deadline), self.secret.as_ref())
+    }
+
+    /// Whether the node at `url` answers within the copy deadline: a lookup of photo 0, which
+    /// no node holds (`NOT_FOUND` is an answer).
+    pub(crate) async fn probe(&self, url: &str) -> Result<(), tonic::Status> {
+        let mut client = self.client(url).map_err(status)?;
+        let req = pb::ReadCopyRequest { id: 0 };
+        match transport::unary(self.copy_deadline, client.read_copy(self.copy_request(req))).await {
+            Err(s) if s.code() == tonic::Code::NotFound => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
     /// Asks the primary at `url` to ingest an upload and copy it to `req.copies`.
     pub(crate) async fn ingest(
         &self,
@@ -81,7 +99,7 @@ impl Peers {
         copy: pb::PhotoCopy,
     ) -> Result<(), tonic::Status> {
         let mut client = self.client(url).map_err(status)?;
-        transport::unary(self.deadline, client.put_copy(self.request(copy)))
+        transport::unary(self.copy_deadline, client.put_copy(self.copy_request(copy)))
             .await
             .map(drop)
     }

@@ -55,6 +55,9 @@ pub(crate) struct PipeStoreFlags {
     pub(crate) catalog: Option<String>,
     #[command(flatten)]
     #[serde(flatten)]
+    pub(crate) catalog_deadlines: CatalogFlags,
+    #[command(flatten)]
+    #[serde(flatten)]
     pub(crate) clients: ClientFlags,
     #[command(flatten)]
     #[serde(flatten)]
@@ -195,11 +198,17 @@ pub(crate) struct PipeStoreFlags {
     #[arg(long, env = "NDPIPE_REBALANCE_PAGE_PHOTOS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) rebalance_page_photos: Option<u32>,
-    /// Deadline of each call to another node for a copy, in ms [peer_timeout_ms; default:
-    /// 30000].
+    /// Deadline of each call to another node (an upload forwarded to its primary), in ms
+    /// [peer_timeout_ms; default: 30000].
     #[arg(long, env = "NDPIPE_PEER_TIMEOUT_MS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) peer_timeout_ms: Option<u64>,
+    /// Deadline of a copy to another node and of the check that an upload's primary is
+    /// alive, in ms; a node that misses it is passed over for the next node of the placement
+    /// [copy_timeout_ms; default: 3000].
+    #[arg(long, env = "NDPIPE_COPY_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) copy_timeout_ms: Option<u64>,
     /// Testing only: damage the first N feature chunks sent to the Tuner
     /// [fault_corrupt_chunks].
     #[arg(long, hide = true)]
@@ -338,6 +347,9 @@ pub(crate) struct GatewayFlags {
     #[arg(long, env = "NDPIPE_CATALOG")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) catalog: Option<String>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub(crate) catalog_deadlines: CatalogFlags,
     /// Copies of each photo, placed on that many live PipeStores; give the PipeStores' value
     /// [replicas; default: 2].
     #[arg(long, env = "NDPIPE_REPLICAS")]
@@ -360,6 +372,12 @@ pub(crate) struct GatewayFlags {
     #[arg(long, env = "NDPIPE_PEER_TIMEOUT_MS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) peer_timeout_ms: Option<u64>,
+    /// Deadline of the check that an upload's primary is alive, in ms; a PipeStore that
+    /// misses it is passed over for the next node of the placement [copy_timeout_ms; default:
+    /// 3000].
+    #[arg(long, env = "NDPIPE_COPY_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) copy_timeout_ms: Option<u64>,
     #[command(flatten)]
     #[serde(flatten)]
     pub(crate) similar: SimilarFlags,
@@ -368,6 +386,28 @@ pub(crate) struct GatewayFlags {
 /// Flags of the servers that take photos from clients (PipeStores and gateways): who may
 /// call, and how much one upload and one client may send; the same keys in `[pipestore]`
 /// and `[gateway]`.
+/// The catalog's deadlines and the access keys' refresh: keys of `[pipestore]` and
+/// `[gateway]`.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+pub(crate) struct CatalogFlags {
+    /// Longest a PostgreSQL catalog statement runs, in ms (its statement_timeout and TCP user
+    /// timeout); a request waits on the catalog at most this plus --catalog-checkout-ms plus
+    /// 1 s, then answers 503 catalog_unavailable [catalog_timeout_ms; default: 3000].
+    #[arg(long, env = "NDPIPE_CATALOG_TIMEOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) catalog_timeout_ms: Option<u64>,
+    /// Longest wait for a free connection of the PostgreSQL catalog's pool, in ms
+    /// [catalog_checkout_ms; default: 2000].
+    #[arg(long, env = "NDPIPE_CATALOG_CHECKOUT_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) catalog_checkout_ms: Option<u64>,
+    /// How often the access keys are reloaded from the catalog, in ms: a key revoked on
+    /// another node is refused here within that time [key_refresh_ms; default: 3000].
+    #[arg(long, env = "NDPIPE_KEY_REFRESH_MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) key_refresh_ms: Option<u64>,
+}
+
 #[derive(Debug, Clone, Default, Args, Serialize)]
 pub(crate) struct ClientFlags {
     /// Bearer token required for writes and admin calls [token].

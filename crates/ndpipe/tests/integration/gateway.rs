@@ -254,7 +254,9 @@ async fn gateway_on(url: &str) {
     );
 
     // An access key made on a PipeStore (the catalog is shared) lets a client through the
-    // gateway; once a key exists, a call without one is 401 there too.
+    // gateway; once a key exists, a call without one is 401 there too (the gateway checks the
+    // keys it holds in memory, reloaded every `key_refresh_ms`: it sees the new key within a
+    // refresh).
     let created = nodes[0]
         .client()
         .post(format!("{}/v1/admin/keys", nodes[0].url))
@@ -265,7 +267,12 @@ async fn gateway_on(url: &str) {
     assert_eq!(created.status().as_u16(), 201);
     let key: serde_json::Value = created.json().await.unwrap();
     let secret = key["secret_key"].as_str().unwrap();
-    assert_eq!(gateway.get("/v1/photos").await.0, 401);
+    let mut polls = 0;
+    while gateway.get("/v1/photos").await.0 != 401 {
+        polls += 1;
+        assert!(polls < POLLS, "the gateway never saw the new key");
+        tokio::time::sleep(POLL).await;
+    }
     let (status, body, _) = upload(&gateway, 1000, Some(secret)).await;
     assert_eq!(status, 201, "{body}");
     drop(tuner);

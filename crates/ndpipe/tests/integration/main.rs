@@ -4,6 +4,9 @@
 //! - `durability`: kill -9, torn tails, a lost index, corruption, compaction.
 //! - `disk`: a full disk (a tmpfs the test mounts): 507 below the reserve, nothing lost, start
 //!   read-only, uploads again once space returns.
+//! - `catalog_outage`: a PostgreSQL catalog frozen (SIGSTOP), thawed and stopped under a store
+//!   with access keys: reads by id, `/healthz` and `/metrics` served, the rest 503
+//!   `catalog_unavailable` within its deadline, recovery without a restart.
 //! - `cli`: the import and photos commands.
 //! - `duplicates`: the same bytes again per `--exact-duplicates`, edited copies grouped as near
 //!   duplicates with their original as keeper, `ndpipe photos duplicates`.
@@ -19,6 +22,8 @@
 //! - `limits`: stalled headers and bodies cut off, connections over the cap closed.
 //! - `postgres`: a Tuner and three PipeStores on one PostgreSQL catalog: cluster-wide ids,
 //!   search and versions.
+//! - `detour`: uploads around a SIGSTOPped, then killed PipeStore (two copies each, within the
+//!   copy deadline), and rebalancing back onto it after its restart.
 //! - `replication`: three PipeStores with two copies of each photo: placement, a node killed
 //!   during uploads, repair after its removal, a delete while a node is away, a flipped byte.
 //! - `replicated_finetune`: a fine-tune on that cluster losing a node mid-extraction goes on,
@@ -48,12 +53,14 @@
 mod api;
 mod bad_input;
 mod cache;
+mod catalog_outage;
 mod cli;
 mod cluster;
 mod common;
 mod config;
 mod console;
 mod console_train;
+mod detour;
 mod disk;
 mod duplicates;
 mod durability;

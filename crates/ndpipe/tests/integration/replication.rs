@@ -61,7 +61,10 @@ async fn all_read_back(node: &Instance, acked: &BTreeMap<u64, String>) {
 }
 
 /// Uploads photo number `seed` through `node`: its id and checksum on a 201.
-async fn upload(node: &Instance, seed: u32) -> Result<(u64, String), (u16, serde_json::Value)> {
+pub(crate) async fn upload(
+    node: &Instance,
+    seed: u32,
+) -> Result<(u64, String), (u16, serde_json::Value)> {
     // Distinct bytes for every seed (the pattern repeats every 256 seeds).
     let bytes = jpeg(48 + seed % 16, 40 + seed / 256, seed);
     let sum = sha256(&bytes);

@@ -208,6 +208,19 @@ async fn a_standalone_tuner_applies_access_keys_and_roles() {
     let reader = offline_key(&keys, "reader", "read");
     let writer = offline_key(&keys, "writer", "write");
     let admin = offline_key(&keys, "admin", "admin");
+    // The Tuner holds the keys in memory and reloads them every few seconds: the first keys,
+    // made by another process, close it within a refresh.
+    let mut polls = 0;
+    while reqwest::get(format!("{}/v1/tuner/nodes", tuner.url))
+        .await
+        .unwrap()
+        .status()
+        != 401
+    {
+        polls += 1;
+        assert!(polls < 300, "the Tuner never saw the keys");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     check_matrix(
         &tuner.url,
         &[

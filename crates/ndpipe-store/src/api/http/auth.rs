@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use ndpipe_catalog::{AccessKeys, Role};
 
 use super::error::{ApiError, internal};
-use crate::keys::KeyStore;
+use crate::keys::{KeyError, KeyStore};
 use crate::metrics::StoreMetrics;
 
 /// What the guard needs.
@@ -92,19 +92,24 @@ pub(crate) async fn authorize(State(guard): State<Guard>, req: Request, next: Ne
     };
     let token = bearer(&req);
     let keys = guard.keys.clone();
-    let decided = tokio::task::spawn_blocking(move || {
+    // Keys are answered from memory (`key_cache.rs`); only before their first load does
+    // this ask the catalog, within the catalog deadline.
+    let decided = crate::catalog_deadline::within(move || {
         let any = keys.any()?;
         let role = match &token {
             Some(t) => keys.role_of_bearer(t)?,
             None => None,
         };
-        Ok::<_, crate::keys::KeyError>((any, role))
+        Ok::<_, KeyError>((any, role))
     })
     .await;
     let (any, role) = match decided {
-        Ok(Ok(decided)) => decided,
+        Ok(Ok(Ok(decided))) => decided,
+        Ok(Ok(Err(e))) => return ApiError::from(e).into_response(),
         Ok(Err(e)) => return internal(e).into_response(),
-        Err(e) => return internal(e).into_response(),
+        Err(late) => {
+            return ApiError::from(crate::catalog_deadline::unavailable(late)).into_response();
+        }
     };
     let open = open_to_all(any, guard.keys.has_token(), needed);
     match role {

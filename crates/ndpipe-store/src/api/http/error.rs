@@ -118,8 +118,9 @@ pub(crate) fn kind_of(status: StatusCode) -> &'static str {
     }
 }
 
-/// Runs blocking work (store reads, catalog queries, jobs) off the async runtime; its error, or
-/// a failure of the task itself (500 `internal`), is counted and answered.
+/// Runs blocking work (store reads, catalog queries, jobs) off the async runtime, waiting at
+/// most the catalog deadline (`catalog_deadline`; past it, 503 `catalog_unavailable`); its
+/// error, or a failure of the task itself (500 `internal`), is counted and answered.
 pub(crate) async fn blocking<T, E>(
     state: &impl Counted,
     f: impl FnOnce() -> Result<T, E> + Send + 'static,
@@ -128,10 +129,14 @@ where
     T: Send + 'static,
     E: Into<ApiError> + Send + 'static,
 {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(count(state, e.into())),
-        Err(e) => Err(count(state, internal(e))),
+    match crate::catalog_deadline::within(f).await {
+        Ok(Ok(Ok(value))) => Ok(value),
+        Ok(Ok(Err(e))) => Err(count(state, e.into())),
+        Ok(Err(e)) => Err(count(state, internal(e))),
+        Err(late) => Err(count(
+            state,
+            crate::catalog_deadline::unavailable(late).into(),
+        )),
     }
 }
 
@@ -179,6 +184,9 @@ impl From<CatalogError> for ApiError {
         let (status, kind) = match &e {
             CatalogError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
             CatalogError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
+            CatalogError::Unavailable { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "catalog_unavailable")
+            }
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "catalog_error"),
         };
         ApiError::new(status, kind, e.to_string())

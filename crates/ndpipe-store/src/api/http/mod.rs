@@ -413,8 +413,13 @@ impl AppState {
             Arc::new(jobs),
             metrics,
             Arc::new(
-                KeyStore::with_catalog(s.catalog.clone(), s._dir.path(), None)
-                    .expect("a test key store"),
+                KeyStore::with_catalog(
+                    s.catalog.clone(),
+                    s._dir.path(),
+                    None,
+                    crate::key_cache::DEFAULT_REFRESH,
+                )
+                .expect("a test key store"),
             ),
         )
     }

@@ -16,7 +16,7 @@ use s3s::{S3Result, s3_error};
 
 use super::errors::internal;
 use super::refuse;
-use crate::keys::KeyStore;
+use crate::keys::{KeyError, KeyStore};
 
 /// The secrets of the access keys (and of the admin key, the token) for SigV4.
 pub(crate) struct KeyAuth(pub(crate) Arc<KeyStore>);
@@ -26,10 +26,15 @@ pub(crate) struct KeyAccess(pub(crate) Arc<KeyStore>);
 
 async fn secret_of(keys: &Arc<KeyStore>, access_key: &str) -> S3Result<Option<(Role, String)>> {
     let (keys, access_key) = (keys.clone(), access_key.to_string());
-    tokio::task::spawn_blocking(move || keys.secret_of(&access_key))
-        .await
-        .map_err(internal)?
-        .map_err(internal)
+    super::blocking(move || keys.secret_of(&access_key).map_err(key_error)).await
+}
+
+/// A key lookup that failed: `ServiceUnavailable` when the catalog does not answer, else 500.
+fn key_error(e: KeyError) -> s3s::S3Error {
+    match e {
+        KeyError::Catalog(e) => super::errors::catalog(e),
+        other => internal(other),
+    }
 }
 
 #[async_trait::async_trait]
@@ -68,12 +73,9 @@ impl KeyAccess {
         let needed = required(cx.s3_op().name());
         let Some(credentials) = cx.credentials() else {
             let keys = self.0.clone();
-            let protected = tokio::task::spawn_blocking(move || {
-                Ok::<_, crate::keys::KeyError>(keys.has_token() || keys.any()?)
-            })
-            .await
-            .map_err(internal)?
-            .map_err(internal)?;
+            let protected =
+                super::blocking(move || Ok(keys.has_token() || keys.any().map_err(key_error)?))
+                    .await?;
             return if protected {
                 Err(s3_error!(AccessDenied, "this store needs signed requests"))
             } else {

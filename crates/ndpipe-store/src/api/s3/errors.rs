@@ -38,7 +38,8 @@ pub(crate) fn no_such_key(key: &str) -> S3Error {
 
 /// A catalog failure: a missing bucket is `NoSuchBucket`, a missing object `NoSuchKey`, a
 /// bucket with objects `BucketNotEmpty`, an existing one `BucketAlreadyOwnedByYou`, a write
-/// whose condition does not hold `PreconditionFailed`.
+/// whose condition does not hold `PreconditionFailed`, a catalog that does not answer
+/// `ServiceUnavailable` (503).
 pub(crate) fn catalog(e: CatalogError) -> S3Error {
     match e {
         CatalogError::NotFound { what } if what.starts_with("bucket ") => {
@@ -52,6 +53,7 @@ pub(crate) fn catalog(e: CatalogError) -> S3Error {
         CatalogError::Conflict { what } if what.starts_with("bucket ") => {
             s3_error!(BucketAlreadyOwnedByYou, "{what} already exists")
         }
+        e @ CatalogError::Unavailable { .. } => s3_error!(ServiceUnavailable, "{e}"),
         other => internal(other),
     }
 }

@@ -77,12 +77,13 @@ pub(crate) struct S3State {
     pub(crate) max_upload_bytes: usize,
 }
 
-/// Runs blocking work (catalog queries, file reads) off the async runtime; a failed task is a
-/// 500.
+/// Runs blocking work (catalog queries, file reads) off the async runtime, waiting at most the
+/// catalog deadline (then `ServiceUnavailable`); a failed task is a 500.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, S3Error> + Send + 'static,
 ) -> Result<T, S3Error> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(errors::internal)?
+    match crate::catalog_deadline::within(f).await {
+        Ok(done) => done.map_err(errors::internal)?,
+        Err(late) => Err(errors::catalog(crate::catalog_deadline::unavailable(late))),
+    }
 }
