@@ -163,12 +163,12 @@ async fn upload(http: &reqwest::Client, base: &str, i: usize) -> Result<u64> {
     body["id"].as_u64().context("an upload's reply has no id")
 }
 
-/// A 16x16 PNG of 4x4 blocks whose colours differ by `seed`: distinct bytes and perceptual
-/// hashes, and a stored tensor of flat areas that compresses well (10^5 photos fit in a few
-/// GB of disk).
+/// A 64x64 PNG of 4x4 blocks whose colours differ by `seed`: distinct bytes and perceptual
+/// hashes, a stored tensor of flat areas that compresses well (10^5 photos fit in a few GB of
+/// disk), and sides of the default `near_min_side`, so the near level pairs every photo.
 fn png(seed: u32) -> Vec<u8> {
-    let img = image::RgbImage::from_fn(16, 16, |x, y| {
-        let block = (y / 4) * 4 + x / 4;
+    let img = image::RgbImage::from_fn(64, 64, |x, y| {
+        let block = (y / 16) * 4 + x / 16;
         let v = seed
             .wrapping_add(1)
             .wrapping_mul(2_654_435_761)
