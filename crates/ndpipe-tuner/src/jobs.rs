@@ -14,7 +14,7 @@ use ndpipe_util::time::now_ms;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::{DeployReport, FinetuneReport, RepairReport, RolloutReport, TunerError};
+use crate::{DeployReport, FinetuneReport, RepairReport, RolloutReport, RunTimeline, TunerError};
 
 /// What a job does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,6 +125,10 @@ pub struct JobView {
     /// or failed with the reason it could not be).
     #[serde(default)]
     pub resumed: u32,
+    /// A fine-tune's runs trained so far, each as it is trained (the report, at the end, has
+    /// them all): what a live chart of accuracy and loss draws.
+    #[serde(default)]
+    pub runs: Vec<RunTimeline>,
 }
 
 impl JobView {
@@ -234,6 +238,7 @@ impl Jobs {
             result: None,
             error: None,
             resumed: 0,
+            runs: Vec::new(),
         };
         self.log.put_job(&view.record())?;
         info!(job = %view.id, ?kind, "job started");
@@ -344,6 +349,11 @@ impl Progress {
                     .then(|| total.saturating_sub(done) as f64 / images_per_second);
             }
         });
+    }
+
+    /// A fine-tune has trained `run` (kept in memory only: the report records every run).
+    pub(crate) fn trained(&self, run: RunTimeline) {
+        self.jobs.update(&self.id, false, |v| v.runs.push(run));
     }
 
     /// Ends the job with its outcome (recorded in the log).

@@ -171,6 +171,7 @@ mod tests {
             result: None,
             error: None,
             resumed: 0,
+            runs: Vec::new(),
         }
     }
 

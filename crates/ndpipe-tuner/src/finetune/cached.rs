@@ -21,7 +21,7 @@ use spidercache::{
 };
 
 use super::request::CachePolicy;
-use super::trainer::validate;
+use super::trainer::{RunScore, validate};
 use crate::nodes::{Node, node_error};
 use crate::{Head, TunerError};
 
@@ -102,16 +102,16 @@ impl CachedTraining {
         self.report
     }
 
-    /// Trains run `run` on `rows` through a fresh cache; returns the validation top-1 after it.
+    /// Trains run `run` on `rows` through a fresh cache; how the head scores after it.
     pub(crate) fn train_run(
         &mut self,
         head: &mut Head,
         run: usize,
         rows: Vec<RemoteRow>,
         val: &Features,
-    ) -> Result<f32, TunerError> {
+    ) -> Result<RunScore, TunerError> {
         if rows.is_empty() {
-            return validate(head, val);
+            return RunScore::untrained(head, val);
         }
         let setup = &self.setup;
         let dim = setup.dim;
@@ -134,7 +134,7 @@ impl CachedTraining {
         )
         .map_err(cache)?;
         self.report.capacity_items = items;
-        let mut top1 = 0.0;
+        let mut score = RunScore::default();
         let mut training = head.streaming(run, self.runs, self.epochs)?;
         for epoch in 0..self.epochs {
             training.begin_epoch(epoch);
@@ -152,8 +152,11 @@ impl CachedTraining {
                     })
                     .map_err(cache)?;
             }
-            top1 = validate(training.head(), val)?;
-            let stats = policy.end_epoch(Some(f64::from(top1))).map_err(cache)?;
+            score = RunScore {
+                val_top1: validate(training.head(), val)?,
+                train_loss: training.epoch_loss(),
+            };
+            let stats = (policy.end_epoch(Some(f64::from(score.val_top1)))).map_err(cache)?;
             self.report.exact_hits += stats.exact_hits;
             self.report.substitutes += stats.substitutes;
             self.report.misses += stats.misses;
@@ -166,7 +169,7 @@ impl CachedTraining {
             (report.exact_hits + report.substitutes) as f64 / report.requests as f64
         };
         report.fetched_bytes += fetcher.fetched.load(Ordering::Relaxed);
-        Ok(top1)
+        Ok(score)
     }
 }
 

@@ -52,7 +52,7 @@ use self::streams::{Ingress, Msg, Source};
 use self::survey::{Survey, starting_head};
 use self::trainer::{TrainedRun, Trainer, TrainerSetup, validate};
 use crate::control::JobEnv;
-use crate::jobs::Phase;
+use crate::jobs::{Phase, Progress};
 use crate::nodes::{Members, Node, node_error};
 use crate::{Head, TunerError, deploy};
 
@@ -374,7 +374,7 @@ impl<'a> Job<'a> {
                     let Some(run) = run else {
                         return Err(TunerError::Internal("the training thread stopped".into()));
                     };
-                    self.on_trained(run?)?;
+                    self.on_trained(run?, env.progress)?;
                     trained += 1;
                     continue;
                 }
@@ -433,7 +433,7 @@ impl<'a> Job<'a> {
     }
 
     /// Books a trained run in the timeline.
-    fn on_trained(&mut self, run: TrainedRun) -> Result<(), TunerError> {
+    fn on_trained(&mut self, run: TrainedRun, progress: &Progress) -> Result<(), TunerError> {
         let line = self
             .timeline
             .get_mut(run.run)
@@ -441,6 +441,8 @@ impl<'a> Job<'a> {
         line.train_start = run.start;
         line.train_seconds = run.seconds;
         line.val_top1 = run.val_top1;
+        line.train_loss = run.train_loss;
+        progress.trained(line.clone());
         Ok(())
     }
 
@@ -542,6 +544,7 @@ impl<'a> Job<'a> {
                 train_start: 0.0,
                 train_seconds: 0.0,
                 val_top1: 0.0,
+                train_loss: 0.0,
             });
             let sent = trainer.train(run, data);
             self.trainer = Some(trainer);

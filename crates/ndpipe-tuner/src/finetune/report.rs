@@ -111,6 +111,10 @@ pub struct RunTimeline {
     pub train_seconds: f64,
     /// Validation top-1 after the run.
     pub val_top1: f32,
+    /// Mean training objective (cross-entropy plus penalties) of the run's last epoch, each
+    /// batch's taken before its update (absent, 0, in reports of older versions).
+    #[serde(default)]
+    pub train_loss: f32,
 }
 
 /// Per-node figures of a job.
@@ -164,6 +168,7 @@ mod tests {
             train_start: 2.0,
             train_seconds: 3.0,
             val_top1: 0.5,
+            train_loss: 0.7,
         };
         assert_eq!(run.hidden_seconds(10.0), 3.0);
         assert_eq!(run.hidden_seconds(4.0), 2.0);

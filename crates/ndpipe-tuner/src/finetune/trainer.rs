@@ -38,6 +38,26 @@ pub(crate) struct TrainedRun {
     pub(crate) seconds: f64,
     /// Validation top-1 after the run.
     pub(crate) val_top1: f32,
+    /// Mean training objective of the run's last epoch.
+    pub(crate) train_loss: f32,
+}
+
+/// How the head scores after a run: validation top-1, and the mean training objective
+/// (cross-entropy plus penalties) of the run's last epoch (0 for a run without rows).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct RunScore {
+    pub(crate) val_top1: f32,
+    pub(crate) train_loss: f32,
+}
+
+impl RunScore {
+    /// The score of a run that had no rows to train on.
+    pub(crate) fn untrained(head: &Head, val: &Features) -> Result<Self, TunerError> {
+        Ok(RunScore {
+            val_top1: validate(head, val)?,
+            train_loss: 0.0,
+        })
+    }
 }
 
 /// What the training thread starts from.
@@ -83,7 +103,7 @@ impl Trainer {
                 for (run, data) in rx {
                     let start = started.elapsed().as_secs_f64();
                     let t = Instant::now();
-                    let top1 = match (data, cached.as_mut()) {
+                    let score = match (data, cached.as_mut()) {
                         (RunData::Remote(rows), Some(cached)) => {
                             cached.train_run(&mut head, run, rows, &val)
                         }
@@ -94,11 +114,12 @@ impl Trainer {
                             "a run by reference without a cache".into(),
                         )),
                     };
-                    let trained = top1.map(|val_top1| TrainedRun {
+                    let trained = score.map(|score| TrainedRun {
                         run,
                         start,
                         seconds: t.elapsed().as_secs_f64(),
-                        val_top1,
+                        val_top1: score.val_top1,
+                        train_loss: score.train_loss,
                     });
                     if !notify(trained) {
                         break;
@@ -136,11 +157,15 @@ fn train_in_memory(
     runs: usize,
     epochs: usize,
     val: &Features,
-) -> Result<f32, TunerError> {
-    if !labels.is_empty() {
-        head.train_run(values, labels, run, runs, epochs)?;
+) -> Result<RunScore, TunerError> {
+    if labels.is_empty() {
+        return RunScore::untrained(head, val);
     }
-    validate(head, val)
+    let report = head.train_run(values, labels, run, runs, epochs)?;
+    Ok(RunScore {
+        val_top1: validate(head, val)?,
+        train_loss: report.losses.last().copied().unwrap_or(0.0),
+    })
 }
 
 /// Top-1 on the validation set (0 without one).
@@ -174,6 +199,7 @@ mod tests {
             (values, labels)
         };
         let (values, labels) = rows(16);
+        let untrained_loss = head.loss(&values, &labels).unwrap();
         let val = Features {
             values: values.clone(),
             dim: 2,
@@ -205,5 +231,11 @@ mod tests {
         assert!(cache.is_none());
         assert_eq!(head.evaluate(&values, &labels).unwrap(), 1.0);
         assert_eq!(trained[1].val_top1, 1.0, "validated after each run");
+        assert!(
+            trained
+                .iter()
+                .all(|t| t.train_loss > 0.0 && t.train_loss < untrained_loss),
+            "each run reports its last epoch's loss, below the untrained head's {untrained_loss}"
+        );
     }
 }

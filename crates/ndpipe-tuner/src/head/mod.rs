@@ -343,6 +343,7 @@ impl Head {
             run,
             runs,
             epochs,
+            epoch_loss: (0.0, 0),
         })
     }
 

@@ -14,11 +14,14 @@ pub(crate) struct StreamingRun<'a> {
     pub(super) run: usize,
     pub(super) runs: usize,
     pub(super) epochs: usize,
+    /// The objective summed over this epoch's rows so far, and those rows.
+    pub(super) epoch_loss: (f64, usize),
 }
 
 impl StreamingRun<'_> {
     /// Sets the learning rate of `epoch` (NDPipe's step schedule, scaled for the run).
     pub(crate) fn begin_epoch(&mut self, epoch: usize) {
+        self.epoch_loss = (0.0, 0);
         self.optimizer
             .set_learning_rate(learning_rate(epoch, self.epochs, self.run, self.runs));
     }
@@ -44,7 +47,20 @@ impl StreamingRun<'_> {
             .to_vec1::<f32>()?;
         let loss = self.head.objective(&x, &y)?;
         self.optimizer.backward_step(&loss)?;
+        self.epoch_loss.0 += f64::from(loss.to_scalar::<f32>()?) * rows as f64;
+        self.epoch_loss.1 += rows;
         Ok(per_row)
+    }
+
+    /// The mean training objective (cross-entropy plus penalties) of this epoch's steps, each
+    /// taken before its update, as [`Head::train_run`] reports it (0 before any step).
+    pub(crate) fn epoch_loss(&self) -> f32 {
+        let (total, rows) = self.epoch_loss;
+        if rows == 0 {
+            0.0
+        } else {
+            (total / rows as f64) as f32
+        }
     }
 
     /// The head being trained.

@@ -105,6 +105,13 @@ async fn label_three_photos_fine_tune_watch_it_live_and_deploy_it() {
     assert_eq!(same, json!(true), "the page was reloaded");
     assert_eq!(browser.path().await, job_page);
     browser.find("#job-chart canvas").await;
+    let chart = format!("return fetch('{job_page}/chart').then(r => r.json());");
+    let chart = browser.run(&chart).await;
+    let runs = chart["runs"].as_array().unwrap();
+    assert!(
+        !runs.is_empty() && runs.iter().all(|r| r["train_loss"].as_f64().unwrap() > 0.0),
+        "the chart has each run's accuracy and loss: {chart}"
+    );
     let gate = text_of(&browser, "#gate").await;
     assert!(gate.contains("Validation top-1"), "{gate}");
     browser.assert_no_errors("a fine-tune's page").await;

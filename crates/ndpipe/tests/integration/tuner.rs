@@ -456,6 +456,13 @@ async fn over_the_memory_budget_training_reads_features_through_spidercache() {
         report["val_top1"].as_f64().unwrap() > 0.5,
         "training through the cache still learns: {report}"
     );
+    let losses: Vec<f64> = (report["runs"].as_array().unwrap().iter())
+        .map(|r| r["train_loss"].as_f64().unwrap())
+        .collect();
+    assert!(
+        losses.len() == 2 && losses.iter().all(|l| *l > 0.0),
+        "each run's loss through the cache: {losses:?}"
+    );
     let (status, bad) = tuner
         .post(
             "/v1/tuner/finetune",

@@ -31,6 +31,9 @@ pub(crate) struct JobView {
     skipped: Vec<String>,
     result: Option<serde_json::Value>,
     error: Option<Failure>,
+    /// A fine-tune's runs trained so far, while it runs.
+    #[serde(default)]
+    runs: Vec<RunView>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -68,6 +71,8 @@ struct RunView {
     train_start: f64,
     train_seconds: f64,
     val_top1: f32,
+    #[serde(default)]
+    train_loss: f32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -203,7 +208,8 @@ pub(crate) async fn status(
     })
 }
 
-/// What the chart draws: the job's phase and progress now, and each run's validation top-1.
+/// What the chart draws: the job's phase and progress now, and each run trained so far (its
+/// validation top-1 and training loss).
 #[derive(Debug, Serialize)]
 pub(crate) struct Chart {
     phase: String,
@@ -221,7 +227,10 @@ pub(crate) async fn chart(
     Path(id): Path<String>,
 ) -> Result<Json<Chart>, ConsoleError> {
     let job = job(&console, &viewer, &id).await?;
-    let runs = job.finetune().map(|r| r.runs).unwrap_or_default();
+    let runs = match job.finetune() {
+        Some(report) => report.runs,
+        None => job.runs.clone(),
+    };
     Ok(Json(Chart {
         phase: job.phase.clone(),
         ended: job.ended(),
