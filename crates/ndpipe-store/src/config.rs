@@ -219,6 +219,9 @@ pub struct Config {
     /// Samples of the process's counters the console keeps for its storage page (one per
     /// 5 s, the oldest dropped first).
     pub console_history_samples: usize,
+    /// Marks the console's session cookie `Secure` (browsers then send it over HTTPS only):
+    /// for a console reached through a TLS proxy.
+    pub console_secure_cookie: bool,
     /// Testing only: damage the first N feature chunks sent to the Tuner (their checksum then
     /// fails and the Tuner must fetch them again).
     pub fault_corrupt_chunks: u32,
@@ -266,6 +269,7 @@ impl Config {
             session_ttl: std::time::Duration::from_secs(self.console_session_secs),
             thumb_cache_bytes: self.console_thumb_cache_bytes,
             history_samples: self.console_history_samples,
+            secure_cookie: self.console_secure_cookie,
             max_upload_bytes: self.max_upload_bytes,
         }
     }
@@ -393,6 +397,7 @@ impl Default for Config {
             console_session_secs: DEFAULT_CONSOLE_SESSION_SECS,
             console_thumb_cache_bytes: DEFAULT_CONSOLE_THUMB_CACHE_BYTES,
             console_history_samples: DEFAULT_CONSOLE_HISTORY_SAMPLES,
+            console_secure_cookie: false,
         }
     }
 }
@@ -497,6 +502,9 @@ pub struct GatewayConfig {
     /// Samples of the process's counters the console keeps for its storage page (one per
     /// 5 s, the oldest dropped first).
     pub console_history_samples: usize,
+    /// Marks the console's session cookie `Secure` (browsers then send it over HTTPS only):
+    /// for a console reached through a TLS proxy.
+    pub console_secure_cookie: bool,
 }
 
 impl GatewayConfig {
@@ -506,6 +514,7 @@ impl GatewayConfig {
             session_ttl: std::time::Duration::from_secs(self.console_session_secs),
             thumb_cache_bytes: self.console_thumb_cache_bytes,
             history_samples: self.console_history_samples,
+            secure_cookie: self.console_secure_cookie,
             max_upload_bytes: self.max_upload_bytes,
         }
     }
@@ -571,6 +580,7 @@ impl Default for GatewayConfig {
             console_session_secs: store.console_session_secs,
             console_thumb_cache_bytes: store.console_thumb_cache_bytes,
             console_history_samples: store.console_history_samples,
+            console_secure_cookie: store.console_secure_cookie,
         }
     }
 }

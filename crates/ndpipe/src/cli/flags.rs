@@ -488,6 +488,11 @@ pub(crate) struct ConsoleFlags {
     #[arg(long, env = "NDPIPE_CONSOLE_HISTORY_SAMPLES")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) console_history_samples: Option<usize>,
+    /// Mark the console's session cookie `Secure` (sent over HTTPS only): for a console
+    /// reached through a TLS proxy [console_secure_cookie].
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) console_secure_cookie: bool,
 }
 
 /// Flags of every server on how it meets its peers and clients: the cluster secret, mutual

@@ -2,7 +2,7 @@
 //! grid's thumbnails, a photo's page, search by class and in words, upload by the file input
 //! (a broken file fails alone), the jobs table updating live, CSRF and read-only keys refused,
 //! a missing session sent to sign in, a gateway's grid, and a killed node shown down on the
-//! cluster page. Every page is checked for browser console errors; with `NDPIPE_SCREENSHOTS=1`
+//! cluster page, and the `Secure` cookie asked for by a flag. Every page is checked for browser console errors; with `NDPIPE_SCREENSHOTS=1`
 //! the main pages are saved to `docs/console/`.
 
 use std::time::{Duration, Instant};
@@ -317,5 +317,22 @@ async fn shown_down(browser: &Browser, page: &str) {
             "cn-b not shown down on {page}:\n{text}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// `--console-secure-cookie` marks the session cookie `Secure`; without it the cookie is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_cookie_is_secure_when_asked() {
+    for (flags, secure) in [(&["--console-secure-cookie"][..], true), (&[][..], false)] {
+        let inst = Instance::start_with(flags);
+        let answer = (inst.client())
+            .get(format!("{}/ui/photos", inst.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200, "an open console");
+        let cookie = answer.headers()["set-cookie"].to_str().unwrap().to_string();
+        assert!(cookie.contains("HttpOnly"), "{cookie}");
+        assert_eq!(cookie.contains("; Secure"), secure, "{flags:?}: {cookie}");
     }
 }

@@ -1,8 +1,8 @@
 //! Who may use the console: sign in with an access key (its id and secret, checked by the
 //! [`KeyStore`](crate::keys::KeyStore) that `/v1` asks), a session cookie, and the roles of
 //! `/v1`: reading needs `read`, a change `write`. With no key configured the console is open,
-//! as `/v1` is. The cookie is `HttpOnly` and `SameSite=Strict`; it has no `Secure` flag
-//! because the HTTP listener serves plain HTTP (put TLS in front and add it there).
+//! as `/v1` is. The cookie is `HttpOnly` and `SameSite=Strict`, and `Secure` with
+//! `console_secure_cookie` (the HTTP listener serves plain HTTP: a TLS proxy goes in front).
 
 use axum::extract::{Form, FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, header};
@@ -60,9 +60,12 @@ fn session_id(headers: &HeaderMap) -> Option<String> {
         .map(|(_, id)| id.to_string())
 }
 
-/// The `Set-Cookie` value of session `id`, lasting `max_age` seconds (0: removed).
-fn cookie(id: &str, max_age: u64) -> HeaderValue {
-    let value = format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={max_age}");
+/// The `Set-Cookie` value of session `id`, lasting `max_age` seconds (0: removed), `Secure`
+/// where the console is reached over HTTPS.
+fn cookie(id: &str, max_age: u64, secure: bool) -> HeaderValue {
+    let secure = if secure { "; Secure" } else { "" };
+    let value =
+        format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}");
     HeaderValue::from_str(&value).unwrap_or(HeaderValue::from_static(""))
 }
 
@@ -116,7 +119,10 @@ pub(crate) async fn require(
             req.extensions_mut().insert(Viewer { session, role });
             let mut response = next.run(req).await;
             let max_age = console.sessions.ttl().as_secs();
-            (response.headers_mut()).append(header::SET_COOKIE, cookie(&id, max_age));
+            (response.headers_mut()).append(
+                header::SET_COOKIE,
+                cookie(&id, max_age, console.secure_cookie),
+            );
             response
         }
         (Some(_), Some(role)) => {
@@ -174,7 +180,10 @@ pub(crate) async fn sign_in(
         .map_err(ConsoleError::internal)?;
     let max_age = console.sessions.ttl().as_secs();
     Ok((
-        [(header::SET_COOKIE, cookie(&id, max_age))],
+        [(
+            header::SET_COOKIE,
+            cookie(&id, max_age, console.secure_cookie),
+        )],
         Redirect::to("/ui/photos"),
     )
         .into_response())
@@ -223,7 +232,7 @@ pub(crate) async fn sign_out(
         console.sessions.remove(&id);
     }
     Ok((
-        [(header::SET_COOKIE, cookie("", 0))],
+        [(header::SET_COOKIE, cookie("", 0, console.secure_cookie))],
         Redirect::to("/ui/signin"),
     )
         .into_response())
@@ -250,9 +259,11 @@ mod tests {
             HeaderValue::from_static("a=1; ndpipe_console=abc; b=2"),
         );
         assert_eq!(session_id(&headers).as_deref(), Some("abc"));
-        let set = cookie("abc", 60);
+        let set = cookie("abc", 60, false);
         let set = set.to_str().unwrap();
         assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"));
-        assert!(set.contains("Max-Age=60"));
+        assert!(set.contains("Max-Age=60") && !set.contains("Secure"));
+        let secure = cookie("abc", 60, true);
+        assert!(secure.to_str().unwrap().ends_with("; Secure"));
     }
 }

@@ -54,6 +54,8 @@ pub(crate) struct ConsoleSettings {
     pub(crate) max_upload_bytes: usize,
     /// Samples of the process's counters kept for the storage page.
     pub(crate) history_samples: usize,
+    /// Whether the session cookie is `Secure` (a console behind a TLS proxy).
+    pub(crate) secure_cookie: bool,
 }
 
 /// What the console's pages work with.
@@ -68,6 +70,8 @@ pub(crate) struct Console {
     thumbs: Arc<Thumbs>,
     /// The largest body a form may send (an upload, a search by photo).
     max_upload_bytes: usize,
+    /// Whether the session cookie is `Secure`.
+    secure_cookie: bool,
     /// The Tuner's `/v1/tuner` routes when one runs in this process (`ndpipe serve`).
     tuner: Option<Router>,
     /// The process's counters over time.
@@ -107,6 +111,7 @@ impl Console {
             sessions: Arc::new(Sessions::new(settings.session_ttl, session::MAX_SESSIONS)),
             thumbs: Arc::new(Thumbs::new(settings.thumb_cache_bytes)),
             max_upload_bytes: settings.max_upload_bytes,
+            secure_cookie: settings.secure_cookie,
             tuner: None,
             history,
         }
