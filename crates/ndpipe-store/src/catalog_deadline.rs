@@ -5,16 +5,16 @@
 //! The work itself goes on in the blocking pool until the catalog answers or its connection
 //! fails (the pool's checkout timeout, the TCP user timeout and keepalive bound that); only
 //! the caller stops waiting. The deadline is one per process: the catalog's checkout timeout
-//! plus its statement timeout plus a second, set once at start ([`set`]).
+//! plus its statement timeout plus a second, armed once at start ([`set`]) by a process whose
+//! catalog is PostgreSQL. A SQLite catalog is a local file beside the photos, with no network
+//! to stall: there the work is awaited (a request that a loaded machine slows stays slow, not
+//! a 503).
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use ndpipe_catalog::CatalogError;
 use tokio::task::JoinError;
-
-/// The deadline until [`set`] is called: the catalog's default timeouts (2 s + 3 s) and 1 s.
-const DEFAULT: Duration = Duration::from_secs(6);
 
 static DEADLINE: OnceLock<Duration> = OnceLock::new();
 
@@ -30,9 +30,9 @@ pub(crate) fn set(checkout_ms: u64, statement_ms: u64) {
     let _ = DEADLINE.set(deadline);
 }
 
-/// The deadline in force.
-pub(crate) fn deadline() -> Duration {
-    DEADLINE.get().copied().unwrap_or(DEFAULT)
+/// The deadline in force (`None`: none is armed).
+pub(crate) fn deadline() -> Option<Duration> {
+    DEADLINE.get().copied()
 }
 
 /// [`Late`] as the catalog error it stands for.
@@ -43,15 +43,26 @@ pub(crate) fn unavailable(late: Late) -> CatalogError {
     }
 }
 
-/// Runs `f` in the blocking pool and waits for it at most [`deadline`]: `Err(Late)` after
-/// that, else its result (or the failure of its task).
+/// Runs `f` in the blocking pool and waits for it at most [`deadline`], where one is armed:
+/// `Err(Late)` after that, else its result (or the failure of its task).
 pub(crate) async fn within<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<Result<T, JoinError>, Late> {
-    let limit = deadline();
-    tokio::time::timeout(limit, tokio::task::spawn_blocking(f))
-        .await
-        .map_err(|_| Late(limit))
+    within_limit(deadline(), f).await
+}
+
+/// [`within`] for the deadline `limit` (`None`: no deadline).
+async fn within_limit<T: Send + 'static>(
+    limit: Option<Duration>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<Result<T, JoinError>, Late> {
+    let work = tokio::task::spawn_blocking(f);
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, work)
+            .await
+            .map_err(|_| Late(limit)),
+        None => Ok(work.await),
+    }
 }
 
 /// [`within`] for catalog work, as an error type that takes a catalog error and a task
@@ -75,24 +86,22 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn work_past_the_deadline_is_unavailable_and_work_within_it_answers() {
-        let quick: Result<_, crate::replication::ReplicationError> = catalog(|| Ok(7)).await;
-        assert_eq!(quick.unwrap(), 7);
+    async fn work_past_the_deadline_is_late_and_work_within_it_or_without_one_answers() {
+        let limit = Some(Duration::from_millis(300));
+        assert_eq!(within_limit(limit, || 7).await.unwrap().unwrap(), 7);
+        assert_eq!(within_limit(None, || 8).await.unwrap().unwrap(), 8);
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let started = std::time::Instant::now();
-        let stalled: Result<_, crate::replication::ReplicationError> = catalog(move || {
-            let _ = rx.recv();
-            Ok(0)
-        })
-        .await;
+        let stalled = within_limit(limit, move || rx.recv().is_ok()).await;
         drop(tx);
-        let Err(crate::replication::ReplicationError::Catalog(CatalogError::Unavailable {
-            ..
-        })) = stalled
-        else {
-            panic!("a stalled call is unavailable: {stalled:?}");
+        let Err(late) = stalled else {
+            panic!("a stalled call is late: {stalled:?}");
         };
+        assert!(matches!(
+            unavailable(late),
+            CatalogError::Unavailable { .. }
+        ));
         // A hang guard: the call came back, not much after its deadline.
-        assert!(started.elapsed() < deadline() + Duration::from_secs(30));
+        assert!(started.elapsed() < Duration::from_secs(30));
     }
 }

@@ -230,8 +230,7 @@ pub struct Config {
     pub fault_fail_commits: u32,
 }
 
-/// The PostgreSQL catalog's options for node `node` from the settings (in ms), all above 0,
-/// and the catalog deadline of requests set from them.
+/// The PostgreSQL catalog's options for node `node` from the settings (in ms), all above 0.
 pub(crate) fn catalog_options(
     node: &str,
     timeout_ms: u64,
@@ -245,7 +244,6 @@ pub(crate) fn catalog_options(
             return Err((setting, "must be above 0".into()));
         }
     }
-    crate::catalog_deadline::set(checkout_ms, timeout_ms);
     Ok(ndpipe_catalog::PgOptions {
         node: node.into(),
         statement_timeout: Duration::from_millis(timeout_ms),

@@ -88,6 +88,7 @@ impl Gateway {
                 source,
             })?;
         let pg = Arc::new(pg);
+        crate::catalog_deadline::set(config.catalog_checkout_ms, config.catalog_timeout_ms);
         info!(catalog = %what, replicas = config.replicas, "gateway catalog open");
         let metrics = Arc::new(StoreMetrics::default());
         let similar = SimilarFront::new(

@@ -410,7 +410,11 @@ async fn open_catalog(
         Some(blocks) => PhotoIds::Blocks(blocks),
         None => PhotoIds::Own,
     };
-    info!(catalog = %what, shared = matches!(ids, PhotoIds::Blocks(_)), "catalog open");
+    let shared = matches!(ids, PhotoIds::Blocks(_));
+    if shared {
+        crate::catalog_deadline::set(config.catalog_checkout_ms, config.catalog_timeout_ms);
+    }
+    info!(catalog = %what, shared, "catalog open");
     Ok((opened.catalog, ids, opened.replicas))
 }
 
