@@ -104,7 +104,8 @@ pub fn run(args: PartitionArgs, ndpipe: PathBuf) -> Result<()> {
             .context("progress style")?,
     );
     let report = crate::partition(&args.config(), &ndpipe, &dir, |round| {
-        bar.println(round_line(round));
+        // On standard error even without a terminal, so that a long run shows its rounds.
+        bar.suspend(|| eprintln!("{}", round_line(round)));
         bar.inc(1);
     })?;
     bar.finish_and_clear();
