@@ -226,4 +226,7 @@ fn print_tables(report: &PartitionReport) {
     for p in &report.problems_at_end {
         println!("problem at the end: {p}");
     }
+    if let Some(why) = &report.aborted {
+        println!("the run stopped early: {why}");
+    }
 }

@@ -173,6 +173,9 @@ impl PartitionRound {
 pub struct PartitionReport {
     /// Every round.
     pub rounds: Vec<PartitionRound>,
+    /// Why the run stopped before its last round (a job that could not start, the cluster
+    /// that could not be reached), with the processes' last log lines.
+    pub aborted: Option<String>,
     /// The deadlines the nodes ran with.
     pub deadlines: Deadlines,
     /// Photos acknowledged in the run and not deleted, checked at the end.
@@ -198,7 +201,9 @@ impl PartitionReport {
     /// Whether every count with a target of 0 is 0 (requests past their deadline aside: see
     /// [`PartitionReport::late`]).
     pub fn clean(&self) -> bool {
-        self.lost_at_end == 0 && self.rounds.iter().all(PartitionRound::clean)
+        self.aborted.is_none()
+            && self.lost_at_end == 0
+            && self.rounds.iter().all(PartitionRound::clean)
     }
 
     /// Requests answered after their deadline.
@@ -293,7 +298,9 @@ fn start_cluster(config: &PartitionConfig, exe: &Path, dir: &Path) -> Result<Clu
 }
 
 /// Starts the cluster of `exe` in `dir` in network namespaces and runs `config.rounds` rounds,
-/// calling `progress` after each. Fails when the cluster cannot start or a job cannot start.
+/// calling `progress` after each. Fails when the cluster cannot start; a round that cannot
+/// run (its job refused) ends the run early, with the rounds so far and the reason in the
+/// report.
 pub fn run(
     config: &PartitionConfig,
     exe: &Path,
@@ -304,20 +311,26 @@ pub fn run(
     let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(config.seed);
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let mut rounds = Vec::with_capacity(config.rounds);
+    let mut aborted = None;
     for i in 0..config.rounds {
-        let round = run_round(i, &mut cluster, config, &ledger, &mut rng).map_err(|e| {
-            let tails: Vec<String> = cluster
-                .procs
-                .iter()
-                .map(|p| format!("== {}\n{}", p.name, p.log_tail(10)))
-                .collect();
-            e.context(format!(
-                "round {i}; the last log lines:\n{}",
-                tails.join("\n")
-            ))
-        })?;
-        progress(&round);
-        rounds.push(round);
+        match run_round(i, &mut cluster, config, &ledger, &mut rng) {
+            Ok(round) => {
+                progress(&round);
+                rounds.push(round);
+            }
+            Err(e) => {
+                let tails: Vec<String> = cluster
+                    .procs
+                    .iter()
+                    .map(|p| format!("== {}\n{}", p.name, p.log_tail(10)))
+                    .collect();
+                aborted = Some(format!(
+                    "round {i}: {e:#}; the last log lines:\n{}",
+                    tails.join("\n")
+                ));
+                break;
+            }
+        }
     }
     let present = ledger
         .lock()
@@ -338,6 +351,7 @@ pub fn run(
     problems_at_end.truncate(20);
     Ok(PartitionReport {
         rounds,
+        aborted,
         deadlines: config.deadlines,
         present_at_end: present.len(),
         lost_at_end,
@@ -368,7 +382,7 @@ fn run_round(
         config.workers,
         rng.random(),
     );
-    let (status, reply) = cluster.tuner.post(&path, &body)?;
+    let (status, reply) = post_job(&cluster.tuner, &path, &body)?;
     if status != 202 {
         load.finish();
         return Err(anyhow!("POST {path} answered {status}: {reply}"));
@@ -452,6 +466,24 @@ fn run_round(
         problems,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// `POST path`, again every half second for up to a minute while the Tuner answers 409
+/// `job_running`: the previous round's job may have left a node being brought to the active
+/// version.
+fn post_job(
+    tuner: &TunerApi,
+    path: &str,
+    body: &serde_json::Value,
+) -> Result<(u16, serde_json::Value)> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, reply) = tuner.post(path, body)?;
+        if status != 409 || reply["error"] != "job_running" || Instant::now() > deadline {
+            return Ok((status, reply));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Makes a cut of `kind` with random hosts; says exactly what it cut.

@@ -54,6 +54,7 @@ fn rounds(test: &str, rounds: usize, seed: u64, kinds: &[RoundKind]) -> Option<P
 /// The counts with a target of 0, each 0; and something acknowledged to check.
 fn assert_clean(report: &PartitionReport, rounds: usize) {
     let table = serde_json::to_string_pretty(&report.rounds).unwrap();
+    assert_eq!(report.aborted, None);
     assert_eq!(report.rounds.len(), rounds);
     for r in &report.rounds {
         assert_eq!(
