@@ -101,9 +101,9 @@ impl Deadlines {
         self.catalog_checkout_ms + self.catalog_timeout_ms + 1000
     }
 
-    /// The deadline of an upload, a read and a delete (the order of [`crate::partition_load::KINDS`]): an upload may wait on the
-    /// catalog, its forward to its primary and a copy; a read or a delete on the catalog and a
-    /// call to another node.
+    /// The deadlines of an upload, a read and a delete, in that order: an upload may wait on
+    /// the catalog, its forward to its primary and a copy; a read or a delete on the catalog
+    /// and a call to another node.
     pub fn of_kinds(&self) -> [u64; 3] {
         let (catalog, peer) = (self.catalog(), self.peer_timeout_ms);
         [
