@@ -9,7 +9,7 @@ export ORT_DYLIB_PATH := $(CACHE)/model/lib/libonnxruntime.so.1.32.0
 PY_VENV := $(CURDIR)/target/py/venv
 PY_CRATE := python/spidercache/Cargo.toml
 
-.PHONY: setup build build-bench demo python test test-deploy lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep experiment-rollout experiment-balance experiment-bandwidth experiment-cost bench-scale bench-words bench-other
+.PHONY: setup build build-bench demo python test test-deploy lint fuzz bench-ingest bench-infer bench-finetune bench-drift bench-cache bench-faults bench-partition bench-crash bench-s3 bench-replication experiment-scaling experiment-rsweep experiment-rollout experiment-balance experiment-bandwidth experiment-cost bench-scale bench-words bench-other
 
 ## Install system packages, fetch the model, sample photos and benchmark data (idempotent).
 setup:
@@ -83,6 +83,11 @@ bench-cache: build-bench
 ## Fault injection: 100 rounds of kill -9, SIGSTOP and restarts during jobs on a real cluster.
 bench-faults: build-bench
 	target/release/ndpipe-bench faults --rounds 100 --json $(CACHE)/bench-faults.json
+
+## Partitions: 100 rounds of network cuts (a node from the database, from its peers, one
+## direction, the Tuner from half the nodes) in network namespaces, as root.
+bench-partition: build-bench
+	target/release/ndpipe-bench partition --rounds 100 --json $(CACHE)/bench-partition.json
 
 ## Crash loops: 100 kill -9 cycles during uploads, deletes and compactions, then 30 during
 ## re-labelling and 30 during fine-tunes that deploy; every acknowledged write and label checked.

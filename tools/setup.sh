@@ -15,6 +15,8 @@ command -v curl >/dev/null || need_apt+=(curl)
 command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
 command -v openssl >/dev/null || need_apt+=(openssl)  # certificates for the TLS test
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
+# The partition rounds cut links between network namespaces with nftables (as root).
+command -v nft >/dev/null || need_apt+=(nftables)
 # The web console's tests drive a real browser through WebDriver.
 command -v chromium >/dev/null || need_apt+=(chromium)
 command -v chromedriver >/dev/null || need_apt+=(chromium-driver)

@@ -2,13 +2,14 @@
 
 use std::ffi::OsString;
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
 use crate::FaultConfig;
 use crate::api::TunerApi;
+use crate::netns::Net;
 use crate::procs::Proc;
 
 /// The running cluster: `procs[0]` is the Tuner, the PipeStores follow.
@@ -47,6 +48,7 @@ impl Cluster {
             model_dir: &config.model_dir,
             tuner: &tuner,
             node: if config.catalog.is_some() { &node } else { &[] },
+            net: None,
         };
         let mut procs = processes(exe, dir, &spec)?;
         let tuner_url = procs[0].url.clone();
@@ -97,6 +99,36 @@ pub(crate) struct Spec<'a> {
     pub(crate) tuner: &'a [&'a str],
     /// More flags of every PipeStore.
     pub(crate) node: &'a [&'a str],
+    /// The private network whose host 0 runs the Tuner and host `1 + i` PipeStore `i`, each on
+    /// fixed ports of its address (default: every process on loopback, on free ports).
+    pub(crate) net: Option<&'a Net>,
+}
+
+/// Fixed ports of a process in a namespace of its own.
+const NS_HTTP_PORT: u16 = 8080;
+const NS_GRPC_PORT: u16 = 7070;
+
+impl Spec<'_> {
+    /// The address, HTTP port and gRPC port of process `i` (0: the Tuner).
+    fn place(&self, i: usize) -> Result<(String, u16, u16)> {
+        match self.net {
+            Some(net) => Ok((net.hosts[i].addr.clone(), NS_HTTP_PORT, NS_GRPC_PORT)),
+            None => Ok(("127.0.0.1".into(), free_port()?, free_port()?)),
+        }
+    }
+
+    /// The program and arguments that run `exe args` as process `i`.
+    fn launch(&self, i: usize, exe: &Path, args: Vec<OsString>) -> (PathBuf, Vec<OsString>) {
+        match self.net {
+            Some(net) => {
+                let (ip, prefix) = net.exec_in(i, exe);
+                let mut all: Vec<OsString> = prefix.into_iter().map(OsString::from).collect();
+                all.extend(args);
+                (ip, all)
+            }
+            None => (exe.to_path_buf(), args),
+        }
+    }
 }
 
 /// The Tuner (first) and the PipeStores of `spec` in `dir`, on free ports, not started.
@@ -104,43 +136,44 @@ pub(crate) fn processes(exe: &Path, dir: &Path, spec: &Spec<'_>) -> Result<Vec<P
     let secret = dir.join("cluster-secret");
     std::fs::write(&secret, "fault-injection-secret\n").context("writing the secret")?;
     let secret = secret.to_string_lossy().to_string();
-    let (http, grpc) = (free_port()?, free_port()?);
+    let (tuner_ip, http, grpc) = spec.place(0)?;
     let tuner_data = dir.join("tuner").to_string_lossy().to_string();
     let mut tuner_args = args(&[
         "tuner",
         "--data",
         &tuner_data,
         "--listen",
-        &format!("127.0.0.1:{http}"),
+        &format!("{tuner_ip}:{http}"),
         "--grpc-listen",
-        &format!("127.0.0.1:{grpc}"),
+        &format!("{tuner_ip}:{grpc}"),
         "--cluster-secret-file",
         &secret,
     ]);
     tuner_args.extend(args(spec.tuner));
+    let (program, tuner_args) = spec.launch(0, exe, tuner_args);
     let mut procs = vec![Proc::new(
         "tuner",
-        format!("http://127.0.0.1:{http}"),
+        format!("http://{tuner_ip}:{http}"),
         "/v1/tuner/nodes",
-        exe,
+        &program,
         tuner_args,
         dir.join("tuner.log"),
     )];
     let model_dir = spec.model_dir.to_string_lossy().to_string();
     for i in 0..spec.nodes {
         let name = format!("{}-{i}", spec.prefix);
-        let (port, grpc_port) = (free_port()?, free_port()?);
+        let (ip, port, grpc_port) = spec.place(1 + i)?;
         let data = dir.join(&name).to_string_lossy().to_string();
         let mut ps_args = args(&[
             "pipestore",
             "--data",
             &data,
             "--listen",
-            &format!("127.0.0.1:{port}"),
+            &format!("{ip}:{port}"),
             "--grpc-listen",
-            &format!("127.0.0.1:{grpc_port}"),
+            &format!("{ip}:{grpc_port}"),
             "--tuner",
-            &format!("http://127.0.0.1:{grpc}"),
+            &format!("http://{tuner_ip}:{grpc}"),
             "--name",
             &name,
             "--model-dir",
@@ -151,11 +184,12 @@ pub(crate) fn processes(exe: &Path, dir: &Path, spec: &Spec<'_>) -> Result<Vec<P
             &secret,
         ]);
         ps_args.extend(args(spec.node));
+        let (program, ps_args) = spec.launch(1 + i, exe, ps_args);
         procs.push(Proc::new(
             &name,
-            format!("http://127.0.0.1:{port}"),
+            format!("http://{ip}:{port}"),
             "/healthz",
-            exe,
+            &program,
             ps_args,
             dir.join(format!("{name}.log")),
         ));

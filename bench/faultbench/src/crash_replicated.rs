@@ -18,10 +18,10 @@ use crate::cluster::{Spec, processes};
 use crate::crash::{CrashConfig, CrashReport, Cycle, get, photo};
 use crate::procs::{Proc, retrying_taken_ports};
 
-/// PipeStores in the cluster.
-const NODES: usize = 3;
-/// Copies of each photo.
-const REPLICAS: usize = 2;
+/// PipeStores in the cluster (and in the partition harness's).
+pub(crate) const NODES: usize = 3;
+/// Copies of each photo (also in the partition harness's cluster).
+pub(crate) const REPLICAS: usize = 2;
 /// Looks at the copy counts after the last restart, this many times at most (half a second
 /// apart), until every acknowledged photo has two: a node's lease may still be running out.
 const SETTLE_POLLS: usize = 240;
@@ -158,6 +158,7 @@ fn start_cluster(exe: &Path, dir: &Path, catalog: &str, model_dir: &Path) -> Res
         model_dir,
         tuner: &["--catalog", catalog, "--node-lease-ms", "3000"],
         node: &node,
+        net: None,
     };
     let mut procs = processes(exe, dir, &spec)?;
     for p in &mut procs {
@@ -167,7 +168,7 @@ fn start_cluster(exe: &Path, dir: &Path, catalog: &str, model_dir: &Path) -> Res
 }
 
 /// Waits (a bounded number of looks) until the front door at `url` sees every node live.
-fn wait_placeable(agent: &ureq::Agent, url: &str) -> Result<()> {
+pub(crate) fn wait_placeable(agent: &ureq::Agent, url: &str) -> Result<()> {
     let mut last = String::new();
     for _ in 0..SETTLE_POLLS {
         let (status, body) = get(agent, &format!("{url}/v1/cluster"))?;
@@ -264,7 +265,7 @@ fn upload_until(
 }
 
 /// The acknowledged photos that have fewer than [`REPLICAS`] copies after a bounded wait.
-fn short_of_copies(
+pub(crate) fn short_of_copies(
     agent: &ureq::Agent,
     url: &str,
     acked: &HashMap<u64, String>,
@@ -290,7 +291,7 @@ fn short_of_copies(
 }
 
 /// Whether photo `id` reads back with sha256 `sha` through the front door at `url`.
-fn reads_back(agent: &ureq::Agent, url: &str, id: u64, sha: &str) -> Result<(), String> {
+pub(crate) fn reads_back(agent: &ureq::Agent, url: &str, id: u64, sha: &str) -> Result<(), String> {
     let (status, bytes) =
         get(agent, &format!("{url}/v1/photos/{id}")).map_err(|e| format!("photo {id}: {e}"))?;
     if status != 200 || hex::encode(Sha256::digest(&bytes)) != sha {

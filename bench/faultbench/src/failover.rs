@@ -77,6 +77,7 @@ pub fn compare(config: &FailoverConfig, exe: &Path, dir: &Path) -> Result<Failov
             model_dir: &model_dir,
             tuner: &tuner,
             node: &node,
+            net: None,
         };
         let mut procs = processes(exe, dir, &spec)?;
         for p in &mut procs {

@@ -23,15 +23,25 @@
 //! - `crash_jobs`: the jobs a crash loop runs beside its uploads;
 //! - `crash_replicated`: the crash loop of a replicated cluster (three PipeStores, two copies);
 //! - `failover`: a fine-tune that loses a node vs one that does not, on such a cluster;
-//! - `cli`: `ndpipe-bench faults` and `ndpipe-bench crash`, their tables and JSON.
+//! - `netns`: the network namespaces of the partition rounds, their cuts and heals;
+//! - `pg`: PostgreSQL in a namespace;
+//! - `partition`: the partition rounds (and rolling upgrades) and their checks;
+//! - `partition_load`: the uploads, reads and deletes of a partition round, timed;
+//! - `cli`: `ndpipe-bench faults` and `ndpipe-bench crash`, their tables and JSON;
+//! - `cli_partition`: `ndpipe-bench partition`, its table and JSON.
 
 mod api;
 pub mod cli;
+pub mod cli_partition;
 mod cluster;
 mod crash;
 mod crash_jobs;
 mod crash_replicated;
 mod failover;
+mod netns;
+mod partition;
+mod partition_load;
+mod pg;
 mod procs;
 mod rounds;
 
@@ -44,6 +54,11 @@ use serde::Serialize;
 
 pub use crash::{CrashConfig, CrashMode, CrashModel, CrashReport, Cycle};
 pub use failover::{FailoverConfig, FailoverRound, compare as compare_failover};
+pub use netns::unavailable as namespaces_unavailable;
+pub use partition::{
+    CUTS, Deadlines, PartitionConfig, PartitionReport, PartitionRound, RoundKind, run as partition,
+};
+pub use partition_load::RequestStats;
 pub use rounds::{Fault, Outcome, Round};
 
 /// The flags of a PipeStore of a test cluster keeping two copies of each photo (besides its

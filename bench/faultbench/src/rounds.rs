@@ -106,7 +106,7 @@ pub(crate) fn run(
     let during_job = injector
         .join()
         .map_err(|_| anyhow!("the fault thread panicked"))??;
-    let (one_version, versions) = converge(&api, config, Duration::from_secs(90));
+    let (one_version, versions) = converge(&api, config.nodes, Duration::from_secs(90));
     let target = lock(cluster).procs[target].name.clone();
     Ok(Round {
         round,
@@ -137,23 +137,40 @@ fn pick_job(
     rng: &mut impl Rng,
 ) -> Result<(String, String, Value)> {
     let versions = lock(cluster).tuner.versions()?;
+    Ok(job_for(
+        &versions,
+        config.nodes,
+        config.throttle_images_per_second,
+        rng,
+    ))
+}
+
+/// A fine-tune that deploys (two times in three, and always while fewer than two versions
+/// exist), or a deploy of one of `versions`: its name, API path and body. The fine-tune's
+/// extraction is throttled to `throttle` photos/s on each of the `nodes` PipeStores.
+pub(crate) fn job_for(
+    versions: &[String],
+    nodes: usize,
+    throttle: f64,
+    rng: &mut impl Rng,
+) -> (String, String, Value) {
     if versions.len() >= 2 && rng.random_range(0..3) == 0 {
         let version = versions.choose(rng).expect("two versions").clone();
-        return Ok((
+        return (
             format!("deploy {version}"),
             format!("/v1/tuner/deploy/{version}"),
             json!({}),
-        ));
+        );
     }
-    let throttle: serde_json::Map<String, Value> = (0..config.nodes)
-        .map(|i| (format!("ps-{i}"), json!(config.throttle_images_per_second)))
+    let throttle: serde_json::Map<String, Value> = (0..nodes)
+        .map(|i| (format!("ps-{i}"), json!(throttle)))
         .collect();
-    Ok((
+    (
         "finetune".into(),
         "/v1/tuner/finetune".into(),
         json!({"runs": 2, "epochs": 2, "chunk_size": 8, "load_balance": false, "deploy": true,
                "throttle": throttle}),
-    ))
+    )
 }
 
 /// Waits `at_ms`, hits process `target` with `fault`, and undoes it after `hold_ms`. Returns
@@ -190,7 +207,7 @@ fn inject(
 
 /// Polls job `id` until it is done or failed, or `guard` runs out. A Tuner that does not answer
 /// (killed, stopped) is polled again.
-fn follow(api: &crate::api::TunerApi, id: &str, guard: Duration) -> Outcome {
+pub(crate) fn follow(api: &crate::api::TunerApi, id: &str, guard: Duration) -> Outcome {
     let deadline = Instant::now() + guard;
     while Instant::now() < deadline {
         match api.get(&format!("/v1/tuner/jobs/{id}")) {
@@ -214,11 +231,11 @@ fn follow(api: &crate::api::TunerApi, id: &str, guard: Duration) -> Outcome {
     Outcome::Hang
 }
 
-/// Waits until every node is live, in sync and on one version; returns whether that happened
+/// Waits until all `nodes_wanted` nodes are live, in sync and on one version; returns whether that happened
 /// within `limit`, and the versions seen last when it did not.
-fn converge(
+pub(crate) fn converge(
     api: &crate::api::TunerApi,
-    config: &FaultConfig,
+    nodes_wanted: usize,
     limit: Duration,
 ) -> (bool, Vec<String>) {
     let deadline = Instant::now() + limit;
@@ -229,7 +246,7 @@ fn converge(
                 .iter()
                 .map(|n| n["version"].as_str().unwrap_or("none").to_string())
                 .collect();
-            let settled = nodes.len() == config.nodes
+            let settled = nodes.len() == nodes_wanted
                 && nodes
                     .iter()
                     .all(|n| n["live"] == true && n["in_sync"] == true)

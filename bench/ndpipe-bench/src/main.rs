@@ -108,6 +108,11 @@ enum Which {
     /// copies of each photo) at a random moment of concurrent uploads, deletes and compactions,
     /// restart, and check every acknowledged write.
     Crash(faultbench::cli::CrashArgs),
+    /// Partitions: a Tuner, three PipeStores and PostgreSQL in network namespaces; each round
+    /// cuts a link (a node from the database, from its peers, one direction, the Tuner from
+    /// half the nodes) or rolls the PipeStores, under uploads, reads, deletes and a job, heals,
+    /// and checks every acknowledged photo, delete, version, job and deadline.
+    Partition(faultbench::cli_partition::PartitionArgs),
     /// Search in words: a written query list mapped onto ImageNet's and Fashion-MNIST's classes
     /// by the words model against exact/substring matching and shuffled names; top-1, top-3,
     /// load, build and query costs.
@@ -166,6 +171,10 @@ async fn run(which: Which) -> Result<()> {
         Which::Faults(b) => {
             let ndpipe = ndpipe_binary()?;
             tokio::task::spawn_blocking(move || faultbench::cli::run(b, ndpipe)).await?
+        }
+        Which::Partition(b) => {
+            let ndpipe = ndpipe_binary()?;
+            tokio::task::spawn_blocking(move || faultbench::cli_partition::run(b, ndpipe)).await?
         }
         Which::Crash(mut b) => {
             let ndpipe = ndpipe_binary()?;

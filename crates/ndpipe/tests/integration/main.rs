@@ -19,6 +19,8 @@
 //! - `cluster`: the control plane: a stopped node, a Tuner restart, a node gone for good, a
 //!   client going away, a node that missed a commit.
 //! - `faults`: five rounds of random kill -9, SIGSTOP and restarts during jobs (`faultbench`).
+//! - `partitions`: five rounds of network cuts between namespaces, and a rolling upgrade
+//!   (`faultbench`; as root, skipped with a message elsewhere).
 //! - `limits`: stalled headers and bodies cut off, connections over the cap closed.
 //! - `postgres`: a Tuner and three PipeStores on one PostgreSQL catalog: cluster-wide ids,
 //!   search and versions.
@@ -69,6 +71,7 @@ mod gateway;
 mod gateway_s3;
 mod inference;
 mod limits;
+mod partitions;
 mod postgres;
 mod replica_features;
 mod replicated_finetune;
