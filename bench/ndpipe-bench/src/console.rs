@@ -138,8 +138,10 @@ async fn near_page(
         url.push_str(&format!("&after={after}"));
     }
     let r = http.get(url).send().await?;
-    ensure!(r.status().is_success(), "near duplicates: {}", r.status());
-    Ok(r.json().await?)
+    let status = r.status();
+    let body = r.text().await?;
+    ensure!(status.is_success(), "near duplicates: {status} {body}");
+    Ok(serde_json::from_str(&body)?)
 }
 
 /// Waits until the hashing worker has hashed every photo (a look a second, for at most an
@@ -149,7 +151,16 @@ async fn wait_for_hashes(http: &reqwest::Client, base: &str) -> Result<()> {
     let mut looks = Vec::new();
     for _ in 0..3600 {
         let t = Instant::now();
-        let page = near_page(http, base, 1, None).await?;
+        let page = match near_page(http, base, 1, None).await {
+            Ok(page) => page,
+            // A catalog deadline passed on a loaded machine: the next look tries again.
+            Err(e) if e.to_string().contains("503") => {
+                eprintln!("a look failed, trying again: {e}");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let unhashed = page["unhashed"].as_u64();
         looks.push((t.elapsed().as_secs_f64() * 1e3, unhashed.unwrap_or(0)));
         if unhashed == Some(0) {
