@@ -144,17 +144,23 @@ async fn near_page(
     Ok(serde_json::from_str(&body)?)
 }
 
+/// Looks that may miss their deadline while waiting for the hashes (the first builds the near
+/// pairs of every hash stored by then; it goes on after its 503).
+const LATE_LOOKS: usize = 10;
+
 /// Waits until the hashing worker has hashed every photo (a look a second, for at most an
 /// hour), so that the pages are timed over every hash; prints the looks' times (each brings
 /// the near pairs to the hashes written since the look before).
 async fn wait_for_hashes(http: &reqwest::Client, base: &str) -> Result<()> {
     let mut looks = Vec::new();
+    let mut late = 0;
     for _ in 0..3600 {
         let t = Instant::now();
         let page = match near_page(http, base, 1, None).await {
             Ok(page) => page,
             // A catalog deadline passed on a loaded machine: the next look tries again.
-            Err(e) if e.to_string().contains("503") => {
+            Err(e) if e.to_string().contains("503") && late < LATE_LOOKS => {
+                late += 1;
                 eprintln!("a look failed, trying again: {e}");
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 continue;
