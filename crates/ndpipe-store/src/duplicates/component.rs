@@ -286,7 +286,9 @@ mod tests {
                 Level::ALL.to_vec(),
             ] {
                 let levels: BTreeSet<Level> = levels.into_iter().collect();
-                let all = find(&c, &settings, &levels, &semantic).unwrap().groups;
+                let all = find(&c, &settings, &levels, &semantic, None)
+                    .unwrap()
+                    .groups;
                 assert!(
                     all.iter().any(|g| g.members.len() >= 3),
                     "seed {seed}, {levels:?}: groups of more than a pair"

@@ -7,6 +7,7 @@ use ndpipe_catalog::{Catalog, CatalogError, PhotoId};
 
 use super::groups::{Group, Level, Pair, group};
 use super::near::{NearPair, near_pairs};
+use super::near_index::NearIndex;
 use super::semantic::SemanticPair;
 use super::{DuplicateSettings, HASH_BITS};
 
@@ -23,12 +24,14 @@ pub(crate) struct Found {
 /// The duplicate groups at `levels` in `catalog` (every node's photos on a shared catalog).
 /// `semantic` gives the semantic pairs (from a [`super::semantic::SemanticPairs`] source; those
 /// under the settings' cosine threshold are left out); it is read only when `levels` has
-/// [`Level::Semantic`].
+/// [`Level::Semantic`]. The near pairs come from `kept` when given (updated with the hashes
+/// that changed since its last use), else from pairing every hash.
 pub(crate) fn find(
     catalog: &dyn Catalog,
     settings: &DuplicateSettings,
     levels: &BTreeSet<Level>,
     semantic: &[SemanticPair],
+    kept: Option<&NearIndex>,
 ) -> Result<Found, CatalogError> {
     let mut pairs = Vec::new();
     if levels.contains(&Level::Exact) {
@@ -40,11 +43,11 @@ pub(crate) fn find(
     if levels.contains(&Level::Near) {
         let algorithm = settings.near_hash.name();
         let hashes = catalog.near_hashes(algorithm, settings.near_min_side)?;
-        pairs.extend(
-            near_pairs(&hashes, settings.near_hamming)
-                .into_iter()
-                .map(near_pair),
-        );
+        let near = match kept {
+            Some(index) => index.pairs(&hashes, settings.near_hamming),
+            None => near_pairs(&hashes, settings.near_hamming),
+        };
+        pairs.extend(near.into_iter().map(near_pair));
         unhashed = Some(catalog.count_without_near_hash(algorithm)?);
     }
     if levels.contains(&Level::Semantic) {
@@ -137,7 +140,7 @@ mod tests {
         ];
         let at = |levels: &[Level]| {
             let levels = levels.iter().copied().collect();
-            let found = find(&c, &settings, &levels, &semantic).unwrap();
+            let found = find(&c, &settings, &levels, &semantic, None).unwrap();
             let groups: Vec<Vec<(u64, Level)>> = found
                 .groups
                 .iter()
@@ -174,7 +177,7 @@ mod tests {
         c.put_near_hashes(settings.near_hash.name(), &[(1, 0), (2, 0), (3, 1), (4, 1)])
             .unwrap();
         let levels = [Level::Near].into_iter().collect();
-        let found = find(&c, &settings, &levels, &[]).unwrap();
+        let found = find(&c, &settings, &levels, &[], None).unwrap();
         let groups: Vec<Vec<u64>> = found
             .groups
             .iter()

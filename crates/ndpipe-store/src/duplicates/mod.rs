@@ -8,7 +8,9 @@
 //! - [`phash`]: the perceptual hash of a stored tensor ([`NearHash`]);
 //! - [`hasher`]: the worker that hashes every photo off the upload's path, and [`idle_cpu`]
 //!   its thread under the idle scheduling policy;
-//! - [`near`]: pairs of hashes within the threshold by multi-index hashing ([`near_pairs`]);
+//! - [`near`]: pairs of hashes within the threshold by multi-index hashing ([`near_pairs`]),
+//!   and [`near_index`] the same pairs kept between requests, updated with the hashes that
+//!   changed;
 //! - [`semantic`]: the seam of the semantic level, a source of pairs by feature similarity
 //!   ([`semantic::SemanticPairs`]; the feature index);
 //! - [`groups`]: pairs into groups with reasons and a keeper (union-find);
@@ -22,6 +24,7 @@ pub(crate) mod groups;
 pub(crate) mod hasher;
 pub(crate) mod idle_cpu;
 pub(crate) mod near;
+pub(crate) mod near_index;
 pub(crate) mod phash;
 pub(crate) mod semantic;
 

@@ -38,7 +38,7 @@ pub struct NearPair {
 
 /// How the 64 bits are cut into chunks, and the radius searched in each.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Layout {
+pub(super) struct Layout {
     /// Each chunk's (shift, width); the widths differ by one at most.
     chunks: Vec<(u32, u32)>,
     /// Bits a chunk of a pair within the threshold may differ in, in at least one chunk.
@@ -67,8 +67,14 @@ impl Layout {
     /// The layout of least estimated cost for `n` hashes and threshold `t`, or `None` when
     /// comparing every pair is estimated cheaper.
     fn choose(n: usize, t: u32) -> Option<Self> {
+        let (cost, layout) = Self::cheapest(n, t);
+        (cost < n as f64 / 2.0 * SCAN_COST).then_some(layout)
+    }
+
+    /// The layout of least estimated cost per hash looked up among `n` hashes for threshold
+    /// `t`, with that cost.
+    pub(super) fn cheapest(n: usize, t: u32) -> (f64, Self) {
         let n = n as f64;
-        let scan = n / 2.0 * SCAN_COST;
         (MIN_CHUNKS..=MAX_CHUNKS)
             .map(|m| {
                 let layout = Layout::new(m, t);
@@ -83,12 +89,34 @@ impl Layout {
                 (cost, layout)
             })
             .min_by(|a, b| a.0.total_cmp(&b.0))
-            .filter(|(cost, _)| *cost < scan)
-            .map(|(_, layout)| layout)
+            .expect("MIN_CHUNKS..=MAX_CHUNKS is not empty")
+    }
+
+    /// Chunks of the layout.
+    pub(super) fn len(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// Bits a chunk of each chunk's table is searched within.
+    pub(super) fn radius(&self) -> u32 {
+        self.radius
+    }
+
+    /// Width in bits of chunk `c`.
+    pub(super) fn width(&self, c: usize) -> u32 {
+        self.chunks[c].1
+    }
+
+    /// Whether `x` and `y` are within the radius in a chunk before `c`: the pair was found
+    /// from an earlier chunk.
+    pub(super) fn found_before(&self, x: u64, y: u64, c: usize) -> bool {
+        (0..c).any(|earlier| {
+            (self.chunk(x, earlier) ^ self.chunk(y, earlier)).count_ones() <= self.radius
+        })
     }
 
     /// Chunk `c` of `hash`.
-    fn chunk(&self, hash: u64, c: usize) -> u32 {
+    pub(super) fn chunk(&self, hash: u64, c: usize) -> u32 {
         let (shift, width) = self.chunks[c];
         ((hash >> shift) & ((1 << width) - 1)) as u32
     }
@@ -105,7 +133,7 @@ fn binomial(n: u32, k: u32) -> usize {
 }
 
 /// Every mask of `width` bits with at most `radius` bits set.
-fn masks(width: u32, radius: u32) -> Vec<u32> {
+pub(super) fn masks(width: u32, radius: u32) -> Vec<u32> {
     (0..1u32 << width)
         .filter(|m| m.count_ones() <= radius)
         .collect()
@@ -169,11 +197,6 @@ fn multi_index(hashes: &[(PhotoId, u64)], max_distance: u32, layout: &Layout) ->
         .iter()
         .map(|&(_, w)| masks(w, radius))
         .collect();
-    let found_in_earlier_chunk = |x: u64, y: u64, c: usize| {
-        (0..c).any(|earlier| {
-            (layout.chunk(x, earlier) ^ layout.chunk(y, earlier)).count_ones() <= radius
-        })
-    };
     let mut pairs = Vec::new();
     for (i, &(id, hash)) in hashes.iter().enumerate() {
         for (c, table) in tables.iter().enumerate() {
@@ -188,7 +211,7 @@ fn multi_index(hashes: &[(PhotoId, u64)], max_distance: u32, layout: &Layout) ->
                     let other = hashes[j].0;
                     if distance <= max_distance
                         && other != id
-                        && !found_in_earlier_chunk(hash, other_hash, c)
+                        && !layout.found_before(hash, other_hash, c)
                     {
                         pairs.push(NearPair {
                             a: id.min(other),

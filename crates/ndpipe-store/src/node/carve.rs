@@ -35,7 +35,7 @@ impl CarveGroups {
         truths: &[TaskTruth],
     ) -> Result<Self, CatalogError> {
         let levels = BTreeSet::from([Level::Exact, Level::Near]);
-        let found = find(catalog, settings, &levels, &[])?;
+        let found = find(catalog, settings, &levels, &[], None)?;
         let by_id: HashMap<PhotoId, &TaskTruth> = truths.iter().map(|t| (t.id, t)).collect();
         let mut out = CarveGroups::default();
         for group in &found.groups {

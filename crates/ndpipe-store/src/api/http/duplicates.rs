@@ -21,20 +21,38 @@ use super::{FrontState, page_limit};
 use crate::duplicates::component::group_of;
 use crate::duplicates::find::find;
 use crate::duplicates::groups::{Group, Level};
+use crate::duplicates::near_index::NearIndex;
 use crate::duplicates::semantic::{SemanticPair, SemanticPairs};
 use crate::duplicates::{DuplicateSettings, NearHash};
 
 /// Groups in a page unless `limit` says otherwise.
 const DEFAULT_GROUPS: usize = 100;
 
-/// How a front door finds duplicates: its settings, and where the semantic level's pairs come
-/// from (`None`: nowhere yet, and `level=semantic` is refused).
+/// How a front door finds duplicates: its settings, where the semantic level's pairs come
+/// from (`None`: nowhere yet, and `level=semantic` is refused), and the near pairs it keeps
+/// between requests.
 #[derive(Clone, Default)]
 pub(super) struct Finding {
     /// The levels' settings.
     pub(super) settings: DuplicateSettings,
     /// The source of semantic pairs.
     pub(super) semantic: Option<Arc<dyn SemanticPairs>>,
+    /// The near pairs of the hashes at the last request.
+    pub(super) near: Arc<NearIndex>,
+}
+
+impl Finding {
+    /// Finding with `settings` and `semantic`, no near pairs kept yet.
+    pub(super) fn new(
+        settings: DuplicateSettings,
+        semantic: Option<Arc<dyn SemanticPairs>>,
+    ) -> Self {
+        Finding {
+            settings,
+            semantic,
+            near: Arc::default(),
+        }
+    }
 }
 
 /// Query parameters.
@@ -94,8 +112,11 @@ async fn answer(
     let semantic = semantic_pairs(&finding, &levels)
         .await
         .map_err(|e| count(state, e))?;
-    let asked = levels.clone();
-    let found = blocking(state, move || find(&*catalog, &settings, &asked, &semantic)).await?;
+    let (asked, near) = (levels.clone(), finding.near.clone());
+    let found = blocking(state, move || {
+        find(&*catalog, &settings, &asked, &semantic, Some(&near))
+    })
+    .await?;
     let mut groups: Vec<Group> = found
         .groups
         .into_iter()
@@ -228,13 +249,13 @@ mod tests {
     }
 
     fn finding(semantic: Option<Fixed>) -> Finding {
-        Finding {
-            settings: DuplicateSettings {
+        Finding::new(
+            DuplicateSettings {
                 semantic_min_cosine: 0.8,
                 ..DuplicateSettings::default()
             },
-            semantic: semantic.map(|s| Arc::new(s) as Arc<dyn SemanticPairs>),
-        }
+            semantic.map(|s| Arc::new(s) as Arc<dyn SemanticPairs>),
+        )
     }
 
     #[test]

@@ -75,7 +75,7 @@ impl GatewayState {
         semantic: Option<Arc<dyn SemanticPairs>>,
     ) -> Self {
         GatewayState {
-            duplicates: duplicates::Finding { settings, semantic },
+            duplicates: duplicates::Finding::new(settings, semantic),
             ..self
         }
     }

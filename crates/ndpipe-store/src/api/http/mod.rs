@@ -178,7 +178,7 @@ impl AppState {
         semantic: Option<Arc<dyn SemanticPairs>>,
     ) -> Self {
         AppState {
-            duplicates: duplicates::Finding { settings, semantic },
+            duplicates: duplicates::Finding::new(settings, semantic),
             ..self
         }
     }
