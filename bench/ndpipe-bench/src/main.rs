@@ -19,9 +19,11 @@ mod duplicates;
 mod emulated;
 mod finetune;
 mod fuzz;
+mod hostile_images;
 mod infer;
 mod ingest;
 mod int8;
+mod memory;
 mod other;
 mod replication;
 mod replication_s3;
@@ -84,6 +86,9 @@ enum Which {
     /// Scale: one node filled to N photos; ingest rate, search and listing p99, disk per photo
     /// and RSS at every step, then a fine-tune from stored features and its re-labelling.
     Scale(scale::ScaleBench),
+    /// Memory after hostile uploads: RSS at the start, after N valid and after N mutated
+    /// images, and their ratio, over rounds on fresh servers.
+    Memory(memory::MemoryBench),
     /// The web console's pages rendered at 10^5 photos: median and spread per page against
     /// the target of 100 ms.
     Console(console::ConsoleBench),
@@ -160,6 +165,7 @@ async fn run(which: Which) -> Result<()> {
         Which::Replication(b) => replication::run(b).await,
         Which::Fuzz(b) => fuzz::run(b).await,
         Which::Scale(b) => scale::run(b).await,
+        Which::Memory(b) => memory::run(b).await,
         Which::Words(b) => words::run(b).await,
         Which::Other(b) => other::run(b).await,
         Which::Similar(b) => similar::run(b).await,

@@ -22,6 +22,17 @@ impl Server {
         dir: &Path,
         flags: &[String],
     ) -> Result<Self> {
+        Self::start_with_env(data, model_dir, dir, flags, &[])
+    }
+
+    /// [`Server::start`] with `env` added to the server's environment.
+    pub(crate) fn start_with_env(
+        data: &Path,
+        model_dir: &Path,
+        dir: &Path,
+        flags: &[String],
+        env: &[(String, String)],
+    ) -> Result<Self> {
         let me = std::env::current_exe().context("locating ndpipe-bench")?;
         let bin = me.with_file_name("ndpipe");
         ensure!(
@@ -48,6 +59,7 @@ impl Server {
             .arg("--model-dir")
             .arg(model_dir)
             .args(flags)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)

@@ -91,8 +91,14 @@ pub struct Config {
     pub header_timeout_ms: u64,
     /// Longest wait, in ms, for the next piece of a request body (a stalled upload fails).
     pub body_idle_timeout_ms: u64,
+    /// Smallest average rate of a request body, in bytes/s, once it has been arriving for
+    /// `body_idle_timeout_ms` (a body that trickles fails); 0: no minimum.
+    pub min_body_rate: u64,
     /// HTTP connections served at once; more are closed at once.
     pub max_connections: usize,
+    /// Connections one client address may hold of `max_connections`, so that one address
+    /// cannot lock the others out; 0: all of them.
+    pub max_connections_per_client: usize,
     /// Largest accepted upload, in bytes.
     pub max_upload_bytes: usize,
     /// Uploads one client address may have in flight at once (`POST /v1/photos`); more answer
@@ -297,11 +303,13 @@ impl Config {
 
     /// The HTTP server's limits.
     pub(crate) fn http_limits(&self) -> ndpipe_util::serve::HttpLimits {
-        ndpipe_util::serve::HttpLimits::from_config(
-            self.header_timeout_ms,
-            self.body_idle_timeout_ms,
-            self.max_connections,
-        )
+        ndpipe_util::serve::HttpLimits::from_config(ndpipe_util::serve::HttpSettings {
+            header_timeout_ms: self.header_timeout_ms,
+            body_idle_timeout_ms: self.body_idle_timeout_ms,
+            min_body_rate: self.min_body_rate,
+            max_connections: self.max_connections,
+            max_connections_per_client: self.max_connections_per_client,
+        })
     }
 
     /// The words model's folder: `words_model_dir`, else `MODEL_DIR/words`.
@@ -345,7 +353,9 @@ impl Default for Config {
             tls_ca: None,
             header_timeout_ms: 10_000,
             body_idle_timeout_ms: 30_000,
+            min_body_rate: 1024,
             max_connections: 512,
+            max_connections_per_client: 64,
             max_upload_bytes: DEFAULT_MAX_UPLOAD_BYTES,
             max_uploads_per_client: 32,
             max_pixels: ndpipe_model::PreprocessConfig::default().max_pixels,
@@ -460,8 +470,14 @@ pub struct GatewayConfig {
     pub header_timeout_ms: u64,
     /// Longest wait, in ms, for the next piece of a request body.
     pub body_idle_timeout_ms: u64,
+    /// Smallest average rate of a request body, in bytes/s, once it has been arriving for
+    /// `body_idle_timeout_ms` (a body that trickles fails); 0: no minimum.
+    pub min_body_rate: u64,
     /// HTTP connections served at once; more are closed at once.
     pub max_connections: usize,
+    /// Connections one client address may hold of `max_connections`, so that one address
+    /// cannot lock the others out; 0: all of them.
+    pub max_connections_per_client: usize,
     /// Largest accepted upload, in bytes (no larger than the PipeStores').
     pub max_upload_bytes: usize,
     /// Uploads one client address may have in flight at once; more answer 429. 0: no cap.
@@ -530,11 +546,13 @@ impl GatewayConfig {
 
     /// The HTTP server's limits.
     pub(crate) fn http_limits(&self) -> ndpipe_util::serve::HttpLimits {
-        ndpipe_util::serve::HttpLimits::from_config(
-            self.header_timeout_ms,
-            self.body_idle_timeout_ms,
-            self.max_connections,
-        )
+        ndpipe_util::serve::HttpLimits::from_config(ndpipe_util::serve::HttpSettings {
+            header_timeout_ms: self.header_timeout_ms,
+            body_idle_timeout_ms: self.body_idle_timeout_ms,
+            min_body_rate: self.min_body_rate,
+            max_connections: self.max_connections,
+            max_connections_per_client: self.max_connections_per_client,
+        })
     }
 }
 
@@ -562,7 +580,9 @@ impl Default for GatewayConfig {
             tls_ca: None,
             header_timeout_ms: store.header_timeout_ms,
             body_idle_timeout_ms: store.body_idle_timeout_ms,
+            min_body_rate: store.min_body_rate,
             max_connections: store.max_connections,
+            max_connections_per_client: store.max_connections_per_client,
             max_upload_bytes: store.max_upload_bytes,
             max_uploads_per_client: store.max_uploads_per_client,
             peer_timeout_ms: store.peer_timeout_ms,

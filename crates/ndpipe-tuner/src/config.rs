@@ -42,8 +42,14 @@ pub struct Config {
     pub header_timeout_ms: u64,
     /// Longest wait, in ms, for the next piece of an HTTP request body.
     pub body_idle_timeout_ms: u64,
+    /// Smallest average rate of a request body, in bytes/s, once it has been arriving for
+    /// `body_idle_timeout_ms` (a body that trickles fails); 0: no minimum.
+    pub min_body_rate: u64,
     /// HTTP connections served at once; more are closed at once.
     pub max_connections: usize,
+    /// Connections one client address may hold of `max_connections`, so that one address
+    /// cannot lock the others out; 0: all of them.
+    pub max_connections_per_client: usize,
     /// A model folder: gives the Tuner its own backbone, for the conventional comparison mode.
     pub model_dir: Option<PathBuf>,
     /// Model threads on the Tuner (0: ONNX Runtime decides).
@@ -120,11 +126,13 @@ impl Config {
 
     /// The HTTP server's limits.
     pub(crate) fn http_limits(&self) -> ndpipe_util::serve::HttpLimits {
-        ndpipe_util::serve::HttpLimits::from_config(
-            self.header_timeout_ms,
-            self.body_idle_timeout_ms,
-            self.max_connections,
-        )
+        ndpipe_util::serve::HttpLimits::from_config(ndpipe_util::serve::HttpSettings {
+            header_timeout_ms: self.header_timeout_ms,
+            body_idle_timeout_ms: self.body_idle_timeout_ms,
+            min_body_rate: self.min_body_rate,
+            max_connections: self.max_connections,
+            max_connections_per_client: self.max_connections_per_client,
+        })
     }
 }
 
@@ -144,7 +152,9 @@ impl Default for Config {
             tls_ca: None,
             header_timeout_ms: 10_000,
             body_idle_timeout_ms: 30_000,
+            min_body_rate: 1024,
             max_connections: 512,
+            max_connections_per_client: 64,
             model_dir: None,
             intra_threads: 0,
             ort_lib: None,

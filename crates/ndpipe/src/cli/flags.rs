@@ -532,11 +532,22 @@ pub(crate) struct PeerFlags {
     #[arg(long, env = "NDPIPE_BODY_IDLE_TIMEOUT_MS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) body_idle_timeout_ms: Option<u64>,
-    /// HTTP connections served at once; more are closed at once [max_connections; default:
-    /// 512].
+    /// Smallest average rate of a request body, in bytes/s, once it has been arriving for the
+    /// body idle timeout; a body that trickles fails; 0: no minimum [min_body_rate; default:
+    /// 1024].
+    #[arg(long, env = "NDPIPE_MIN_BODY_RATE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) min_body_rate: Option<u64>,
+    /// HTTP connections served at once; more are closed at once, past a few kept for
+    /// /healthz and /readyz [max_connections; default: 512].
     #[arg(long, env = "NDPIPE_MAX_CONNECTIONS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_connections: Option<usize>,
+    /// HTTP connections one client address may hold, so that one address cannot lock the
+    /// others out; 0: all of --max-connections [max_connections_per_client; default: 64].
+    #[arg(long, env = "NDPIPE_MAX_CONNECTIONS_PER_CLIENT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_connections_per_client: Option<usize>,
 }
 
 /// Flags of every front door on similarity queries; the same keys in `[pipestore]` and

@@ -66,6 +66,7 @@ mod detour;
 mod disk;
 mod duplicates;
 mod durability;
+mod fair_connections;
 mod faults;
 mod gateway;
 mod gateway_s3;

@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use super::front::Front;
 
 /// Serves `service` on `listener` within `limits` until `stopped` turns true (or its sender
-/// is gone).
+/// is gone). S3 has no health probe, so no connection slots are kept for one.
 pub(crate) async fn serve(
     listener: TcpListener,
     service: Front,
@@ -18,5 +18,9 @@ pub(crate) async fn serve(
     let stop = async move {
         let _ = stopped.wait_for(|s| *s).await;
     };
-    serve_hyper(listener, move |_| service.clone(), limits, stop).await;
+    let limits = HttpLimits {
+        probe_connections: 0,
+        ..limits
+    };
+    serve_hyper(listener, move |_, _| service.clone(), limits, stop).await;
 }
