@@ -61,7 +61,7 @@ fn forge_dimensions(bytes: &mut [u8], rng: &mut Pcg64) {
         bytes[20..24].copy_from_slice(&h.to_be_bytes());
     } else if let Some(sof) = bytes
         .windows(2)
-        .position(|m| m[0] == 0xFF && matches!(m[1], 0xC0 | 0xC1 | 0xC2))
+        .position(|m| m[0] == 0xFF && matches!(m[1], 0xC0..=0xC2))
         && bytes.len() > sof + 9
     {
         bytes[sof + 5..sof + 7].copy_from_slice(&(h as u16).to_be_bytes());
