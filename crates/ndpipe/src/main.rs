@@ -10,6 +10,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// jemalloc returns the memory of freed decode buffers to the system; glibc's malloc keeps it
+/// (see the `jemalloc` feature in Cargo.toml).
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     init_tracing();
