@@ -48,6 +48,7 @@ mod extract;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod head;
+mod jpeg_scan;
 pub mod manifest;
 pub mod preprocess;
 mod rate_cap;

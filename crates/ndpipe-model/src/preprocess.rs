@@ -11,6 +11,7 @@ use fast_image_resize::images::Image;
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, Limits};
 
+use crate::jpeg_scan::{self, ScanDefect};
 use crate::tensor::ImageTensor;
 
 /// Photo container formats accepted at ingest.
@@ -220,6 +221,9 @@ impl Preprocessor {
         if pixels == 0 {
             return Err(PreprocessError::ZeroSized { width, height });
         }
+        if format == PhotoFormat::Jpeg {
+            check_jpeg_scans(bytes)?;
+        }
         let orientation = decoder.orientation().map_err(decode_err)?;
         let mut image = DynamicImage::from_decoder(decoder).map_err(decode_err)?;
         image.apply_orientation(orientation);
@@ -308,6 +312,19 @@ fn checked_format(bytes: &[u8]) -> Result<PhotoFormat, PreprocessError> {
 fn jpeg_has_end_marker(bytes: &[u8]) -> bool {
     let tail = &bytes[bytes.len().saturating_sub(64)..];
     tail.windows(2).any(|w| w == [0xFF, 0xD9])
+}
+
+/// Refuses a JPEG whose scans end before their last block (half a JPEG with an end marker
+/// appended), which the decoder would fill with grey.
+fn check_jpeg_scans(bytes: &[u8]) -> Result<(), PreprocessError> {
+    let format = PhotoFormat::Jpeg;
+    jpeg_scan::check(bytes).map_err(|defect| match defect {
+        ScanDefect::EndsEarly => PreprocessError::Truncated { format },
+        ScanDefect::Invalid(what) => PreprocessError::Decode {
+            format,
+            message: format!("invalid {what}"),
+        },
+    })
 }
 
 fn classify(format: PhotoFormat, e: image::ImageError) -> PreprocessError {
@@ -458,12 +475,12 @@ mod tests {
         encode(&DynamicImage::ImageRgb8(img), format)
     }
 
-    /// PNG and WebP check their data to the end. JPEG does not yet: `image` (zune-jpeg, even
-    /// in its strict mode) takes an end marker inside the scan data as the end of the image.
+    /// PNG and WebP check their data to the end; JPEG's scans are walked to their last block
+    /// (`image`'s decoder takes an end marker inside the scan data as the end of the image).
     #[test]
-    fn half_a_png_or_webp_is_refused_even_with_an_end_marker() {
+    fn half_an_image_is_refused_even_with_an_end_marker() {
         let pre = Preprocessor::new(PreprocessConfig::default());
-        for format in [ImageFormat::Png, ImageFormat::WebP] {
+        for format in [ImageFormat::Png, ImageFormat::WebP, ImageFormat::Jpeg] {
             let whole = noisy(format);
             assert!(pre.run(&whole).is_ok(), "{format:?} whole");
             let mut half = whole[..whole.len() / 2].to_vec();

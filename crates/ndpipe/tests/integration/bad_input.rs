@@ -62,3 +62,22 @@ async fn too_many_headers_is_a_431_with_a_json_body() {
     let body: serde_json::Value = reply.json().await.unwrap();
     assert_eq!(body["error"], "headers_too_large", "{body}");
 }
+
+/// Half a JPEG with an end marker appended is refused as truncated (the decoder alone would
+/// fill the missing half with grey), and nothing is stored.
+#[tokio::test]
+async fn half_a_jpeg_with_an_end_marker_is_refused() {
+    let inst = Instance::start();
+    let whole = jpeg(256, 192, 3);
+    let mut half = whole[..whole.len() / 2].to_vec();
+    half.extend_from_slice(&[0xFF, 0xD9]);
+    let (status, body) = inst.upload(half, "").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (422, Some("truncated_image")),
+        "{body}"
+    );
+    let (status, body) = inst.upload(whole, "").await;
+    assert_eq!(status, 201, "the whole photo: {body}");
+    assert_eq!(inst.counts().await.0, 1);
+}
