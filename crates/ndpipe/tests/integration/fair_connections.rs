@@ -58,19 +58,22 @@ fn hold_share(inst: &Instance, from: [u8; 4], bound: usize) -> Vec<TcpStream> {
     }
 }
 
-/// Sends a GET of `path` on a new connection from `from`; the whole answer.
+/// Sends a GET of `path` on a new connection from `from`; the whole answer. A probe's slot
+/// (one per address) comes back only once the server has seen the previous connection end, so
+/// a connection closed unanswered is retried, a bounded number of times.
 fn get_from(inst: &Instance, from: [u8; 4], path: &str) -> String {
-    let mut stream = connect_from(inst, from);
-    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut out = Vec::new();
-    let read = stream.read_to_end(&mut out);
-    let answer = String::from_utf8_lossy(&out).into_owned();
-    assert!(
-        read.is_ok() || !answer.is_empty(),
-        "no answer to {path}: {read:?}"
-    );
-    answer
+    for _ in 0..100 {
+        let mut stream = connect_from(inst, from);
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let _ = stream.write_all(request.as_bytes());
+        let mut out = Vec::new();
+        let _ = stream.read_to_end(&mut out);
+        if !out.is_empty() {
+            return String::from_utf8_lossy(&out).into_owned();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("no answer to {path} from {from:?} in 100 tries");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
