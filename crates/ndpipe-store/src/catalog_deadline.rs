@@ -91,7 +91,6 @@ mod tests {
         assert_eq!(within_limit(limit, || 7).await.unwrap().unwrap(), 7);
         assert_eq!(within_limit(None, || 8).await.unwrap().unwrap(), 8);
         let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let started = std::time::Instant::now();
         let stalled = within_limit(limit, move || rx.recv().is_ok()).await;
         drop(tx);
         let Err(late) = stalled else {
@@ -101,7 +100,5 @@ mod tests {
             unavailable(late),
             CatalogError::Unavailable { .. }
         ));
-        // A hang guard: the call came back, not much after its deadline.
-        assert!(started.elapsed() < Duration::from_secs(30));
     }
 }
